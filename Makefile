@@ -1,0 +1,36 @@
+# eventpipe: `make run` starts it on embedded defaults, `make test` runs every test.
+# Both set up what they need on a fresh machine (virtualenv, Python packages, Java, apt).
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed-stamp
+
+.PHONY: run test lint bench setup java clean
+
+run: $(STAMP) java
+	$(BIN)/eventpipe collect
+
+test: $(STAMP) java lint
+	$(BIN)/pytest
+
+lint: $(STAMP)
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+bench: $(STAMP)
+	scripts/ensure-apt.sh wrk
+	$(BIN)/python bench/ingest.py
+
+setup: $(STAMP) java
+
+java:
+	@scripts/ensure-java.sh
+
+$(STAMP): pyproject.toml scripts/setup-venv.sh
+	PYTHON=$(PYTHON) scripts/setup-venv.sh $(VENV)
+	@touch $@
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,117 @@
+"""The ``eventpipe`` command: one subcommand per verb, each thin (parse, call, print).
+
+Every command takes ``-c/--config FILE`` (default ``./eventpipe.yaml``; built-in embedded
+defaults when that file does not exist). Errors print as ``error: ...`` with the fix, and
+exit with 2 for configuration errors, 1 for the rest.
+"""
+
+from __future__ import annotations
+
+import secrets
+import sys
+from collections.abc import Callable
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from eventpipe import __version__
+from eventpipe.config import DEFAULT_CONFIG_PATH, LoadedConfig, load_config
+from eventpipe.errors import ConfigError, EventpipeError
+from eventpipe.logs import configure_logging
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def config_option(func: F) -> F:
+    return click.option(
+        "-c",
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help=f"Config file (default ./{DEFAULT_CONFIG_PATH}; built-in defaults if absent).",
+    )(func)
+
+
+def _load(config_path: Path | None) -> LoadedConfig:
+    loaded = load_config(config_path)
+    configure_logging(loaded.config.logging)
+    return loaded
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="eventpipe")
+def cli() -> None:
+    """eventpipe: collect events over HTTP, keep them durably, load them into warehouses."""
+
+
+@cli.command()
+@config_option
+@click.option("--force", is_flag=True, help="Overwrite an existing file.")
+def init(config_path: Path | None, force: bool) -> None:
+    """Write a commented reference eventpipe.yaml with fresh random keys."""
+    target = config_path or DEFAULT_CONFIG_PATH
+    if target.exists() and not force:
+        raise ConfigError(f"{target} already exists", fix="pass --force to overwrite it")
+    text = resources.files("eventpipe").joinpath("reference.yaml").read_text(encoding="utf-8")
+    text = text.replace("__JS_SECRET__", "js." + secrets.token_urlsafe(18))
+    text = text.replace("__SERVER_SECRET__", "s2s." + secrets.token_urlsafe(18))
+    target.write_text(text, encoding="utf-8")
+    target.chmod(0o600)  # it holds secrets
+    click.echo(f"wrote {target}; edit it, then run `eventpipe collect -c {target}`")
+
+
+@cli.command()
+@config_option
+@click.option("--host", default=None, help="Override server.host.")
+@click.option("--port", type=int, default=None, help="Override server.port.")
+def collect(config_path: Path | None, host: str | None, port: int | None) -> None:
+    """Run the HTTP collector alone (scale it out on many nodes)."""
+    from eventpipe.collector.server import serve
+
+    loaded = _load(config_path)
+    overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
+    if overrides:
+        server = loaded.config.server.model_copy(update=overrides)
+        loaded = loaded.model_copy(
+            update={"config": loaded.config.model_copy(update={"server": server})}
+        )
+    serve(loaded)
+
+
+@cli.command()
+@config_option
+def rotate(config_path: Path | None) -> None:
+    """Seal the active segments now (asks a running collector, or seals them itself)."""
+    from eventpipe.collector.app import log_settings
+    from eventpipe.log.segments import rotate_now
+
+    config = _load(config_path).config
+    sealed = rotate_now(config.layout, log_settings(config))
+    if not sealed:
+        click.echo("nothing to seal: no active segment has events")
+    for path in sealed:
+        click.echo(f"sealed {path}")
+
+
+def main() -> None:
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except EventpipeError as exc:
+        click.echo(f"error: {exc.message}", err=True)
+        if exc.fix:
+            click.echo(f"  fix: {exc.fix}", err=True)
+        sys.exit(2 if isinstance(exc, ConfigError) else 1)
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""HTTP ingest: routes, keys, context enrichment, limits, backpressure."""

@@ -1,0 +1,320 @@
+"""The collector's HTTP surface (Jitsu-compatible shapes).
+
+``POST /api/v1/event``      browser events; js key in ``?token=`` or ``X-Auth-Token``
+``POST /api/v1/s2s/event``  server events; server key only
+``GET  /health``            200 while accepting, 503 under backpressure
+``GET  /metrics``           Prometheus text format
+
+The order of checks is cheapest first, and nothing is read that will be refused anyway:
+key (401/403), origin (403), backpressure (503), declared size (413), body (413/400),
+then enrichment, where a bad item is rejected alone. The answer is 200 only after every
+accepted event, and the EventError of every rejected one, has been written and fsynced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+import signal
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from eventpipe.collector.auth import KeyKind, KeyRing, origin_allowed
+from eventpipe.collector.backpressure import Backpressure, Limits
+from eventpipe.collector.body import BodyError, check_declared_length, parse_events, read_limited
+from eventpipe.collector.enrich import (
+    EnrichSettings,
+    RequestContext,
+    anonymize,
+    client_address,
+    enrich_batch,
+)
+from eventpipe.collector.metrics import CollectorMetrics
+from eventpipe.config import Config
+from eventpipe.events import format_timestamp, utc_now
+from eventpipe.log.segments import LogClosedError, LogHooks, LogSettings, LogWriteError, SegmentLog
+
+log = logging.getLogger("eventpipe.collector")
+
+BROWSER_PATH = "/api/v1/event"
+SERVER_PATH = "/api/v1/s2s/event"
+_ALLOWED_ENCODINGS = {"", "identity"}
+
+
+@dataclass(frozen=True)
+class _Endpoint:
+    path: str
+    browser: bool
+    label: str
+
+
+_BROWSER = _Endpoint(BROWSER_PATH, browser=True, label="event")
+_SERVER = _Endpoint(SERVER_PATH, browser=False, label="s2s_event")
+
+
+def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers
+    )
+
+
+def log_settings(config: Config) -> LogSettings:
+    return LogSettings(
+        rotate_seconds=config.incoming.rotate_seconds,
+        max_segment_bytes=config.incoming.max_segment_bytes,
+        fsync=config.incoming.fsync,
+    )
+
+
+class Collector:
+    """State shared by the routes: keys, the log, limits, metrics."""
+
+    def __init__(self, config: Config, *, metrics: CollectorMetrics | None = None) -> None:
+        self.config = config
+        self.metrics = metrics or CollectorMetrics()
+        self.keyring = KeyRing(config.api_keys)
+        self.segment_log = SegmentLog(
+            config.layout,
+            log_settings(config),
+            hooks=LogHooks(
+                on_fsync=self.metrics.fsync_seconds.observe, on_sealed=self.metrics.on_sealed
+            ),
+        )
+        self.backpressure = Backpressure(
+            config.layout,
+            self.segment_log,
+            Limits(config.incoming.max_backlog_bytes, config.incoming.min_free_disk_bytes),
+            self.metrics,
+        )
+        self.trusted = tuple(
+            ipaddress.ip_network(n, strict=False) for n in config.server.trusted_proxies
+        )
+        self.enrich_settings = EnrichSettings(
+            max_event_bytes=config.server.max_event_bytes,
+            anonymize_ip=config.server.anonymize_ip,
+        )
+
+    def open(self) -> None:
+        """Take the log (lock, torn-line repair, sealing leftovers). Call before serving."""
+        report = self.segment_log.open()
+        self.metrics.torn_lines.inc(len(report.torn))
+        for path in report.sealed:
+            self.metrics.segments_sealed.labels(reason="startup").inc()
+            log.debug("sealed at start-up: %s", path.name)
+
+    # ------------------------------------------------------------------ routes
+
+    async def ingest_browser(self, request: Request) -> Response:
+        return await self._ingest(request, _BROWSER)
+
+    async def ingest_server(self, request: Request) -> Response:
+        return await self._ingest(request, _SERVER)
+
+    async def _ingest(self, request: Request, endpoint: _Endpoint) -> Response:
+        response = await self._ingest_inner(request, endpoint)
+        self.metrics.requests.labels(
+            endpoint=endpoint.label, status=str(response.status_code)
+        ).inc()
+        return response
+
+    async def _ingest_inner(self, request: Request, endpoint: _Endpoint) -> Response:
+        headers = request.headers
+        token = request.query_params.get("token") or headers.get("x-auth-token")
+        match = self.keyring.match(token)
+        if match is None:
+            self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
+            return _json(
+                401,
+                {
+                    "status": "error",
+                    "error": "missing or unknown API key: pass it as ?token=KEY or X-Auth-Token",
+                },
+            )
+        key = match.key
+        wanted = KeyKind.JS if endpoint.browser else KeyKind.SERVER
+        if match.kind is not wanted:
+            self.metrics.events_rejected.labels(api_key=key.id, reason="wrong_key_kind").inc()
+            other = SERVER_PATH if endpoint.browser else BROWSER_PATH
+            return _json(
+                403,
+                {
+                    "status": "error",
+                    "error": f"this is the {match.kind} key of {key.id!r}; "
+                    f"{endpoint.path} takes {wanted} keys only (post to {other})",
+                },
+            )
+
+        cors: dict[str, str] = {}
+        if endpoint.browser:
+            origin = headers.get("origin")
+            if key.origins and (origin is None or not origin_allowed(origin, key.origins)):
+                self.metrics.events_rejected.labels(api_key=key.id, reason="origin").inc()
+                return _json(
+                    403,
+                    {
+                        "status": "error",
+                        "error": f"origin {origin!r} is not allowed for key {key.id!r}",
+                    },
+                )
+            if origin is not None:
+                cors = {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+
+        if self.backpressure.reason is not None:
+            return self._busy(key.id, self.backpressure.reason, cors)
+
+        try:
+            encoding = headers.get("content-encoding", "").strip().lower()
+            if encoding not in _ALLOWED_ENCODINGS:
+                raise BodyError(
+                    415,
+                    "unsupported_encoding",
+                    f"Content-Encoding {encoding!r} is not supported; send the body uncompressed",
+                )
+            max_body = self.config.server.max_body_bytes
+            check_declared_length(headers.get("content-length"), max_body)
+            body = await read_limited(request.stream(), max_body)
+            self.metrics.request_bytes.labels(endpoint=endpoint.label).inc(len(body))
+            items = parse_events(body, self.config.server.max_json_depth)
+        except BodyError as exc:
+            self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
+            extra = {"Connection": "close"} if exc.status == 413 else {}
+            return _json(exc.status, {"status": "error", "error": exc.message}, {**cors, **extra})
+
+        peer = request.client.host if request.client else "0.0.0.0"
+        source_ip = client_address(peer, headers.get("x-forwarded-for"), self.trusted)
+        if self.config.server.anonymize_ip:
+            source_ip = anonymize(source_ip)
+        now = utc_now()
+        ctx = RequestContext(
+            key_id=key.id,
+            browser=endpoint.browser,
+            source_ip=source_ip,
+            user_agent=headers.get("user-agent"),
+            received_at=now,
+            timestamp=format_timestamp(now),
+        )
+        batch = enrich_batch(items, ctx, self.enrich_settings)
+        try:
+            await self.segment_log.append(
+                key.id, b"".join(batch.lines), b"".join(batch.failed_lines)
+            )
+        except (LogWriteError, LogClosedError) as exc:
+            self.backpressure.note_write_error(exc.fields.get("errno"))
+            log.error("could not append %d events for %s: %s", len(batch.lines), key.id, exc)
+            return self._busy(key.id, exc.message, cors)
+
+        accepted = len(batch.lines)
+        if accepted:
+            self.metrics.events_accepted.labels(api_key=key.id).inc(accepted)
+        for rejection in batch.rejections:
+            self.metrics.events_rejected.labels(api_key=key.id, reason=rejection.reason).inc()
+        if not batch.rejections:
+            return _json(200, {"status": "ok", "accepted": accepted}, cors)
+        rejected = [{"index": r.index, "error": r.message} for r in batch.rejections]
+        if accepted == 0:
+            return _json(
+                400,
+                {
+                    "status": "error",
+                    "error": "no event was accepted",
+                    "accepted": 0,
+                    "rejected": rejected,
+                },
+                cors,
+            )
+        return _json(200, {"status": "partial", "accepted": accepted, "rejected": rejected}, cors)
+
+    def _busy(self, key_id: str, reason: str, cors: dict[str, str]) -> Response:
+        self.metrics.events_rejected.labels(api_key=key_id, reason="backpressure").inc()
+        retry = str(self.config.incoming.retry_after_seconds)
+        return _json(
+            503,
+            {"status": "error", "error": f"not accepting events now: {reason}; retry later"},
+            {**cors, "Retry-After": retry},
+        )
+
+    async def preflight(self, request: Request) -> Response:
+        """CORS preflight for the browser endpoint.
+
+        With ``?token=`` in the URL the key's own origins decide; otherwise (the token will
+        come in a header the preflight does not carry) any browser key that allows the
+        origin is enough, and the POST itself is checked against its key.
+        """
+        origin = request.headers.get("origin")
+        if origin is None:
+            return _json(400, {"status": "error", "error": "a CORS preflight needs an Origin"})
+        token = request.query_params.get("token")
+        if token:
+            match = self.keyring.match(token)
+            candidates = [match.key] if match and match.kind is KeyKind.JS else []
+        else:
+            candidates = self.keyring.keys_with_js()
+        if not any(origin_allowed(origin, key.origins) for key in candidates):
+            return _json(403, {"status": "error", "error": f"origin {origin!r} is not allowed"})
+        return Response(
+            status_code=204,
+            headers={
+                "Access-Control-Allow-Origin": origin,
+                "Access-Control-Allow-Methods": "POST, OPTIONS",
+                "Access-Control-Allow-Headers": "Content-Type, X-Auth-Token",
+                "Access-Control-Max-Age": str(self.config.server.cors_max_age_seconds),
+                "Vary": "Origin",
+            },
+        )
+
+    async def health(self, request: Request) -> Response:
+        reason = self.backpressure.reason
+        if reason is None:
+            return _json(200, {"status": "ok"})
+        return _json(
+            503,
+            {"status": "busy", "reason": reason},
+            {"Retry-After": str(self.config.incoming.retry_after_seconds)},
+        )
+
+    async def metrics_page(self, request: Request) -> Response:
+        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    @asynccontextmanager
+    async def lifespan(self, app: Starlette) -> AsyncIterator[None]:
+        await self.segment_log.start()
+        self.backpressure.refresh()
+        monitor = asyncio.create_task(self.backpressure.run(), name="eventpipe-backpressure")
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+            # `eventpipe rotate` asks a running collector to seal with SIGUSR1.
+            loop.add_signal_handler(signal.SIGUSR1, self.segment_log.request_rotation, "command")
+        try:
+            yield
+        finally:
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.remove_signal_handler(signal.SIGUSR1)
+            monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await monitor
+            sealed = await self.segment_log.close()
+            log.info("collector stopped; sealed %d segment(s)", len(sealed))
+
+
+def create_app(collector: Collector) -> Starlette:
+    routes: list[Route] = [
+        Route(BROWSER_PATH, collector.ingest_browser, methods=["POST"]),
+        Route(BROWSER_PATH, collector.preflight, methods=["OPTIONS"]),
+        Route(SERVER_PATH, collector.ingest_server, methods=["POST"]),
+        Route("/health", collector.health, methods=["GET"]),
+        Route("/metrics", collector.metrics_page, methods=["GET"]),
+    ]
+    return Starlette(routes=routes, lifespan=collector.lifespan)

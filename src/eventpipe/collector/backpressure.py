@@ -1,0 +1,96 @@
+"""Backpressure: refuse new events (503 + Retry-After) while there is no room for them.
+
+Two limits: bytes of unprocessed segments (``incoming.max_backlog_bytes``) and free disk
+under the data directory (``incoming.min_free_disk_bytes``). Both are re-read every
+``interval_seconds``, so the collector recovers by itself once the pipeline catches up or
+space returns. A write that fails for lack of space turns backpressure on at once, before
+the next reading.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import os
+from dataclasses import dataclass
+
+from eventpipe.collector.metrics import CollectorMetrics
+from eventpipe.log.segments import SegmentLog
+from eventpipe.paths import DataLayout
+
+log = logging.getLogger("eventpipe.collector")
+
+_NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_backlog_bytes: int
+    min_free_disk_bytes: int
+
+
+class Backpressure:
+    def __init__(
+        self,
+        layout: DataLayout,
+        segment_log: SegmentLog,
+        limits: Limits,
+        metrics: CollectorMetrics,
+        *,
+        interval_seconds: float = 1.0,
+    ) -> None:
+        self.layout = layout
+        self.segment_log = segment_log
+        self.limits = limits
+        self.metrics = metrics
+        self.interval_seconds = interval_seconds
+        self.reason: str | None = None
+
+    def refresh(self) -> None:
+        sealed = 0
+        for path in self.layout.sealed_segments():
+            try:
+                sealed += path.stat().st_size
+            except FileNotFoundError:
+                continue  # processed and moved while we looked
+        backlog = sealed + self.segment_log.active_bytes()
+        stats = os.statvfs(self.layout.root)
+        free = stats.f_bavail * stats.f_frsize
+        self.metrics.backlog_bytes.set(backlog)
+        self.metrics.free_disk_bytes.set(free)
+        reason = None
+        if free < self.limits.min_free_disk_bytes:
+            reason = (
+                f"free disk {free} bytes is under min_free_disk_bytes "
+                f"({self.limits.min_free_disk_bytes})"
+            )
+        elif backlog > self.limits.max_backlog_bytes:
+            reason = (
+                f"backlog {backlog} bytes is over max_backlog_bytes "
+                f"({self.limits.max_backlog_bytes})"
+            )
+        self._set(reason)
+
+    def note_write_error(self, error_number: int | None) -> None:
+        """A failed append: with no space left, refuse at once rather than at the next reading
+        (which decides again from what it measures)."""
+        if error_number in _NO_SPACE:
+            self._set("the disk is full: the last write failed")
+
+    def _set(self, reason: str | None) -> None:
+        if reason != self.reason:
+            if reason is None:
+                log.info("backpressure off: accepting events again")
+            elif self.reason is None:
+                log.warning("backpressure on: answering 503 because %s", reason)
+        self.reason = reason
+        self.metrics.backpressure.set(0 if reason is None else 1)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                self.refresh()
+            except OSError as exc:
+                log.error("could not measure backlog or free disk: %s", exc)
+            await asyncio.sleep(self.interval_seconds)

@@ -1,0 +1,106 @@
+"""Reading and parsing request bodies, with limits enforced before the work is done.
+
+* Size: a declared Content-Length over the limit is refused before a byte is read; a
+  chunked body is refused as soon as what was read passes the limit, and the rest is never
+  read (the connection is closed).
+* JSON: orjson, which rejects invalid UTF-8, lone surrogates, raw control characters, NaN
+  and trailing content, and reports the position. An escaped ``\\u0000`` is valid JSON and
+  is kept (destinations that cannot store NUL apply their own documented rule).
+* Depth: orjson stops at 1,024 levels by itself; ``max_json_depth`` is checked after
+  parsing, with a byte count of brackets as a free pre-check that skips the walk for
+  bodies that cannot be that deep.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+
+
+class BodyError(Exception):
+    """The body cannot be taken; ``status`` and a message that says what and where."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+
+def check_declared_length(content_length: str | None, max_bytes: int) -> None:
+    if content_length is None:
+        return
+    if not content_length.isdigit():
+        raise BodyError(
+            400, "bad_content_length", f"Content-Length {content_length!r} is not a number"
+        )
+    if int(content_length) > max_bytes:
+        raise BodyError(
+            413,
+            "body_too_large",
+            f"body is {int(content_length)} bytes; max_body_bytes is {max_bytes}",
+        )
+
+
+async def read_limited(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
+    """Collect the body, giving up as soon as it passes ``max_bytes``."""
+    parts: list[bytes] = []
+    total = 0
+    async for chunk in chunks:
+        total += len(chunk)
+        if total > max_bytes:
+            raise BodyError(
+                413, "body_too_large", f"body is over max_body_bytes ({max_bytes} bytes)"
+            )
+        if chunk:
+            parts.append(chunk)
+    return b"".join(parts)
+
+
+def parse_events(body: bytes, max_depth: int) -> list[Any]:
+    """Parse a body into a list of items (one object, or an array of them)."""
+    if not body.strip():
+        raise BodyError(400, "empty_body", "body is empty: send a JSON object or an array of them")
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        reason = "too_deep" if "depth" in str(exc) else "malformed_json"
+        raise BodyError(400, reason, f"body is not valid JSON: {exc}") from None
+    if body.count(b"{") + body.count(b"[") >= max_depth:
+        where = _too_deep(document, max_depth)
+        if where is not None:
+            raise BodyError(
+                400,
+                "too_deep",
+                f"body is nested deeper than max_json_depth ({max_depth}) at {where}",
+            )
+    if isinstance(document, dict):
+        return [document]
+    if isinstance(document, list):
+        return document
+    raise BodyError(
+        400,
+        "not_an_object",
+        f"body is a JSON {type(document).__name__}; send an object or an array of objects",
+    )
+
+
+def _too_deep(document: Any, max_depth: int) -> str | None:
+    """JSON pointer of the first container nested deeper than ``max_depth``, else None."""
+    stack: list[tuple[Any, int, str]] = [(document, 1, "")]
+    while stack:
+        node, depth, pointer = stack.pop()
+        if depth > max_depth:
+            return pointer or "/"
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if isinstance(value, dict | list):
+                    escaped = key.replace("~", "~0").replace("/", "~1")
+                    stack.append((value, depth + 1, f"{pointer}/{escaped}"))
+        elif isinstance(node, list):
+            for i, value in enumerate(node):
+                if isinstance(value, dict | list):
+                    stack.append((value, depth + 1, f"{pointer}/{i}"))
+    return None

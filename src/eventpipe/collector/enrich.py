@@ -1,0 +1,177 @@
+"""Context enrichment (seed 1): what the collector adds to each event before writing it.
+
+For every event:
+
+* ``source_ip``: the peer address (see :func:`client_address` for proxies). A server event
+  may carry its own ``source_ip``, which must then be an IP address. With ``anonymize_ip``
+  the last octet (IPv4) or last 80 bits (IPv6) are zeroed before anything is written.
+* ``_timestamp``: the time the request was received, UTC RFC 3339, set only if absent
+  (missing or null). All events of one request get the same value.
+* ``api_key``: the id of the key used (never the secret); overwrites what the client sent.
+* ``eventn_ctx.event_id``: the client's id found at ``/eventn_ctx/event_id``,
+  ``/eventn_ctx_event_id``, ``/event_id`` or ``/messageId`` (first non-empty string or
+  integer), else a new UUIDv7. Written into the log, so it never changes on reprocessing.
+
+Browser events also get ``eventn_ctx.user_agent`` from the User-Agent header, if absent;
+server events get ``src: "api"``, if absent.
+
+An item that cannot be enriched (not an object, ``eventn_ctx`` not an object, a bad
+``source_ip``, too large once enriched) is rejected alone; the rest of the batch goes on.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+import orjson
+
+from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
+
+_APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+@dataclass(frozen=True)
+class RequestContext:
+    """What one request contributes to each of its events."""
+
+    key_id: str
+    browser: bool
+    source_ip: str
+    user_agent: str | None
+    received_at: datetime
+    timestamp: str
+    """``received_at`` formatted once per request."""
+
+
+@dataclass(frozen=True)
+class EnrichSettings:
+    max_event_bytes: int
+    anonymize_ip: bool
+
+
+@dataclass(frozen=True)
+class Rejection:
+    index: int
+    reason: str
+    """One of a small fixed set, for metrics labels."""
+    message: str
+
+
+@dataclass
+class EnrichedBatch:
+    lines: list[bytes] = field(default_factory=list)
+    rejections: list[Rejection] = field(default_factory=list)
+    failed_lines: list[bytes] = field(default_factory=list)
+    event_ids: list[str] = field(default_factory=list)
+
+
+def anonymize(address: str) -> str:
+    """Zero the last octet of an IPv4 address, the last 80 bits of an IPv6 address."""
+    ip = ipaddress.ip_address(address)
+    if isinstance(ip, ipaddress.IPv4Address):
+        return str(ipaddress.IPv4Address(int(ip) & ~0xFF))
+    return str(ipaddress.IPv6Address(int(ip) & ~((1 << 80) - 1)))
+
+
+def client_address(peer: str, forwarded_for: str | None, trusted: Sequence[IPNetwork]) -> str:
+    """The client's address: the peer, or, when the peer is a trusted proxy, the right-most
+    X-Forwarded-For hop that is not itself a trusted proxy (RFC 7239 section 7.4 reasoning:
+    only hops we trust can vouch for the one before them)."""
+    if not forwarded_for or not trusted or not _in_networks(peer, trusted):
+        return peer
+    client = peer
+    for hop in reversed([h.strip() for h in forwarded_for.split(",") if h.strip()]):
+        try:
+            ipaddress.ip_address(hop)
+        except ValueError:
+            break  # garbage in the header: trust nothing further left
+        client = hop
+        if not _in_networks(hop, trusted):
+            break
+    return client
+
+
+def _in_networks(address: str, networks: Sequence[IPNetwork]) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in net for net in networks)
+
+
+def enrich_batch(items: list[Any], ctx: RequestContext, settings: EnrichSettings) -> EnrichedBatch:
+    """Enrich each item; reject the ones that cannot be stored, each with its reason."""
+    out = EnrichedBatch()
+    for index, item in enumerate(items):
+        problem = _enrich_one(item, ctx, settings.anonymize_ip)
+        if problem is None:
+            try:
+                line = orjson.dumps(item, option=_APPEND_NEWLINE)
+            except orjson.JSONEncodeError as exc:
+                problem = ("unencodable", f"cannot be stored as JSON: {exc}")
+            else:
+                if len(line) - 1 > settings.max_event_bytes:
+                    problem = (
+                        "event_too_large",
+                        f"event is {len(line) - 1} bytes once enriched; max_event_bytes is "
+                        f"{settings.max_event_bytes}",
+                    )
+                else:
+                    out.lines.append(line)
+                    out.event_ids.append(item["eventn_ctx"]["event_id"])
+                    continue
+        reason, message = problem
+        out.rejections.append(Rejection(index, reason, message))
+        out.failed_lines.append(
+            event_error_line(
+                event=item,
+                error=f"item {index}: {message}",
+                stage=Stage.RECEIVING,
+                when=ctx.received_at,
+                api_key=ctx.key_id,
+            )
+        )
+    return out
+
+
+def _enrich_one(item: Any, ctx: RequestContext, anonymize_ip: bool) -> tuple[str, str] | None:
+    """Enrich ``item`` in place; return (reason, message) if it must be rejected."""
+    if not isinstance(item, dict):
+        kind = "array" if isinstance(item, list) else type(item).__name__
+        kind = {"str": "string", "int": "number", "float": "number", "NoneType": "null"}.get(
+            kind, kind
+        )
+        return "not_an_object", f"is a JSON {kind}, not an object"
+    context = item.get("eventn_ctx")
+    if context is None:
+        context = item["eventn_ctx"] = {}
+    elif not isinstance(context, dict):
+        return "bad_eventn_ctx", "eventn_ctx must be an object"
+
+    source_ip = ctx.source_ip
+    if not ctx.browser and "source_ip" in item and item["source_ip"] is not None:
+        given = item["source_ip"]
+        try:
+            ipaddress.ip_address(given)
+        except (ValueError, TypeError):
+            return "bad_source_ip", f"source_ip {given!r} is not an IP address"
+        source_ip = anonymize(given) if anonymize_ip else given
+    item["source_ip"] = source_ip
+
+    if item.get("_timestamp") is None:
+        item["_timestamp"] = ctx.timestamp
+    item["api_key"] = ctx.key_id
+    event_id = client_event_id(item) or new_event_id()
+    context["event_id"] = event_id
+    if ctx.browser:
+        if ctx.user_agent is not None and context.get("user_agent") is None:
+            context["user_agent"] = ctx.user_agent
+    elif item.get("src") is None:
+        item["src"] = "api"
+    return None

@@ -1,0 +1,99 @@
+"""Running the collector: uvicorn (uvloop + httptools) around the app, with clean stops.
+
+SIGTERM or Ctrl-C: uvicorn stops accepting connections and lets requests in flight finish
+(up to ``server.shutdown_grace_seconds``); then the lifespan shutdown writes what is queued,
+fsyncs, seals every active segment and releases the data directory.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+
+from eventpipe import __version__
+from eventpipe.collector.app import BROWSER_PATH, Collector, create_app
+from eventpipe.config import ApiKey, Config, LoadedConfig, with_dev_keys
+from eventpipe.errors import ConfigError
+
+log = logging.getLogger("eventpipe.collector")
+
+
+def prepare(loaded: LoadedConfig) -> tuple[Config, ApiKey | None]:
+    """The config to serve with: embedded defaults get their development key pair."""
+    config = loaded.config
+    dev_key = None
+    if loaded.embedded:
+        config, dev_key = with_dev_keys(config)
+    if not config.api_keys:
+        raise ConfigError(
+            f"api_keys: {loaded.source} configures no key, so no event could be accepted",
+            fix="add one under api_keys: (see `eventpipe init`)",
+        )
+    return config, dev_key
+
+
+def uvicorn_config(collector: Collector) -> uvicorn.Config:
+    server = collector.config.server
+    return uvicorn.Config(
+        create_app(collector),
+        host=server.host,
+        port=server.port,
+        loop="uvloop",
+        http="httptools",
+        lifespan="on",
+        # X-Forwarded-For is honoured by our own code, only from server.trusted_proxies;
+        # uvicorn's own proxy handling would trust 127.0.0.1 by default.
+        proxy_headers=False,
+        server_header=False,
+        access_log=False,
+        log_config=None,
+        timeout_graceful_shutdown=int(server.shutdown_grace_seconds),
+        timeout_keep_alive=5,
+    )
+
+
+def serve(loaded: LoadedConfig) -> None:
+    """Run the collector until SIGTERM/Ctrl-C."""
+    config, dev_key = prepare(loaded)
+    collector = Collector(config)
+    collector.open()
+    log.info(
+        "eventpipe %s collector: config from %s, data in %s, %d key(s)",
+        __version__,
+        loaded.source,
+        config.data_dir.resolve(),
+        len(config.api_keys),
+    )
+    if dev_key is not None:
+        _announce_dev_key(config, dev_key)
+    server = uvicorn.Server(uvicorn_config(collector))
+    try:
+        server.run()
+    finally:
+        if collector.segment_log.started is False:
+            collector.segment_log.close_sync()
+    if not server.started:
+        sys.exit(1)
+
+
+def _announce_dev_key(config: Config, key: ApiKey) -> None:
+    assert key.js is not None
+    assert key.server is not None
+    url = f"http://{config.server.host}:{config.server.port}{BROWSER_PATH}"
+    log.warning(
+        "no eventpipe.yaml: using development keys from %s (run `eventpipe init` for a config)",
+        config.layout.dev_keys,
+    )
+    log.warning(
+        "  browser key: %s   server key: %s",
+        key.js.get_secret_value(),
+        key.server.get_secret_value(),
+    )
+    log.warning(
+        "  try: curl -H 'Content-Type: application/json' -d '{\"event_type\":\"hello\"}' "
+        "'%s?token=%s'",
+        url,
+        key.js.get_secret_value(),
+    )

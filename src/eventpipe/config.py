@@ -1,0 +1,353 @@
+"""Configuration: YAML loaded into typed, frozen models.
+
+Unknown keys and wrong types are rejected with the key's full path and what was expected
+(``server.port: expected an integer, got 'eighty'``). Each field's docstring is its
+documentation; ``reference.yaml`` (written by ``eventpipe init``) repeats them as comments,
+and a test keeps the two in step.
+
+Strings may name environment variables as ``${NAME}`` or ``${NAME:-default}``, so that
+secrets stay out of the file. A variable that is not set is a configuration error.
+
+Relative paths (``data_dir``) are relative to the working directory, as with most CLIs.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import json
+import os
+import re
+import secrets
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+
+from eventpipe.errors import ConfigError
+from eventpipe.paths import DataLayout, check_safe_id
+
+DEFAULT_CONFIG_PATH = Path("eventpipe.yaml")
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True
+    )
+
+
+def _safe_key_id(value: str) -> str:
+    return check_safe_id(value, "key id")
+
+
+def _origin_pattern(value: str) -> str:
+    if not value or any(c.isspace() for c in value):
+        raise ValueError(f"origin {value!r} is empty or contains spaces")
+    return value.rstrip("/").lower()
+
+
+def _network(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not an IP address or CIDR network") from exc
+    return value
+
+
+SafeKeyId = Annotated[str, AfterValidator(_safe_key_id)]
+OriginPattern = Annotated[str, AfterValidator(_origin_pattern)]
+Network = Annotated[str, AfterValidator(_network)]
+
+
+class ApiKey(_Model):
+    """One source of events: a browser (``js``) secret, a server secret, or both."""
+
+    id: SafeKeyId
+    """Stable name of the key. Recorded in each event as ``api_key`` and used in file names."""
+    js: SecretStr | None = None
+    """Browser key: accepted by ``POST /api/v1/event`` (``?token=`` or ``X-Auth-Token``)."""
+    server: SecretStr | None = None
+    """Server key: accepted by ``POST /api/v1/s2s/event`` only. Keep it secret."""
+    origins: tuple[OriginPattern, ...] = ()
+    """Browser origins allowed to use the js key (``https://shop.example.com``,
+    ``https://*.example.com``, ``*``). Empty: any origin."""
+
+    @model_validator(mode="after")
+    def _has_a_secret(self) -> ApiKey:
+        if self.js is None and self.server is None:
+            raise ValueError("a key needs a 'js' secret, a 'server' secret, or both")
+        for secret in (self.js, self.server):
+            if secret is not None and len(secret.get_secret_value()) < 8:
+                raise ValueError("secrets must be at least 8 characters long")
+        return self
+
+
+class ServerConfig(_Model):
+    """The HTTP collector."""
+
+    host: str = "127.0.0.1"
+    """Address to listen on. Use 0.0.0.0 to accept events from other machines."""
+    port: int = Field(default=8001, ge=1, le=65535)
+    """TCP port."""
+    trusted_proxies: tuple[Network, ...] = ()
+    """Networks (CIDR) of reverse proxies whose X-Forwarded-For is believed. Empty: none."""
+    anonymize_ip: bool = False
+    """Zero the last octet of IPv4 and the last 80 bits of IPv6 before anything is written."""
+    max_body_bytes: int = Field(default=1_000_000, ge=1024)
+    """Largest request body; larger gets 413 without the rest being read."""
+    max_event_bytes: int = Field(default=51_200, ge=256)
+    """Largest single event as stored (after enrichment); larger events are rejected alone."""
+    # At most 200: orjson refuses to write documents nested deeper than 254 levels.
+    max_json_depth: int = Field(default=64, ge=2, le=200)
+    """Deepest nesting of objects and arrays in a body (the body itself is level 1)."""
+    cors_max_age_seconds: int = Field(default=86_400, ge=0)
+    """How long browsers may cache a CORS preflight answer."""
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
+    """On SIGTERM/Ctrl-C, how long requests in flight may take to finish."""
+
+
+class IncomingConfig(_Model):
+    """The durable log of incoming events (``data/incoming``)."""
+
+    rotate_seconds: float = Field(default=300.0, gt=0)
+    """Seal the active segment of a key when it is this old (and not empty)."""
+    max_segment_bytes: int = Field(default=100_000_000, ge=1024)
+    """Seal the active segment of a key when it reaches this size."""
+    max_backlog_bytes: int = Field(default=10_000_000_000, ge=0)
+    """Above this many bytes of unprocessed segments, answer 503 instead of accepting."""
+    min_free_disk_bytes: int = Field(default=500_000_000, ge=0)
+    """Below this much free disk under data_dir, answer 503 instead of accepting."""
+    retry_after_seconds: int = Field(default=5, ge=1)
+    """The Retry-After sent with 503 answers."""
+    fsync: bool = True
+    """Answer 200 only after fsync. Turn off only for throwaway benchmarks: 200 then no longer
+    means the events survive a power cut."""
+
+
+class LoggingConfig(_Model):
+    """Operator logs on stderr: one line per event of note."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    """Least severe level printed."""
+    format: Literal["text", "json"] = "text"
+    """``text`` for people, ``json`` (one object per line) for log collectors."""
+
+
+class Config(_Model):
+    """The whole eventpipe configuration."""
+
+    data_dir: Path = Path("data")
+    """Where eventpipe keeps everything: incoming/, failed/, archive/, the state store."""
+    server: ServerConfig = ServerConfig()
+    """The HTTP collector."""
+    incoming: IncomingConfig = IncomingConfig()
+    """The durable log of incoming events."""
+    api_keys: tuple[ApiKey, ...] = ()
+    """Keys that may send events. With no config file, a development pair is generated."""
+    logging: LoggingConfig = LoggingConfig()
+    """Operator logs."""
+
+    @model_validator(mode="after")
+    def _keys_are_distinct(self) -> Config:
+        seen_ids: set[str] = set()
+        seen_secrets: set[str] = set()
+        for key in self.api_keys:
+            if key.id in seen_ids:
+                raise ValueError(f"api key id {key.id!r} is used twice")
+            seen_ids.add(key.id)
+            for secret in (key.js, key.server):
+                if secret is None:
+                    continue
+                value = secret.get_secret_value()
+                if value in seen_secrets:
+                    raise ValueError(f"key {key.id!r} reuses a secret of another key or kind")
+                seen_secrets.add(value)
+        return self
+
+    @property
+    def layout(self) -> DataLayout:
+        return DataLayout(self.data_dir)
+
+
+class LoadedConfig(_Model):
+    """A config and where it came from (for start-up messages)."""
+
+    config: Config
+    source: str
+    """The file it was read from, or ``built-in defaults``."""
+    embedded: bool
+    """True when no file was found and built-in defaults apply."""
+
+
+_ENV_REF = re.compile(r"\$\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}")
+
+
+def _expand_env(node: Any, path: str, env: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {k: _expand_env(v, _join(path, str(k)), env) for k, v in node.items()}
+    if isinstance(node, list):
+        return [_expand_env(v, f"{path}[{i}]", env) for i, v in enumerate(node)]
+    if isinstance(node, str):
+
+        def substitute(match: re.Match[str]) -> str:
+            name, default = match["name"], match["default"]
+            if name in env:
+                return env[name]
+            if default is not None:
+                return default
+            raise ConfigError(
+                f"{path}: environment variable {name} is not set",
+                fix=f"export {name}=... or write ${{{name}:-default}}",
+            )
+
+        return _ENV_REF.sub(substitute, node)
+    return node
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _loc_path(loc: tuple[int | str, ...]) -> str:
+    path = ""
+    for part in loc:
+        path = f"{path}[{part}]" if isinstance(part, int) else _join(path, part)
+    return path or "(top level)"
+
+
+def _known_fields(model: type[BaseModel], loc: tuple[int | str, ...]) -> list[str]:
+    """Field names of the model at ``loc`` (for 'did you mean' hints)."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        field = getattr(current, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        current = _nested_model(field.annotation)
+        if current is None:
+            return []
+    return list(getattr(current, "model_fields", {}))
+
+
+def _nested_model(annotation: Any) -> type[BaseModel] | None:
+    """The model inside ``X``, ``X | None`` or ``tuple[X, ...]``, if there is one."""
+    for candidate in (annotation, *getattr(annotation, "__args__", ())):
+        if isinstance(candidate, type) and issubclass(candidate, BaseModel):
+            return candidate
+    return None
+
+
+def _describe(error: Any) -> str:
+    kind, msg, value = error["type"], error["msg"], error.get("input")
+    if kind == "extra_forbidden":
+        return "unknown key"
+    if kind == "missing":
+        return "required key is missing"
+    if kind.startswith("value_error"):
+        return str(msg).removeprefix("Value error, ")
+    text = str(msg).replace("Input should be", "expected").replace("Input", "value")
+    if not isinstance(value, dict | list):
+        text += f", got {value!r}"
+    return text
+
+
+def format_validation_error(exc: ValidationError, model: type[BaseModel] = Config) -> str:
+    """One line per problem: ``path: what was expected``, with a hint for misspelt keys."""
+    lines = []
+    for error in exc.errors():
+        loc = tuple(error["loc"])
+        line = f"{_loc_path(loc)}: {_describe(error)}"
+        if error["type"] == "extra_forbidden":
+            known = _known_fields(model, loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), known, n=1)
+            if close:
+                line += f" (did you mean {close[0]!r}?)"
+            elif known:
+                line += f" (known keys: {', '.join(known)})"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def parse_config(data: Any, *, source: str, env: dict[str, str] | None = None) -> Config:
+    """Validate already-parsed YAML. Raises ConfigError listing every problem."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a mapping of keys at the top level")
+    data = _expand_env(data, "", dict(os.environ) if env is None else env)
+    try:
+        return Config.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{source} is not valid:\n{format_validation_error(exc)}") from None
+
+
+def load_config(path: Path | None = None) -> LoadedConfig:
+    """Read ``path`` (default ``./eventpipe.yaml``); built-in defaults when it does not exist.
+
+    An explicitly named file that does not exist is an error; the default one is optional.
+    """
+    explicit = path is not None
+    path = path or DEFAULT_CONFIG_PATH
+    if not path.exists():
+        if explicit:
+            raise ConfigError(
+                f"config file {path} does not exist", fix="run `eventpipe init` to write one"
+            )
+        return LoadedConfig(config=Config(), source="built-in defaults", embedded=True)
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path} is not valid YAML: {exc}") from None
+    return LoadedConfig(
+        config=parse_config(data, source=str(path)), source=str(path), embedded=False
+    )
+
+
+def with_dev_keys(config: Config) -> tuple[Config, ApiKey]:
+    """Give an embedded-defaults config one development key pair, kept in ``dev_keys.json``.
+
+    The pair is generated once per data directory (random, not a well-known value, because
+    ``server.host`` may be opened to the network) and reused, so a curl line keeps working.
+    """
+    path = config.layout.dev_keys
+    if path.exists():
+        stored = json.loads(path.read_text(encoding="utf-8"))
+    else:
+        stored = {
+            "id": "dev",
+            "js": "js." + secrets.token_urlsafe(18),
+            "server": "s2s." + secrets.token_urlsafe(18),
+        }
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(stored, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    key = ApiKey.model_validate(stored)
+    return config.model_copy(update={"api_keys": (key,)}), key
+
+
+def iter_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
+    """Every leaf field path of a model (``server.port``, ``api_keys[].id``) with its info."""
+    for name, field in model.model_fields.items():
+        path = _join(prefix, name)
+        nested = _nested_model(field.annotation)
+        if nested is not None:
+            is_list = nested is not field.annotation
+            yield from iter_fields(nested, path + ("[]" if is_list else ""))
+        else:
+            yield path, field

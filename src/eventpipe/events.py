@@ -1,0 +1,93 @@
+"""The event envelope: ids, timestamps, and the EventError record of seed 1.
+
+An *enriched event* is the client's JSON object plus the context fields the collector adds
+(``source_ip``, ``_timestamp``, ``api_key``, ``eventn_ctx.event_id``, and per endpoint
+``eventn_ctx.user_agent`` or ``src``). It is what the log holds, one per line.
+
+An *EventError* wraps an event that could not go on, naming the stage (receiving,
+processing, loading, sending), the destination and table when there is one, and the reason.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+import orjson
+import uuid_utils
+
+# Where a client may already have put its own id, in order of preference (Jitsu's and
+# Segment's conventions). The first non-empty string or integer found wins.
+CLIENT_ID_POINTERS: tuple[tuple[str, ...], ...] = (
+    ("eventn_ctx", "event_id"),
+    ("eventn_ctx_event_id",),
+    ("event_id",),
+    ("messageId",),
+)
+
+
+def new_event_id() -> str:
+    """A fresh RFC 9562 UUIDv7: unique, and sorting by it sorts by time of receipt."""
+    return str(uuid_utils.uuid7())
+
+
+def format_timestamp(when: datetime) -> str:
+    """RFC 3339 in UTC with microseconds and a ``Z``: ``2026-11-21T10:00:00.123456Z``."""
+    return when.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+def client_event_id(event: dict[str, Any]) -> str | None:
+    """The id the client gave the event, if any, as a string."""
+    for pointer in CLIENT_ID_POINTERS:
+        node: Any = event
+        for part in pointer:
+            if not isinstance(node, dict):
+                node = None
+                break
+            node = node.get(part)
+        if isinstance(node, str) and node:
+            return node
+        if isinstance(node, int) and not isinstance(node, bool):
+            return str(node)
+    return None
+
+
+class Stage(StrEnum):
+    RECEIVING = "receiving"
+    PROCESSING = "processing"
+    LOADING = "loading"
+    SENDING = "sending"
+
+
+def event_error_line(
+    *,
+    event: Any,
+    error: str,
+    stage: Stage,
+    when: datetime,
+    api_key: str | None = None,
+    destination: str | None = None,
+    table: str | None = None,
+    raw: str | None = None,
+) -> bytes:
+    """One EventError as a JSON line, ready to append to a ``failed/`` file.
+
+    ``raw`` carries input that never became an event (a torn line, undecodable bytes).
+    """
+    record: dict[str, Any] = {
+        "event": event,
+        "error": error,
+        "stage": str(stage),
+        "api_key": api_key,
+        "destination": destination,
+        "table": table,
+        "failed_at": format_timestamp(when),
+    }
+    if raw is not None:
+        record["raw"] = raw
+    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)

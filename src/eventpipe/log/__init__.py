@@ -1,0 +1,1 @@
+"""The durable log: segments written by the collector, read by the pipeline."""

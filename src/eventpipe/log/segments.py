@@ -1,0 +1,516 @@
+"""The durable log of incoming events: one active segment per key id, sealed by rename.
+
+Guarantees (what the collector's 200 means):
+
+* ``await log.append(...)`` returns only after the bytes are written *and* fsynced. Appends
+  that arrive while an fsync runs wait together for the next one (group commit), so the
+  number of fsyncs per second stays bounded however many requests arrive.
+* A segment is sealed by an atomic rename of ``incoming.tok=K.log`` to
+  ``incoming.tok=K-<UTC seal time>.log`` followed by an fsync of the directory. Readers
+  only look at sealed names, so they never see a partial segment.
+* A write that fails (disk full) is cut back to the last fsynced size, so nothing already
+  acknowledged is damaged and no half line is left behind.
+* If the process dies in the middle of a write, the active segment may end with a torn
+  line. :meth:`SegmentLog.open` finds it, moves it aside as an EventError in ``failed/``,
+  and seals what precedes it.
+* One process writes a data directory's log at a time: the writer holds an exclusive
+  ``flock`` on ``incoming/collector.lock`` (which also holds its pid, for ``eventpipe
+  rotate``).
+
+All file I/O runs on one dedicated thread, in order; the asyncio side only queues work.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from eventpipe.errors import DataDirLockedError, TransientError
+from eventpipe.events import Stage, event_error_line
+from eventpipe.paths import DataLayout, SegmentName, seal_stamp
+
+log = logging.getLogger("eventpipe.log")
+
+_TAIL_PROBE_BYTES = 1 << 16
+
+
+class LogWriteError(TransientError):
+    """Appending to the log failed (typically: disk full); nothing of the group was kept."""
+
+    name = "log_write_failed"
+
+
+class LogClosedError(TransientError):
+    """The log is shutting down and takes no more appends."""
+
+    name = "log_closed"
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    rotate_seconds: float = 300.0
+    max_segment_bytes: int = 100_000_000
+    fsync: bool = True
+
+
+@dataclass(frozen=True)
+class LogHooks:
+    """Callbacks for metrics; called on the log's I/O thread, so they must be quick."""
+
+    on_fsync: Callable[[float], None] = lambda seconds: None
+    on_sealed: Callable[[Path, int, str], None] = lambda path, size, reason: None
+
+
+@dataclass(frozen=True)
+class TornTail:
+    segment: str
+    offset: int
+    size: int
+
+
+@dataclass(frozen=True)
+class RecoveryReport:
+    sealed: tuple[Path, ...]
+    torn: tuple[TornTail, ...]
+    removed_empty: tuple[str, ...]
+
+
+@dataclass
+class _Active:
+    """An open append target and how much of it is known to be on disk."""
+
+    path: Path
+    fd: int
+    size: int
+    opened_at: float  # monotonic seconds
+    is_segment: bool
+
+
+@dataclass
+class _Pending:
+    key_id: str
+    events: bytes
+    rejected: bytes
+    future: asyncio.Future[None] = field(repr=False)
+
+
+class SegmentLog:
+    """Single-writer append-only log under ``data/incoming`` (see module docstring)."""
+
+    def __init__(
+        self,
+        layout: DataLayout,
+        settings: LogSettings,
+        *,
+        hooks: LogHooks | None = None,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.layout = layout
+        self.settings = settings
+        self.hooks = hooks or LogHooks()
+        self._clock = clock
+        self._lock_fd: int | None = None
+        self._files: dict[Path, _Active] = {}
+        self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventpipe-log")
+        self._pending: list[_Pending] = []
+        self._wake = asyncio.Event()
+        self._rotate_reasons: list[str] = []
+        self._rotate_waiters: list[asyncio.Future[list[Path]]] = []
+        self._age_check = False
+        self._closing = False
+        self._flusher: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
+        self._last_sealed_stamp: dict[str, str] = {}
+        self.started = False
+
+    # ----------------------------------------------------------------- start and stop
+
+    def open(self) -> RecoveryReport:
+        """Take the directory lock, repair torn tails, seal what a previous run left.
+
+        Synchronous: call before serving. Raises DataDirLockedError if another process
+        holds the log.
+        """
+        self.layout.incoming.mkdir(parents=True, exist_ok=True)
+        self.layout.failed.mkdir(parents=True, exist_ok=True)
+        self._take_lock()
+        torn: list[TornTail] = []
+        sealed: list[Path] = []
+        removed: list[str] = []
+        for path in self.layout.active_segments():
+            key_id = SegmentName.parse(path.name).key_id  # type: ignore[union-attr]
+            tail = self._cut_torn_tail(path, key_id)
+            if tail is not None:
+                torn.append(tail)
+            if path.stat().st_size == 0:
+                path.unlink()
+                removed.append(path.name)
+                continue
+            sealed.append(self._rename_sealed(path, key_id, reason="startup"))
+        if sealed or torn or removed:
+            _fsync_dir(self.layout.incoming)
+        return RecoveryReport(tuple(sealed), tuple(torn), tuple(removed))
+
+    async def start(self) -> None:
+        """Start the group-commit writer and the rotation timer on the running loop."""
+        self._wake = asyncio.Event()
+        self.started = True
+        self._flusher = asyncio.create_task(self._flush_loop(), name="eventpipe-log-flush")
+        self._ticker = asyncio.create_task(self._tick_loop(), name="eventpipe-log-tick")
+
+    async def close(self) -> list[Path]:
+        """Write what is queued, seal every active segment, release the lock."""
+        self._closing = True
+        self._wake.set()
+        if self._ticker is not None:
+            self._ticker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._ticker
+        if self._flusher is not None:
+            await self._flusher
+        loop = asyncio.get_running_loop()
+        sealed = await loop.run_in_executor(self._io, self._seal_all_sync, "shutdown")
+        self.close_sync()
+        return sealed
+
+    def close_sync(self) -> None:
+        """Close files and release the lock without sealing (after open() only, or at exit)."""
+        for active in self._files.values():
+            os.close(active.fd)
+        self._files.clear()
+        self._io.shutdown(wait=True)
+        if self._lock_fd is not None:
+            os.close(self._lock_fd)
+            self._lock_fd = None
+
+    # ----------------------------------------------------------------- appending
+
+    async def append(self, key_id: str, events: bytes, rejected: bytes = b"") -> None:
+        """Durably append JSON lines for one key. Returns after fsync; raises LogWriteError.
+
+        ``events`` go to the key's active segment, ``rejected`` (EventError lines) to
+        ``failed/failed.tok=<key>.log``; both are made durable by the same fsync round.
+        """
+        if self._closing:
+            raise LogClosedError("the collector is shutting down")
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pending.append(_Pending(key_id, events, rejected, future))
+        self._wake.set()
+        await future
+
+    async def rotate(self, reason: str = "command") -> list[Path]:
+        """Seal every non-empty active segment now; returns the sealed paths."""
+        future: asyncio.Future[list[Path]] = asyncio.get_running_loop().create_future()
+        self._rotate_reasons.append(reason)
+        self._rotate_waiters.append(future)
+        self._wake.set()
+        return await future
+
+    def request_rotation(self, reason: str) -> None:
+        """Like rotate() without waiting: safe to call from a signal handler."""
+        self._rotate_reasons.append(reason)
+        self._wake.set()
+
+    def active_bytes(self) -> int:
+        return sum(a.size for a in self._files.values() if a.is_segment)
+
+    # ----------------------------------------------------------------- the writer task
+
+    async def _flush_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self._age_check:
+                self._age_check = False
+                await loop.run_in_executor(self._io, self._seal_due_sync)
+            if self._rotate_reasons:
+                reasons, self._rotate_reasons = self._rotate_reasons, []
+                waiters, self._rotate_waiters = self._rotate_waiters, []
+                try:
+                    sealed = await loop.run_in_executor(
+                        self._io, self._seal_all_sync, ",".join(sorted(set(reasons)))
+                    )
+                except OSError as exc:
+                    log.error("rotation failed: %s", exc)
+                    for waiter in waiters:
+                        waiter.set_exception(LogWriteError(f"rotation failed: {exc}"))
+                else:
+                    for waiter in waiters:
+                        waiter.set_result(sealed)
+            batch, self._pending = self._pending, []
+            if batch:
+                try:
+                    await loop.run_in_executor(self._io, self._write_group, batch)
+                except OSError as exc:
+                    error = LogWriteError(
+                        f"could not append to the log: {exc.strerror or exc}",
+                        errno=exc.errno,
+                    )
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_exception(error)
+                else:
+                    for item in batch:
+                        if not item.future.done():
+                            item.future.set_result(None)
+            if self._closing and not self._pending and not self._rotate_reasons:
+                return
+
+    async def _tick_loop(self) -> None:
+        """Wake the writer when an active segment is due for time-based rotation."""
+        interval = min(1.0, self.settings.rotate_seconds / 4)
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            if any(
+                a.is_segment and a.size > 0 and now - a.opened_at >= self.settings.rotate_seconds
+                for a in list(self._files.values())
+            ):
+                self._age_check = True
+                self._wake.set()
+
+    # ----------------------------------------------------------------- I/O thread
+
+    def _write_group(self, batch: list[_Pending]) -> None:
+        by_path: dict[Path, list[bytes]] = {}
+        segment_keys: dict[Path, str] = {}
+        for item in batch:
+            if item.events:
+                path = self.layout.active_segment(item.key_id)
+                by_path.setdefault(path, []).append(item.events)
+                segment_keys[path] = item.key_id
+            if item.rejected:
+                by_path.setdefault(self.layout.failed_receiving(item.key_id), []).append(
+                    item.rejected
+                )
+        touched: list[_Active] = []
+        created_dirs: set[Path] = set()
+        try:
+            for path, chunks in by_path.items():
+                active = self._files.get(path)
+                if active is None:
+                    active = self._open_target(path, is_segment=path in segment_keys)
+                    if active.size == 0:
+                        created_dirs.add(path.parent)
+                touched.append(active)
+                _write_all(active.fd, b"".join(chunks))
+            if self.settings.fsync:
+                started = time.perf_counter()
+                for active in touched:
+                    os.fsync(active.fd)
+                for directory in created_dirs:
+                    _fsync_dir(directory)
+                self.hooks.on_fsync(time.perf_counter() - started)
+        except OSError:
+            self._cut_back(touched)
+            raise
+        for active in touched:
+            active.size = os.fstat(active.fd).st_size
+        for path, key_id in segment_keys.items():
+            if self._files[path].size >= self.settings.max_segment_bytes:
+                self._seal_sync(path, key_id, reason="size")
+
+    def _cut_back(self, touched: list[_Active]) -> None:
+        """Undo a failed group: truncate each file to its last durable size."""
+        for active in touched:
+            try:
+                os.ftruncate(active.fd, active.size)
+                os.lseek(active.fd, active.size, os.SEEK_SET)
+                if self.settings.fsync:
+                    os.fsync(active.fd)
+            except OSError as exc:  # the disk may refuse even this; the tail check repairs it
+                log.error("could not cut %s back after a failed write: %s", active.path, exc)
+
+    def _open_target(self, path: Path, *, is_segment: bool) -> _Active:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        active = _Active(path, fd, os.fstat(fd).st_size, time.monotonic(), is_segment)
+        self._files[path] = active
+        return active
+
+    def _seal_all_sync(self, reason: str) -> list[Path]:
+        sealed = []
+        for path, active in list(self._files.items()):
+            if active.is_segment and active.size > 0:
+                key_id = SegmentName.parse(path.name).key_id  # type: ignore[union-attr]
+                sealed.append(self._seal_sync(path, key_id, reason=reason))
+        return sealed
+
+    def _seal_due_sync(self) -> None:
+        now = time.monotonic()
+        for path, active in list(self._files.items()):
+            if (
+                active.is_segment
+                and active.size > 0
+                and now - active.opened_at >= self.settings.rotate_seconds
+            ):
+                key_id = SegmentName.parse(path.name).key_id  # type: ignore[union-attr]
+                try:
+                    self._seal_sync(path, key_id, reason="age")
+                except OSError as exc:
+                    log.error("could not seal %s: %s", path.name, exc)
+
+    def _seal_sync(self, path: Path, key_id: str, *, reason: str) -> Path:
+        active = self._files.pop(path)
+        os.close(active.fd)
+        sealed = self._rename_sealed(path, key_id, reason=reason)
+        _fsync_dir(self.layout.incoming)
+        self.hooks.on_sealed(sealed, active.size, reason)
+        log.info("sealed %s (%d bytes, %s)", sealed.name, active.size, reason)
+        return sealed
+
+    def _rename_sealed(self, path: Path, key_id: str, *, reason: str) -> Path:
+        """Rename to a sealed name that is new and sorts after every earlier seal of the key."""
+        when = self._clock()
+        stamp = seal_stamp(when)
+        previous = self._last_sealed_stamp.get(key_id)
+        while (previous is not None and stamp <= previous) or self.layout.sealed_segment(
+            key_id, stamp
+        ).exists():
+            when += timedelta(milliseconds=1)
+            stamp = seal_stamp(when)
+        target = self.layout.sealed_segment(key_id, stamp)
+        os.rename(path, target)
+        self._last_sealed_stamp[key_id] = stamp
+        if reason == "startup":
+            log.info("sealed %s left by a previous run", target.name)
+        return target
+
+    def _cut_torn_tail(self, path: Path, key_id: str) -> TornTail | None:
+        """If ``path`` ends inside a line, move that partial line to failed/ and cut it off."""
+        size = path.stat().st_size
+        if size == 0:
+            return None
+        with path.open("r+b") as fh:
+            probe = min(size, _TAIL_PROBE_BYTES)
+            fh.seek(size - probe)
+            chunk = fh.read(probe)
+            if chunk.endswith(b"\n"):
+                return None
+            start = size - probe
+            while (cut := chunk.rfind(b"\n")) < 0 and start > 0:
+                probe = min(start, _TAIL_PROBE_BYTES)
+                start -= probe
+                fh.seek(start)
+                chunk = fh.read(probe) + chunk
+            keep = start + cut + 1 if cut >= 0 else 0
+            fh.seek(keep)
+            tail = fh.read()
+            record = event_error_line(
+                event=None,
+                error=(
+                    f"torn line: {len(tail)} bytes at offset {keep} of {path.name} were "
+                    "written by a process that stopped before finishing them; they were "
+                    "never acknowledged"
+                ),
+                stage=Stage.RECEIVING,
+                when=self._clock(),
+                api_key=key_id,
+                raw=tail.decode("utf-8", errors="backslashreplace"),
+            )
+            failed = self.layout.failed_receiving(key_id)
+            with failed.open("ab") as out:
+                out.write(record)
+                out.flush()
+                os.fsync(out.fileno())
+            fh.truncate(keep)
+            fh.flush()
+            os.fsync(fh.fileno())
+        log.warning("moved a torn line (%d bytes) from %s to %s", len(tail), path.name, failed.name)
+        return TornTail(path.name, keep, len(tail))
+
+    def _take_lock(self) -> None:
+        fd = os.open(self.layout.collector_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            pid = read_lock_pid(self.layout)
+            raise DataDirLockedError(
+                f"another eventpipe process (pid {pid}) is writing {self.layout.incoming}",
+                fix="stop it, or give this one its own data_dir",
+                pid=pid,
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._lock_fd = fd
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_lock_pid(layout: DataLayout) -> int | None:
+    try:
+        text = layout.collector_lock.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def lock_is_held(layout: DataLayout) -> bool:
+    if not layout.collector_lock.exists():
+        return False
+    fd = os.open(layout.collector_lock, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
+
+
+def rotate_now(
+    layout: DataLayout, settings: LogSettings, *, timeout_seconds: float = 30.0
+) -> list[Path]:
+    """Seal the active segments of ``layout``, whoever writes them (``eventpipe rotate``).
+
+    With a collector running, it is asked by SIGUSR1 and this waits until every segment
+    that was active has been renamed. With none, this process takes the lock and seals.
+    """
+    before = {p: p.stat().st_ino for p in layout.active_segments() if p.stat().st_size > 0}
+    sealed_before = set(layout.sealed_segments())
+    if not lock_is_held(layout):
+        segment_log = SegmentLog(layout, settings)
+        try:
+            report = segment_log.open()
+        except DataDirLockedError:
+            pass  # a collector started meanwhile: ask it instead
+        else:
+            segment_log.close_sync()
+            return list(report.sealed)
+    pid = read_lock_pid(layout)
+    if pid is None:
+        raise TransientError(f"{layout.collector_lock} names no process", fix="try again")
+    os.kill(pid, signal.SIGUSR1)
+    deadline = time.monotonic() + timeout_seconds
+    while time.monotonic() < deadline:
+        if all(not p.exists() or p.stat().st_ino != ino for p, ino in before.items()):
+            return sorted(set(layout.sealed_segments()) - sealed_before)
+        time.sleep(0.05)
+    raise TransientError(
+        f"the collector (pid {pid}) did not seal its segments within {timeout_seconds:.0f} s",
+        fix="check its log for errors",
+    )

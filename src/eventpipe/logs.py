@@ -1,0 +1,59 @@
+"""Operator logs on stderr: one line per event of note, as text or as JSON objects."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+
+from eventpipe.config import LoggingConfig
+
+# Attributes every LogRecord has; anything else was passed with `extra=` and is a field.
+_STANDARD = set(vars(logging.makeLogRecord({}))) | {"message", "asctime", "taskName"}
+
+
+def _timestamp(record: logging.LogRecord) -> str:
+    when = datetime.fromtimestamp(record.created, UTC)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.") + f"{when.microsecond // 1000:03d}Z"
+
+
+class TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = f"{_timestamp(record)} {record.levelname:<7} {record.name}: {record.getMessage()}"
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        payload: dict[str, Any] = {
+            "time": _timestamp(record),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for key, value in vars(record).items():
+            if key not in _STANDARD:
+                payload[key] = value
+        if record.exc_info:
+            payload["exception"] = self.formatException(record.exc_info)
+        return orjson.dumps(payload, default=str).decode()
+
+
+def configure_logging(settings: LoggingConfig) -> None:
+    """Send eventpipe's and uvicorn's logs to stderr in the configured format."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter() if settings.format == "json" else TextFormatter())
+    level = getattr(logging, settings.level.upper())
+    for name in ("eventpipe", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
+    # One line per request would be most of the output at thousands of requests a second;
+    # /metrics counts requests by status instead.
+    logging.getLogger("uvicorn.access").disabled = True

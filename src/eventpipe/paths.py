@@ -1,0 +1,121 @@
+"""The data directory: where every file of eventpipe lives, and how it is named.
+
+File names follow seed 1's ``${file_type}.${var}=${val}.${ext}`` convention. Every id that
+becomes part of a name (API key ids, destination ids) must match :data:`SAFE_ID_PATTERN`,
+which admits no path separator, dot, ``=`` or ``|``, so that no configured value can make
+eventpipe write outside the data directory or produce a name that parses two ways.
+
+Layout (``data_dir`` defaults to ``./data``)::
+
+    incoming/incoming.tok=<key id>.log                          active segment (appended to)
+    incoming/incoming.tok=<key id>-YYYY-MM-DDTHH-MM-SS.mmm.log   sealed segment (read-only)
+    incoming/collector.lock                                     held by the running collector
+    failed/failed.tok=<key id>.log                              events rejected while receiving
+    dev_keys.json                                               generated keys (no config file)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
+_SAFE_ID = re.compile(SAFE_ID_PATTERN)
+
+# Seal time in the name, UTC, millisecond precision: names sort in the order segments were sealed.
+_SEAL_TIME_FORMAT = "%Y-%m-%dT%H-%M-%S"
+_SEALED = re.compile(
+    r"^incoming\.tok=(?P<key>[A-Za-z0-9][A-Za-z0-9_-]{0,63})"
+    r"-(?P<sealed>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3})\.log$"
+)
+_ACTIVE = re.compile(r"^incoming\.tok=(?P<key>[A-Za-z0-9][A-Za-z0-9_-]{0,63})\.log$")
+
+
+def is_safe_id(value: str) -> bool:
+    return bool(_SAFE_ID.match(value))
+
+
+def check_safe_id(value: str, what: str) -> str:
+    """Return ``value`` if it may be part of a file name, else raise ValueError naming it."""
+    if not is_safe_id(value):
+        raise ValueError(
+            f"{what} {value!r} is not a safe id: use 1-64 letters, digits, '_' or '-', "
+            "starting with a letter or digit"
+        )
+    return value
+
+
+def seal_stamp(when: datetime) -> str:
+    """The ``YYYY-MM-DDTHH-MM-SS.mmm`` part of a sealed segment's name (UTC)."""
+    when = when.astimezone(UTC)
+    return f"{when.strftime(_SEAL_TIME_FORMAT)}.{when.microsecond // 1000:03d}"
+
+
+@dataclass(frozen=True)
+class SegmentName:
+    """A parsed segment file name: the key id, and the seal stamp when sealed."""
+
+    key_id: str
+    sealed: str | None
+
+    @classmethod
+    def parse(cls, name: str) -> SegmentName | None:
+        if m := _ACTIVE.match(name):
+            return cls(key_id=m["key"], sealed=None)
+        if m := _SEALED.match(name):
+            return cls(key_id=m["key"], sealed=m["sealed"])
+        return None
+
+
+@dataclass(frozen=True)
+class DataLayout:
+    """Paths under one data directory. Creating the object touches nothing on disk."""
+
+    root: Path
+
+    @property
+    def incoming(self) -> Path:
+        return self.root / "incoming"
+
+    @property
+    def failed(self) -> Path:
+        return self.root / "failed"
+
+    @property
+    def collector_lock(self) -> Path:
+        return self.incoming / "collector.lock"
+
+    @property
+    def dev_keys(self) -> Path:
+        return self.root / "dev_keys.json"
+
+    def active_segment(self, key_id: str) -> Path:
+        return self.incoming / f"incoming.tok={check_safe_id(key_id, 'key id')}.log"
+
+    def sealed_segment(self, key_id: str, stamp: str) -> Path:
+        return self.incoming / f"incoming.tok={check_safe_id(key_id, 'key id')}-{stamp}.log"
+
+    def failed_receiving(self, key_id: str) -> Path:
+        return self.failed / f"failed.tok={check_safe_id(key_id, 'key id')}.log"
+
+    def sealed_segments(self) -> list[Path]:
+        """Sealed segments in seal order (oldest first), across all keys."""
+        if not self.incoming.is_dir():
+            return []
+        found = []
+        for path in self.incoming.iterdir():
+            parsed = SegmentName.parse(path.name)
+            if parsed is not None and parsed.sealed is not None:
+                found.append((parsed.sealed, path.name, path))
+        return [path for _, _, path in sorted(found)]
+
+    def active_segments(self) -> list[Path]:
+        if not self.incoming.is_dir():
+            return []
+        return sorted(
+            p
+            for p in self.incoming.iterdir()
+            if (parsed := SegmentName.parse(p.name)) is not None and parsed.sealed is None
+        )

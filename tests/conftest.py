@@ -1,0 +1,99 @@
+"""Shared test fixtures: configs, and a real collector serving HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import uvicorn
+
+from eventpipe.collector.app import Collector
+from eventpipe.collector.server import uvicorn_config
+from eventpipe.config import Config, parse_config
+
+WEB_JS = "js-web-secret-1"
+WEB_SERVER = "s2s-web-secret-1"
+SHOP_JS = "js-shop-secret-1"
+
+
+def deep_update(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    merged = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = deep_update(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def make_config(data_dir: Path, **overrides: Any) -> Config:
+    """A config with two keys: ``web`` (js + server, any origin), ``shop`` (js, origins)."""
+    raw: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "server": {"host": "127.0.0.1", "port": 0, "shutdown_grace_seconds": 5},
+        "api_keys": [
+            {"id": "web", "js": WEB_JS, "server": WEB_SERVER},
+            {
+                "id": "shop",
+                "js": SHOP_JS,
+                "origins": ["https://shop.example.com", "https://*.example.org"],
+            },
+        ],
+    }
+    return parse_config(deep_update(raw, overrides), source="test", env={})
+
+
+class RunningCollector:
+    """The collector app under uvicorn on a free loopback port, in a background thread."""
+
+    def __init__(self, config: Config) -> None:
+        self.config = config
+        self.collector = Collector(config)
+        self.collector.open()
+        self.server = uvicorn.Server(uvicorn_config(self.collector))
+        self.thread = threading.Thread(target=self.server.run, name="collector", daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + 15
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("collector did not start")
+            time.sleep(0.01)
+        port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.port: int = port
+        self.url = f"http://127.0.0.1:{port}"
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=30)
+        assert not self.thread.is_alive(), "collector did not stop"
+
+    @property
+    def layout(self):  # type: ignore[no-untyped-def]
+        return self.config.layout
+
+
+@pytest.fixture
+def start_collector(tmp_path: Path) -> Iterator[Any]:
+    """Start collectors with config overrides; all are stopped after the test."""
+    running: list[RunningCollector] = []
+
+    def start(**overrides: Any) -> RunningCollector:
+        data_dir = overrides.pop("data_dir", tmp_path / "data")
+        collector = RunningCollector(make_config(data_dir, **overrides))
+        running.append(collector)
+        return collector
+
+    yield start
+    for collector in running:
+        if collector.thread.is_alive():
+            collector.stop()
+
+
+def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
+    import orjson
+
+    return [orjson.loads(line) for path in paths for line in path.read_bytes().splitlines()]

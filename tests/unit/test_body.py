@@ -1,0 +1,111 @@
+"""Bodies: size limits before reading, strict JSON with positions, depth limits."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+from eventpipe.collector.body import (
+    BodyError,
+    check_declared_length,
+    parse_events,
+    read_limited,
+)
+
+
+def _parse_error(body: bytes, max_depth: int = 64) -> BodyError:
+    with pytest.raises(BodyError) as info:
+        parse_events(body, max_depth)
+    return info.value
+
+
+def test_an_object_or_an_array_of_items() -> None:
+    assert parse_events(b'{"a": 1}', 64) == [{"a": 1}]
+    assert parse_events(b'[{"a": 1}, 2]', 64) == [{"a": 1}, 2]
+    assert parse_events(b"[]", 64) == []
+
+
+@pytest.mark.parametrize("body", [b"", b"  \n\t "])
+def test_empty_bodies(body: bytes) -> None:
+    error = _parse_error(body)
+    assert (error.status, error.reason) == (400, "empty_body")
+
+
+@pytest.mark.parametrize(
+    ("body", "where"),
+    [
+        (b'{"a": 1', "line 1 column 8"),
+        (b"<html></html>", "line 1 column 1"),
+        (b'{"a": NaN}', "line 1 column 7"),
+        (b'{"a": 1} trailing', "line 1 column 10"),
+        (b'{"a": "\x00"}', "control character"),
+        (b'{"a": "\\ud800"}', "surrogate"),
+        (b'{"a": "\xff\xfe"}', "not valid UTF-8"),
+    ],
+)
+def test_malformed_json_says_what_and_where(body: bytes, where: str) -> None:
+    error = _parse_error(body)
+    assert error.status == 400
+    assert error.message.startswith("body is not valid JSON")
+    assert where in error.message
+
+
+def test_an_escaped_nul_is_valid_json_and_kept() -> None:
+    assert parse_events(b'{"a": "x\\u0000y"}', 64) == [{"a": "x\x00y"}]
+
+
+@pytest.mark.parametrize("body", [b"42", b'"text"', b"null", b"true"])
+def test_scalars_are_not_events(body: bytes) -> None:
+    error = _parse_error(body)
+    assert (error.status, error.reason) == (400, "not_an_object")
+
+
+def test_hundred_thousand_levels_are_refused_quickly() -> None:
+    error = _parse_error(b"[" * 100_000 + b"]" * 100_000)
+    assert (error.status, error.reason) == (400, "too_deep")
+
+
+def test_the_configured_depth_names_the_place() -> None:
+    body = b'{"a": {"b": [{"c": {}}]}}'  # depth 5
+    assert parse_events(body, 5) == [{"a": {"b": [{"c": {}}]}}]
+    error = _parse_error(body, max_depth=4)
+    assert error.reason == "too_deep"
+    assert "at /a/b/0/c" in error.message
+
+
+def test_brackets_inside_strings_do_not_count_as_depth() -> None:
+    assert parse_events(b'{"a": "[[[[[[[[[[{{{{{{{{{{"}', 3) == [{"a": "[[[[[[[[[[{{{{{{{{{{"}]
+
+
+def test_declared_length_is_checked_before_reading() -> None:
+    check_declared_length(None, 10)
+    check_declared_length("10", 10)
+    error = pytest.raises(BodyError, check_declared_length, "11", 10).value
+    assert error.status == 413
+    bad = pytest.raises(BodyError, check_declared_length, "-1", 10).value
+    assert bad.status == 400
+
+
+def test_reading_stops_as_soon_as_the_limit_is_passed() -> None:
+    pulled = []
+
+    async def chunks() -> AsyncIterator[bytes]:
+        for i in range(1000):
+            pulled.append(i)
+            yield b"x" * 100
+
+    with pytest.raises(BodyError) as info:
+        asyncio.run(read_limited(chunks(), 1000))
+    assert info.value.status == 413
+    assert len(pulled) == 11  # the 11th chunk passes 1,000 bytes; no more are read
+
+
+def test_reading_within_the_limit_returns_everything() -> None:
+    async def chunks() -> AsyncIterator[bytes]:
+        yield b'{"a":'
+        yield b""
+        yield b"1}"
+
+    assert asyncio.run(read_limited(chunks(), 100)) == b'{"a":1}'

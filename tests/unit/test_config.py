@@ -1,0 +1,166 @@
+"""Config: typed, frozen, unknown keys and wrong types rejected with their full path."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from eventpipe.config import (
+    Config,
+    iter_fields,
+    load_config,
+    parse_config,
+    with_dev_keys,
+)
+from eventpipe.errors import ConfigError
+
+
+def _error(data: object, env: dict[str, str] | None = None) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse_config(data, source="eventpipe.yaml", env=env or {})
+    return info.value.message
+
+
+def test_defaults_match_the_contract() -> None:
+    config = Config()
+    assert config.data_dir == Path("data")
+    assert config.server.host == "127.0.0.1"
+    assert config.server.port == 8001
+    assert config.server.max_body_bytes == 1_000_000
+    assert config.server.max_event_bytes == 51_200
+    assert config.incoming.rotate_seconds == 300
+    assert config.incoming.max_segment_bytes == 100_000_000
+    assert config.api_keys == ()
+
+
+def test_unknown_key_is_named_by_its_path_with_a_hint() -> None:
+    message = _error({"server": {"prot": 9000}})
+    assert "server.prot: unknown key (did you mean 'port'?)" in message
+
+
+def test_unknown_key_in_a_list_item_has_its_index() -> None:
+    message = _error({"api_keys": [{"id": "web", "js": "secret-123", "origin": ["x"]}]})
+    assert "api_keys[0].origin: unknown key (did you mean 'origins'?)" in message
+
+
+def test_wrong_type_says_what_was_expected_and_what_came() -> None:
+    message = _error({"server": {"port": "eighty"}})
+    assert re.search(r"server\.port: expected a valid integer.*got 'eighty'", message)
+
+
+def test_wrong_literal_lists_the_choices() -> None:
+    message = _error({"logging": {"format": "xml"}})
+    assert "logging.format: expected 'text' or 'json', got 'xml'" in message
+
+
+def test_every_problem_is_reported_at_once() -> None:
+    message = _error({"server": {"port": -1, "hots": "x"}, "incoming": {"fsync": "maybe"}})
+    assert "server.port" in message
+    assert "server.hots" in message
+    assert "incoming.fsync" in message
+
+
+def test_models_are_frozen() -> None:
+    config = Config()
+    with pytest.raises(ValidationError):
+        config.server.port = 1  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "key_id", ["../etc", "a/b", "a.b", "", "x" * 65, "a=b", "a|b", "-lead", "wé"]
+)
+def test_unsafe_key_ids_are_rejected_at_load(key_id: str) -> None:
+    message = _error({"api_keys": [{"id": key_id, "js": "secret-123"}]})
+    assert "api_keys[0].id" in message
+    assert "not a safe id" in message
+
+
+def test_a_key_needs_a_secret_and_secrets_must_be_distinct() -> None:
+    assert "needs a 'js' secret" in _error({"api_keys": [{"id": "a"}]})
+    duplicate = _error(
+        {"api_keys": [{"id": "a", "js": "secret-123"}, {"id": "b", "server": "secret-123"}]}
+    )
+    assert "reuses a secret" in duplicate
+    assert "used twice" in _error(
+        {"api_keys": [{"id": "a", "js": "secret-123"}, {"id": "a", "js": "secret-456"}]}
+    )
+
+
+def test_trusted_proxies_must_be_networks() -> None:
+    assert "server.trusted_proxies[0]" in _error({"server": {"trusted_proxies": ["nope"]}})
+    config = parse_config({"server": {"trusted_proxies": ["10.0.0.0/8", "::1"]}}, source="t")
+    assert config.server.trusted_proxies == ("10.0.0.0/8", "::1")
+
+
+def test_environment_variables_are_expanded() -> None:
+    config = parse_config(
+        {"api_keys": [{"id": "web", "js": "${JS_KEY}", "server": "${S_KEY:-fallback-123}"}]},
+        source="t",
+        env={"JS_KEY": "from-env-123"},
+    )
+    key = config.api_keys[0]
+    assert key.js is not None
+    assert key.js.get_secret_value() == "from-env-123"
+    assert key.server is not None
+    assert key.server.get_secret_value() == "fallback-123"
+    assert "from-env-123" not in repr(config)  # secrets never show in reprs or logs
+
+
+def test_a_missing_environment_variable_names_the_key() -> None:
+    message = _error({"api_keys": [{"id": "web", "js": "${NOPE}"}]})
+    assert message == "api_keys[0].js: environment variable NOPE is not set"
+
+
+def test_no_file_means_embedded_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    loaded = load_config()
+    assert loaded.embedded
+    assert loaded.source == "built-in defaults"
+
+
+def test_an_explicit_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_invalid_yaml_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "eventpipe.yaml"
+    path.write_text("server: [unclosed\n")
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_config(path)
+
+
+def test_dev_keys_are_generated_once_and_kept(tmp_path: Path) -> None:
+    config = Config(data_dir=tmp_path / "data")
+    first, key = with_dev_keys(config)
+    second, again = with_dev_keys(config)
+    assert first.api_keys == second.api_keys == (key,)
+    assert key == again
+    assert key.js is not None
+    assert key.js.get_secret_value().startswith("js.")
+    assert (config.layout.dev_keys.stat().st_mode & 0o777) == 0o600
+
+
+def _reference_text() -> str:
+    return resources.files("eventpipe").joinpath("reference.yaml").read_text(encoding="utf-8")
+
+
+def test_reference_config_loads_and_matches_the_defaults() -> None:
+    text = _reference_text().replace("__JS_SECRET__", "js-123456").replace(
+        "__SERVER_SECRET__", "s2s-123456"
+    )
+    config = parse_config(yaml.safe_load(text), source="reference.yaml", env={})
+    assert config.model_dump(exclude={"api_keys"}) == Config().model_dump(exclude={"api_keys"})
+
+
+def test_reference_config_documents_every_field() -> None:
+    text = _reference_text()
+    for path, field in iter_fields(Config):
+        leaf = path.rsplit(".", 1)[-1]
+        assert re.search(rf"^\s*(- )?{leaf}:", text, re.MULTILINE), f"{path} missing"
+        assert field.description, f"{path} has no docstring"

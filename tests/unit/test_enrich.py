@@ -1,0 +1,194 @@
+"""Context enrichment: the fields seed 1 and the contract specify, exactly."""
+
+from __future__ import annotations
+
+import ipaddress
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+import orjson
+import pytest
+
+from eventpipe.collector.enrich import (
+    EnrichSettings,
+    RequestContext,
+    anonymize,
+    client_address,
+    enrich_batch,
+)
+
+WHEN = datetime(2026, 11, 21, 10, 0, 0, 123456, tzinfo=UTC)
+SETTINGS = EnrichSettings(max_event_bytes=51_200, anonymize_ip=False)
+
+
+def _ctx(*, browser: bool, user_agent: str | None = "Mozilla/5.0 test") -> RequestContext:
+    return RequestContext(
+        key_id="web",
+        browser=browser,
+        source_ip="203.0.113.7",
+        user_agent=user_agent,
+        received_at=WHEN,
+        timestamp="2026-11-21T10:00:00.123456Z",
+    )
+
+
+def _enrich(items: list[Any], **kwargs: Any) -> list[dict[str, Any]]:
+    settings = kwargs.pop("settings", SETTINGS)
+    batch = enrich_batch(items, _ctx(**kwargs), settings)
+    return [orjson.loads(line) for line in batch.lines]
+
+
+def test_browser_event_gets_exactly_the_browser_context() -> None:
+    [event] = _enrich([{"event_type": "page"}], browser=True)
+    event_id = event["eventn_ctx"]["event_id"]
+    assert event == {
+        "event_type": "page",
+        "source_ip": "203.0.113.7",
+        "_timestamp": "2026-11-21T10:00:00.123456Z",
+        "api_key": "web",
+        "eventn_ctx": {"event_id": event_id, "user_agent": "Mozilla/5.0 test"},
+    }
+    assert uuid.UUID(event_id).version == 7
+
+
+def test_server_event_gets_src_api_and_no_user_agent() -> None:
+    [event] = _enrich([{"event_type": "order"}], browser=False)
+    assert event["src"] == "api"
+    assert "user_agent" not in event["eventn_ctx"]
+    assert event["api_key"] == "web"
+
+
+def test_generated_ids_are_unique_and_time_ordered() -> None:
+    events = _enrich([{} for _ in range(1000)], browser=False)
+    ids = [e["eventn_ctx"]["event_id"] for e in events]
+    assert len(set(ids)) == 1000
+    assert ids == sorted(ids)
+
+
+@pytest.mark.parametrize(
+    ("item", "expected"),
+    [
+        ({"eventn_ctx": {"event_id": "a"}, "eventn_ctx_event_id": "b", "event_id": "c"}, "a"),
+        ({"eventn_ctx_event_id": "b", "event_id": "c", "messageId": "d"}, "b"),
+        ({"event_id": "c", "messageId": "d"}, "c"),
+        ({"messageId": "d"}, "d"),
+        ({"event_id": 42}, "42"),
+        ({"event_id": "", "messageId": "d"}, "d"),
+        ({"event_id": True, "messageId": "d"}, "d"),
+    ],
+)
+def test_the_clients_id_is_kept(item: dict[str, Any], expected: str) -> None:
+    [event] = _enrich([item], browser=False)
+    assert event["eventn_ctx"]["event_id"] == expected
+
+
+def test_client_values_win_where_the_contract_says_if_absent() -> None:
+    [event] = _enrich(
+        [
+            {
+                "_timestamp": "2020-01-01T00:00:00Z",
+                "src": "backfill",
+                "eventn_ctx": {"user_agent": "client-ua", "utc_time": "x"},
+            }
+        ],
+        browser=True,
+    )
+    assert event["_timestamp"] == "2020-01-01T00:00:00Z"
+    assert event["eventn_ctx"]["user_agent"] == "client-ua"
+    assert event["eventn_ctx"]["utc_time"] == "x"
+    [server] = _enrich([{"src": "backfill", "_timestamp": None}], browser=False)
+    assert server["src"] == "backfill"
+    assert server["_timestamp"] == "2026-11-21T10:00:00.123456Z"  # null counts as absent
+
+
+def test_the_key_id_and_browser_ip_cannot_be_forged() -> None:
+    [event] = _enrich([{"api_key": "admin", "source_ip": "1.2.3.4"}], browser=True)
+    assert event["api_key"] == "web"
+    assert event["source_ip"] == "203.0.113.7"
+
+
+def test_a_server_event_may_carry_its_own_source_ip() -> None:
+    [event] = _enrich([{"source_ip": "198.51.100.9"}], browser=False)
+    assert event["source_ip"] == "198.51.100.9"
+    anonymized = EnrichSettings(max_event_bytes=51_200, anonymize_ip=True)
+    [event] = _enrich([{"source_ip": "2001:db8::1234:5678:9abc"}], browser=False, settings=anonymized)
+    assert event["source_ip"] == "2001:db8::"
+
+
+def test_bad_items_are_rejected_alone_with_reasons() -> None:
+    items: list[Any] = [
+        {"ok": 1},
+        7,
+        "text",
+        None,
+        [1],
+        {"eventn_ctx": "not an object"},
+        {"source_ip": "not-an-ip"},
+        {"big": "x" * 60_000},
+        {"ok": 2},
+    ]
+    batch = enrich_batch(items, _ctx(browser=False), SETTINGS)
+    assert [orjson.loads(line)["ok"] for line in batch.lines] == [1, 2]
+    assert [(r.index, r.reason) for r in batch.rejections] == [
+        (1, "not_an_object"),
+        (2, "not_an_object"),
+        (3, "not_an_object"),
+        (4, "not_an_object"),
+        (5, "bad_eventn_ctx"),
+        (6, "bad_source_ip"),
+        (7, "event_too_large"),
+    ]
+    assert batch.rejections[0].message == "is a JSON number, not an object"
+    assert "max_event_bytes is 51200" in batch.rejections[6].message
+    failed = [orjson.loads(line) for line in batch.failed_lines]
+    assert [f["event"] for f in failed[:4]] == [7, "text", None, [1]]
+    assert all(f["stage"] == "receiving" and f["api_key"] == "web" for f in failed)
+    assert failed[5]["error"] == "item 6: source_ip 'not-an-ip' is not an IP address"
+
+
+def test_the_event_size_limit_applies_to_the_stored_line() -> None:
+    small = EnrichSettings(max_event_bytes=300, anonymize_ip=False)
+    batch = enrich_batch([{"pad": "x" * 100}, {"pad": "x" * 250}], _ctx(browser=True), small)
+    assert len(batch.lines) == 1
+    assert len(batch.lines[0]) <= 301
+    assert batch.rejections[0].index == 1
+
+
+@pytest.mark.parametrize(
+    ("address", "expected"),
+    [
+        ("203.0.113.77", "203.0.113.0"),
+        ("10.1.2.255", "10.1.2.0"),
+        ("2001:db8:1:2:3:4:5:6", "2001:db8:1::"),
+        ("::1", "::"),
+    ],
+)
+def test_anonymize_zeroes_the_last_octet_or_80_bits(address: str, expected: str) -> None:
+    assert anonymize(address) == expected
+
+
+PROXIES = [ipaddress.ip_network("10.0.0.0/8"), ipaddress.ip_network("::1/128")]
+
+
+@pytest.mark.parametrize(
+    ("peer", "header", "expected"),
+    [
+        ("198.51.100.1", "1.1.1.1", "198.51.100.1"),  # untrusted peer: header ignored
+        ("10.0.0.5", None, "10.0.0.5"),
+        ("10.0.0.5", "1.1.1.1", "1.1.1.1"),
+        ("10.0.0.5", "6.6.6.6, 1.1.1.1", "1.1.1.1"),  # the client could forge the left part
+        ("10.0.0.5", "1.1.1.1, 10.0.0.9", "1.1.1.1"),  # a chain of trusted proxies
+        ("10.0.0.5", "10.0.0.8, 10.0.0.9", "10.0.0.8"),  # all trusted: the farthest
+        ("10.0.0.5", "1.1.1.1, garbage", "10.0.0.5"),  # garbage stops the walk
+        ("::1", "2001:db8::1", "2001:db8::1"),
+    ],
+)
+def test_x_forwarded_for_is_believed_only_from_trusted_proxies(
+    peer: str, header: str | None, expected: str
+) -> None:
+    assert client_address(peer, header, PROXIES) == expected
+
+
+def test_without_trusted_proxies_the_peer_is_the_client() -> None:
+    assert client_address("10.0.0.5", "1.1.1.1", []) == "10.0.0.5"
