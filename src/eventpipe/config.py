@@ -97,12 +97,14 @@ class ServerConfig(_Model):
 
     host: str = "127.0.0.1"
     """Address to listen on. Use 0.0.0.0 to accept events from other machines."""
-    port: int = Field(default=8001, ge=1, le=65535)
-    """TCP port."""
+    port: int = Field(default=8001, ge=0, le=65535)
+    """TCP port (0: any free port, printed at start-up)."""
     trusted_proxies: tuple[Network, ...] = ()
     """Networks (CIDR) of reverse proxies whose X-Forwarded-For is believed. Empty: none."""
     anonymize_ip: bool = False
     """Zero the last octet of IPv4 and the last 80 bits of IPv6 before anything is written."""
+    max_header_bytes: int = Field(default=65_536, ge=4096)
+    """Largest request line plus headers; larger gets 431 and the connection is closed."""
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     """Largest request body; larger gets 413 without the rest being read."""
     max_event_bytes: int = Field(default=51_200, ge=256)

@@ -14,6 +14,7 @@ import uvicorn
 
 from eventpipe import __version__
 from eventpipe.collector.app import BROWSER_PATH, Collector, create_app
+from eventpipe.collector.protocol import limited_protocol
 from eventpipe.config import ApiKey, Config, LoadedConfig, with_dev_keys
 from eventpipe.errors import ConfigError
 
@@ -41,7 +42,7 @@ def uvicorn_config(collector: Collector) -> uvicorn.Config:
         host=server.host,
         port=server.port,
         loop="uvloop",
-        http="httptools",
+        http=limited_protocol(server.max_header_bytes),
         lifespan="on",
         # X-Forwarded-For is honoured by our own code, only from server.trusted_proxies;
         # uvicorn's own proxy handling would trust 127.0.0.1 by default.

@@ -1,0 +1,247 @@
+"""Bad input over real HTTP: each case gets a clear answer and nothing else is lost."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import time
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import WEB_JS, RunningCollector, read_lines
+
+BROWSER = "/api/v1/event"
+
+
+def _post(c: RunningCollector, body: bytes, **kwargs: Any) -> httpx.Response:
+    return httpx.post(c.url + BROWSER, content=body, params={"token": WEB_JS}, **kwargs)
+
+
+def _stored(c: RunningCollector) -> list[dict[str, Any]]:
+    path = c.layout.active_segment("web")
+    return read_lines([path]) if path.exists() else []
+
+
+def _failed(c: RunningCollector) -> list[dict[str, Any]]:
+    path = c.layout.failed_receiving("web")
+    return read_lines([path]) if path.exists() else []
+
+
+def _still_serving(c: RunningCollector) -> None:
+    assert _post(c, b'{"after": true}').status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "reason", "says"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000, "too_deep", "depth limit exceeded"),
+        (b'{"a": "\\ud83d"}', "malformed_json", "surrogate"),
+        (b'{"a": "\x00"}', "malformed_json", "control character"),
+        (b'{"a": "caf\xe9"}', "malformed_json", "not valid UTF-8"),
+        (b"", "empty_body", "body is empty"),
+        (b"<html><body>hi</body></html>", "malformed_json", "line 1 column 1"),
+        (b"event_type=page", "malformed_json", "line 1 column 1"),
+        (b'"just a string"', "not_an_object", "send an object or an array"),
+        (b'{"a": 1', "malformed_json", "line 1 column 8"),
+    ],
+)
+def test_malformed_bodies_get_400_saying_what(
+    start_collector: Any, body: bytes, reason: str, says: str
+) -> None:
+    c = start_collector()
+    response = _post(c, body)
+    assert response.status_code == 400
+    assert says in response.json()["error"]
+    assert _stored(c) == []
+    metrics = httpx.get(c.url + "/metrics").text
+    assert f'eventpipe_events_rejected_total{{api_key="web",reason="{reason}"}} 1.0' in metrics
+    _still_serving(c)
+
+
+def test_configured_depth_limit_names_the_pointer(start_collector: Any) -> None:
+    c = start_collector(server={"max_json_depth": 3})
+    response = _post(c, b'[{"a": {"b": [1]}}]')  # depth 4
+    assert response.status_code == 400
+    assert response.json()["error"].endswith("at /0/a/b")
+    assert _post(c, b'[{"a": {"b": 1}}]').status_code == 200  # depth 3
+
+
+def test_escaped_nul_is_accepted_and_kept(start_collector: Any) -> None:
+    c = start_collector()
+    assert _post(c, b'{"a": "x\\u0000y"}').status_code == 200
+    assert _stored(c)[0]["a"] == "x\x00y"
+
+
+def test_partial_batch_keeps_the_good_items_and_records_the_bad(start_collector: Any) -> None:
+    c = start_collector(server={"max_event_bytes": 1024})
+    body = orjson.dumps([{"n": 0}, 1, {"n": 2, "pad": "x" * 2000}, {"eventn_ctx": []}, {"n": 4}])
+    response = _post(c, body)
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["status"] == "partial"
+    assert answer["accepted"] == 2
+    assert [r["index"] for r in answer["rejected"]] == [1, 2, 3]
+    assert "max_event_bytes is 1024" in answer["rejected"][1]["error"]
+    assert [e["n"] for e in _stored(c)] == [0, 4]
+    failed = _failed(c)
+    assert [f["event"] for f in failed][0] == 1
+    assert failed[1]["event"]["n"] == 2
+    assert all(f["stage"] == "receiving" and f["error"].startswith("item ") for f in failed)
+
+
+def test_a_batch_of_only_bad_items_is_400_and_recorded(start_collector: Any) -> None:
+    c = start_collector()
+    response = _post(c, b"[1, 2]")
+    assert response.status_code == 400
+    assert response.json()["accepted"] == 0
+    assert len(response.json()["rejected"]) == 2
+    assert len(_failed(c)) == 2
+
+
+def test_an_empty_array_is_accepted_as_nothing(start_collector: Any) -> None:
+    c = start_collector()
+    assert _post(c, b"[]").json() == {"status": "ok", "accepted": 0}
+
+
+def test_compressed_bodies_are_refused_clearly(start_collector: Any) -> None:
+    c = start_collector()
+    response = _post(c, b"\x1f\x8b...", headers={"Content-Encoding": "gzip"})
+    assert response.status_code == 415
+    assert "gzip" in response.json()["error"]
+
+
+def _raw(port: int, head: bytes, body_chunks: int = 0, chunk: bytes = b"") -> tuple[bytes, int]:
+    """Send ``head`` then up to ``body_chunks`` chunks, stopping when an answer arrives."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+    sent = 0
+    answer = b""
+    try:
+        sock.sendall(head)
+        for _ in range(body_chunks):
+            sock.setblocking(False)
+            try:
+                answer = sock.recv(65536)
+            except BlockingIOError:
+                pass
+            sock.setblocking(True)
+            if answer:
+                break
+            sock.sendall(chunk)
+            sent += len(chunk)
+        sock.settimeout(10)
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                break
+            answer += data
+    except (BrokenPipeError, ConnectionResetError):
+        pass
+    finally:
+        sock.close()
+    return answer, sent
+
+
+def test_a_50mb_chunked_body_is_cut_off_early(start_collector: Any) -> None:
+    c = start_collector()
+    piece = b"a" * 65536
+    chunk = b"%x\r\n" % len(piece) + piece + b"\r\n"
+    head = (
+        f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n"
+    ).encode()
+    answer, sent = _raw(c.port, head, body_chunks=50_000_000 // len(piece), chunk=chunk)
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert b"connection: close" in answer.lower()
+    assert sent < 20_000_000  # refused long before the client finished sending
+    metrics = httpx.get(c.url + "/metrics").text
+    assert 'reason="body_too_large"' in metrics
+    assert _stored(c) == []
+    _still_serving(c)
+
+
+def test_a_declared_length_over_the_limit_is_refused_before_reading(start_collector: Any) -> None:
+    c = start_collector()
+    head = (
+        f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\n"
+        "Content-Length: 50000000\r\n\r\n"
+    ).encode()
+    answer, _ = _raw(c.port, head)
+    assert answer.startswith(b"HTTP/1.1 413")
+    assert b"max_body_bytes is 1000000" in answer
+    _still_serving(c)
+
+
+@pytest.mark.parametrize(
+    "head_extra",
+    [
+        b"X-Big: " + b"a" * 200_000 + b"\r\n",
+        b"".join(b"X-H%d: v\r\n" % i for i in range(20_000)),
+    ],
+    ids=["one-huge-header", "many-headers"],
+)
+def test_oversized_heads_get_431(start_collector: Any, head_extra: bytes) -> None:
+    c = start_collector()
+    head = f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\n".encode()
+    answer, _ = _raw(c.port, head + head_extra + b"Content-Length: 2\r\n\r\n{}")
+    assert answer.startswith(b"HTTP/1.1 431")
+    assert b"max_header_bytes" in answer
+    assert _stored(c) == []
+    _still_serving(c)
+
+
+def test_a_long_url_counts_as_head(start_collector: Any) -> None:
+    c = start_collector(server={"max_header_bytes": 8192})
+    head = f"POST {BROWSER}?token={WEB_JS}&pad={'p' * 20_000} HTTP/1.1\r\nHost: x\r\n\r\n"
+    answer, _ = _raw(c.port, head.encode())
+    assert answer.startswith(b"HTTP/1.1 431")
+
+
+def test_a_large_body_does_not_count_as_head(start_collector: Any) -> None:
+    c = start_collector(server={"max_header_bytes": 4096})
+    body = orjson.dumps([{"pad": "x" * 1000} for _ in range(200)])  # ~200 KB in few reads
+    assert _post(c, body).json()["accepted"] == 200
+
+
+def test_backpressure_on_backlog_then_recovery(start_collector: Any) -> None:
+    c = start_collector(incoming={"max_backlog_bytes": 2000, "retry_after_seconds": 7})
+    c.collector.backpressure.interval_seconds = 0.05
+    for i in range(10):
+        assert _post(c, orjson.dumps({"i": i, "pad": "x" * 300})).status_code == 200
+    deadline = time.monotonic() + 5
+    while (response := _post(c, b'{"late": 1}')).status_code == 200:
+        assert time.monotonic() < deadline, "backpressure never started"
+        time.sleep(0.05)
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "7"
+    assert "max_backlog_bytes" in response.json()["error"]
+    health = httpx.get(c.url + "/health")
+    assert health.status_code == 503
+    assert "max_backlog_bytes" in health.json()["reason"]
+    stored_before = len(_stored(c))
+
+    # The pipeline catches up: sealed segments leave incoming/.
+    httpx.post(c.url + BROWSER, content=b"{}", params={"token": WEB_JS})
+    c.collector.segment_log.request_rotation("test")
+    time.sleep(0.2)
+    done = c.config.data_dir / "processed"
+    done.mkdir()
+    for segment in c.layout.sealed_segments():
+        shutil.move(segment, done / segment.name)
+    deadline = time.monotonic() + 5
+    while _post(c, b'{"back": 1}').status_code != 200:
+        assert time.monotonic() < deadline, "did not recover"
+        time.sleep(0.05)
+    assert httpx.get(c.url + "/health").status_code == 200
+    assert stored_before >= 1
+    assert read_lines(sorted(done.iterdir()))[-1] != {"late": 1}  # the 503'd event was not kept
+
+
+def test_backpressure_on_free_disk(start_collector: Any) -> None:
+    c = start_collector(incoming={"min_free_disk_bytes": 10**18})
+    response = _post(c, b'{"a": 1}')
+    assert response.status_code == 503
+    assert "min_free_disk_bytes" in response.json()["error"]
+    assert _stored(c) == []

@@ -1,0 +1,224 @@
+"""The collector over real HTTP on 127.0.0.1: endpoints, keys, origins, CORS, enrichment."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import SHOP_JS, WEB_JS, WEB_SERVER, RunningCollector, read_lines
+
+BROWSER = "/api/v1/event"
+SERVER = "/api/v1/s2s/event"
+
+
+def _active_events(c: RunningCollector, key: str = "web") -> list[dict[str, Any]]:
+    path = c.layout.active_segment(key)
+    return read_lines([path]) if path.exists() else []
+
+
+def _post(c: RunningCollector, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+    content = body if isinstance(body, bytes) else orjson.dumps(body)
+    return httpx.post(c.url + path, content=content, **kwargs)
+
+
+def test_browser_event_is_durable_and_enriched_exactly(start_collector: Any) -> None:
+    c = start_collector()
+    response = _post(
+        c, BROWSER, {"event_type": "page", "user": {"id": 7}},
+        params={"token": WEB_JS}, headers={"User-Agent": "Mozilla/5.0 (X11) Test"},
+    )
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok", "accepted": 1}
+    [event] = _active_events(c)  # on disk as soon as the 200 is back
+    assert set(event) == {"event_type", "user", "eventn_ctx", "source_ip", "_timestamp", "api_key"}
+    assert event["user"] == {"id": 7}
+    assert event["source_ip"] == "127.0.0.1"
+    assert event["api_key"] == "web"
+    assert event["_timestamp"].endswith("Z")
+    assert event["eventn_ctx"]["user_agent"] == "Mozilla/5.0 (X11) Test"
+    assert uuid.UUID(event["eventn_ctx"]["event_id"]).version == 7
+    assert WEB_JS not in c.layout.active_segment("web").read_text()
+
+
+def test_server_event_with_header_key(start_collector: Any) -> None:
+    c = start_collector()
+    response = _post(
+        c, SERVER, [{"event_type": "order", "messageId": "m-1", "source_ip": "198.51.100.4"}],
+        headers={"X-Auth-Token": WEB_SERVER},
+    )
+    assert response.status_code == 200
+    [event] = _active_events(c)
+    assert event["src"] == "api"
+    assert event["eventn_ctx"] == {"event_id": "m-1"}
+    assert event["source_ip"] == "198.51.100.4"
+
+
+def test_browser_key_by_header_too(start_collector: Any) -> None:
+    c = start_collector()
+    assert _post(c, BROWSER, {"a": 1}, headers={"X-Auth-Token": WEB_JS}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("path", "token", "status", "message"),
+    [
+        (BROWSER, None, 401, "missing or unknown API key"),
+        (BROWSER, "wrong-token-123", 401, "missing or unknown API key"),
+        (SERVER, None, 401, "missing or unknown API key"),
+        (SERVER, WEB_JS, 403, "takes server keys only (post to /api/v1/event)"),
+        (BROWSER, WEB_SERVER, 403, "takes js keys only (post to /api/v1/s2s/event)"),
+    ],
+)
+def test_keys_are_checked_per_endpoint(
+    start_collector: Any, path: str, token: str | None, status: int, message: str
+) -> None:
+    c = start_collector()
+    params = {"token": token} if token else {}
+    response = _post(c, path, {"a": 1}, params=params)
+    assert response.status_code == status
+    assert message in response.json()["error"]
+    assert _active_events(c) == []
+
+
+@pytest.mark.parametrize(
+    ("origin", "status"),
+    [
+        ("https://shop.example.com", 200),
+        ("https://eu.example.org", 200),
+        ("https://evil.example.com", 403),
+        ("http://shop.example.com", 403),
+        (None, 403),
+    ],
+)
+def test_origins_of_a_restricted_key(start_collector: Any, origin: str | None, status: int) -> None:
+    c = start_collector()
+    headers = {"Origin": origin} if origin else {}
+    response = _post(c, BROWSER, {"a": 1}, params={"token": SHOP_JS}, headers=headers)
+    assert response.status_code == status
+    if status == 200:
+        assert response.headers["access-control-allow-origin"] == origin
+        assert response.headers["vary"] == "Origin"
+        assert len(_active_events(c, "shop")) == 1
+    else:
+        assert "not allowed for key 'shop'" in response.json()["error"]
+        assert _active_events(c, "shop") == []
+
+
+def test_an_unrestricted_key_answers_any_origin_with_cors_headers(start_collector: Any) -> None:
+    c = start_collector()
+    response = _post(
+        c, BROWSER, {"a": 1}, params={"token": WEB_JS}, headers={"Origin": "https://any.test"}
+    )
+    assert response.status_code == 200
+    assert response.headers["access-control-allow-origin"] == "https://any.test"
+
+
+def _preflight(c: RunningCollector, origin: str | None, token: str | None = None) -> httpx.Response:
+    headers = {"Access-Control-Request-Method": "POST"}
+    if origin:
+        headers["Origin"] = origin
+    params = {"token": token} if token else {}
+    return httpx.options(c.url + BROWSER, headers=headers, params=params)
+
+
+def test_cors_preflight(start_collector: Any) -> None:
+    c = start_collector(server={"cors_max_age_seconds": 600})
+    allowed = _preflight(c, "https://shop.example.com", SHOP_JS)
+    assert allowed.status_code == 204
+    assert allowed.headers["access-control-allow-origin"] == "https://shop.example.com"
+    assert "POST" in allowed.headers["access-control-allow-methods"]
+    assert "X-Auth-Token" in allowed.headers["access-control-allow-headers"]
+    assert allowed.headers["access-control-max-age"] == "600"
+    refused = _preflight(c, "https://evil.test", SHOP_JS)
+    assert refused.status_code == 403
+    assert "access-control-allow-origin" not in refused.headers
+    # token in a header (not visible to the preflight): any js key allowing the origin
+    assert _preflight(c, "https://evil.test").status_code == 204  # `web` allows any origin
+    assert _preflight(c, None).status_code == 400
+
+
+def test_preflight_without_a_permissive_key(start_collector: Any) -> None:
+    c = start_collector(
+        api_keys=[{"id": "shop", "js": SHOP_JS, "origins": ["https://shop.example.com"]}]
+    )
+    assert _preflight(c, "https://shop.example.com").status_code == 204
+    assert _preflight(c, "https://evil.test").status_code == 403
+
+
+def test_x_forwarded_for_from_a_trusted_proxy(start_collector: Any) -> None:
+    c = start_collector(server={"trusted_proxies": ["127.0.0.0/8"]})
+    _post(c, BROWSER, {"a": 1}, params={"token": WEB_JS},
+          headers={"X-Forwarded-For": "6.6.6.6, 203.0.113.9"})
+    untrusted = start_collector(data_dir=c.config.data_dir.parent / "other")
+    _post(untrusted, BROWSER, {"a": 1}, params={"token": WEB_JS},
+          headers={"X-Forwarded-For": "203.0.113.9"})
+    assert _active_events(c)[0]["source_ip"] == "203.0.113.9"
+    assert _active_events(untrusted)[0]["source_ip"] == "127.0.0.1"
+
+
+def test_ip_anonymisation_happens_before_writing(start_collector: Any) -> None:
+    c = start_collector(server={"anonymize_ip": True})
+    _post(c, BROWSER, {"a": 1}, params={"token": WEB_JS})
+    _post(c, SERVER, {"source_ip": "198.51.100.77"}, headers={"X-Auth-Token": WEB_SERVER})
+    events = _active_events(c)
+    assert [e["source_ip"] for e in events] == ["127.0.0.0", "198.51.100.0"]
+    assert b"198.51.100.77" not in c.layout.active_segment("web").read_bytes()
+
+
+def test_health_and_metrics(start_collector: Any) -> None:
+    c = start_collector()
+    assert httpx.get(c.url + "/health").json() == {"status": "ok"}
+    _post(c, BROWSER, [{"a": 1}, {"a": 2}, 3], params={"token": WEB_JS})
+    _post(c, BROWSER, b"{oops", params={"token": WEB_JS})
+    _post(c, BROWSER, {"a": 1}, params={"token": "nope-nope"})
+    metrics = httpx.get(c.url + "/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    text = metrics.text
+    for line in [
+        'eventpipe_events_accepted_total{api_key="web"} 2.0',
+        'eventpipe_events_rejected_total{api_key="web",reason="not_an_object"} 1.0',
+        'eventpipe_events_rejected_total{api_key="web",reason="malformed_json"} 1.0',
+        'eventpipe_events_rejected_total{api_key="-",reason="unauthorized"} 1.0',
+        'eventpipe_http_requests_total{endpoint="event",status="200"} 1.0',
+        'eventpipe_http_requests_total{endpoint="event",status="400"} 1.0',
+        'eventpipe_http_requests_total{endpoint="event",status="401"} 1.0',
+    ]:
+        assert line in text, line
+    assert "eventpipe_log_fsync_seconds_count" in text
+    assert "eventpipe_backlog_bytes" in text
+    assert "_created" not in text
+
+
+def test_wrong_methods_and_paths(start_collector: Any) -> None:
+    c = start_collector()
+    assert httpx.get(c.url + BROWSER).status_code == 405
+    assert httpx.post(c.url + "/api/v2/event", content=b"{}").status_code == 404
+
+
+def test_rotation_by_size_and_age_over_http(start_collector: Any) -> None:
+    import time
+
+    c = start_collector(incoming={"max_segment_bytes": 2048, "rotate_seconds": 0.5})
+    for i in range(20):
+        assert _post(c, BROWSER, {"i": i, "pad": "x" * 200}, params={"token": WEB_JS}).is_success
+    by_size = c.layout.sealed_segments()
+    assert len(by_size) >= 2
+    deadline = time.monotonic() + 5
+    while c.layout.active_segments() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert c.layout.active_segments() == []  # the rest sealed by age
+    events = read_lines(c.layout.sealed_segments())
+    assert [e["i"] for e in events] == list(range(20))
+
+
+def test_stopping_seals_and_releases_the_directory(start_collector: Any) -> None:
+    c = start_collector()
+    _post(c, BROWSER, {"a": 1}, params={"token": WEB_JS})
+    c.stop()
+    assert c.layout.active_segments() == []
+    assert len(read_lines(c.layout.sealed_segments())) == 1
+    again = start_collector(data_dir=c.config.data_dir)  # the lock was released
+    assert httpx.get(again.url + "/health").status_code == 200
