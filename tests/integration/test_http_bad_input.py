@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import socket
 import time
@@ -87,7 +88,7 @@ def test_partial_batch_keeps_the_good_items_and_records_the_bad(start_collector:
     assert "max_event_bytes is 1024" in answer["rejected"][1]["error"]
     assert [e["n"] for e in _stored(c)] == [0, 4]
     failed = _failed(c)
-    assert [f["event"] for f in failed][0] == 1
+    assert failed[0]["event"] == 1
     assert failed[1]["event"]["n"] == 2
     assert all(f["stage"] == "receiving" and f["error"].startswith("item ") for f in failed)
 
@@ -122,10 +123,8 @@ def _raw(port: int, head: bytes, body_chunks: int = 0, chunk: bytes = b"") -> tu
         sock.sendall(head)
         for _ in range(body_chunks):
             sock.setblocking(False)
-            try:
+            with contextlib.suppress(BlockingIOError):
                 answer = sock.recv(65536)
-            except BlockingIOError:
-                pass
             sock.setblocking(True)
             if answer:
                 break
@@ -149,8 +148,7 @@ def test_a_50mb_chunked_body_is_cut_off_early(start_collector: Any) -> None:
     piece = b"a" * 65536
     chunk = b"%x\r\n" % len(piece) + piece + b"\r\n"
     head = (
-        f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\n"
-        "Transfer-Encoding: chunked\r\n\r\n"
+        f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     ).encode()
     answer, sent = _raw(c.port, head, body_chunks=50_000_000 // len(piece), chunk=chunk)
     assert answer.startswith(b"HTTP/1.1 413")
@@ -165,8 +163,7 @@ def test_a_50mb_chunked_body_is_cut_off_early(start_collector: Any) -> None:
 def test_a_declared_length_over_the_limit_is_refused_before_reading(start_collector: Any) -> None:
     c = start_collector()
     head = (
-        f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\n"
-        "Content-Length: 50000000\r\n\r\n"
+        f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\nContent-Length: 50000000\r\n\r\n"
     ).encode()
     answer, _ = _raw(c.port, head)
     assert answer.startswith(b"HTTP/1.1 413")

@@ -28,8 +28,11 @@ def _post(c: RunningCollector, path: str, body: Any, **kwargs: Any) -> httpx.Res
 def test_browser_event_is_durable_and_enriched_exactly(start_collector: Any) -> None:
     c = start_collector()
     response = _post(
-        c, BROWSER, {"event_type": "page", "user": {"id": 7}},
-        params={"token": WEB_JS}, headers={"User-Agent": "Mozilla/5.0 (X11) Test"},
+        c,
+        BROWSER,
+        {"event_type": "page", "user": {"id": 7}},
+        params={"token": WEB_JS},
+        headers={"User-Agent": "Mozilla/5.0 (X11) Test"},
     )
     assert response.status_code == 200
     assert response.json() == {"status": "ok", "accepted": 1}
@@ -47,7 +50,9 @@ def test_browser_event_is_durable_and_enriched_exactly(start_collector: Any) -> 
 def test_server_event_with_header_key(start_collector: Any) -> None:
     c = start_collector()
     response = _post(
-        c, SERVER, [{"event_type": "order", "messageId": "m-1", "source_ip": "198.51.100.4"}],
+        c,
+        SERVER,
+        [{"event_type": "order", "messageId": "m-1", "source_ip": "198.51.100.4"}],
         headers={"X-Auth-Token": WEB_SERVER},
     )
     assert response.status_code == 200
@@ -150,11 +155,21 @@ def test_preflight_without_a_permissive_key(start_collector: Any) -> None:
 
 def test_x_forwarded_for_from_a_trusted_proxy(start_collector: Any) -> None:
     c = start_collector(server={"trusted_proxies": ["127.0.0.0/8"]})
-    _post(c, BROWSER, {"a": 1}, params={"token": WEB_JS},
-          headers={"X-Forwarded-For": "6.6.6.6, 203.0.113.9"})
+    _post(
+        c,
+        BROWSER,
+        {"a": 1},
+        params={"token": WEB_JS},
+        headers={"X-Forwarded-For": "6.6.6.6, 203.0.113.9"},
+    )
     untrusted = start_collector(data_dir=c.config.data_dir.parent / "other")
-    _post(untrusted, BROWSER, {"a": 1}, params={"token": WEB_JS},
-          headers={"X-Forwarded-For": "203.0.113.9"})
+    _post(
+        untrusted,
+        BROWSER,
+        {"a": 1},
+        params={"token": WEB_JS},
+        headers={"X-Forwarded-For": "203.0.113.9"},
+    )
     assert _active_events(c)[0]["source_ip"] == "203.0.113.9"
     assert _active_events(untrusted)[0]["source_ip"] == "127.0.0.1"
 

@@ -82,10 +82,12 @@ def test_brackets_inside_strings_do_not_count_as_depth() -> None:
 def test_declared_length_is_checked_before_reading() -> None:
     check_declared_length(None, 10)
     check_declared_length("10", 10)
-    error = pytest.raises(BodyError, check_declared_length, "11", 10).value
-    assert error.status == 413
-    bad = pytest.raises(BodyError, check_declared_length, "-1", 10).value
-    assert bad.status == 400
+    with pytest.raises(BodyError) as too_large:
+        check_declared_length("11", 10)
+    assert too_large.value.status == 413
+    with pytest.raises(BodyError) as not_a_number:
+        check_declared_length("-1", 10)
+    assert not_a_number.value.status == 400
 
 
 def test_reading_stops_as_soon_as_the_limit_is_passed() -> None:

@@ -151,8 +151,10 @@ def _reference_text() -> str:
 
 
 def test_reference_config_loads_and_matches_the_defaults() -> None:
-    text = _reference_text().replace("__JS_SECRET__", "js-123456").replace(
-        "__SERVER_SECRET__", "s2s-123456"
+    text = (
+        _reference_text()
+        .replace("__JS_SECRET__", "js-123456")
+        .replace("__SERVER_SECRET__", "s2s-123456")
     )
     config = parse_config(yaml.safe_load(text), source="reference.yaml", env={})
     assert config.model_dump(exclude={"api_keys"}) == Config().model_dump(exclude={"api_keys"})

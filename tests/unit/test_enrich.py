@@ -112,7 +112,9 @@ def test_a_server_event_may_carry_its_own_source_ip() -> None:
     [event] = _enrich([{"source_ip": "198.51.100.9"}], browser=False)
     assert event["source_ip"] == "198.51.100.9"
     anonymized = EnrichSettings(max_event_bytes=51_200, anonymize_ip=True)
-    [event] = _enrich([{"source_ip": "2001:db8::1234:5678:9abc"}], browser=False, settings=anonymized)
+    [event] = _enrich(
+        [{"source_ip": "2001:db8::1234:5678:9abc"}], browser=False, settings=anonymized
+    )
     assert event["source_ip"] == "2001:db8::"
 
 

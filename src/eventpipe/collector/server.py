@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from types import FrameType
 
 import uvicorn
 
@@ -55,6 +56,19 @@ def uvicorn_config(collector: Collector) -> uvicorn.Config:
     )
 
 
+class _Server(uvicorn.Server):
+    """uvicorn's server, exiting 0 after a requested clean stop.
+
+    uvicorn re-raises SIGTERM/SIGINT once it has shut down, so the process would end "killed
+    by signal" even though everything was finished and sealed; supervisors (and `eventpipe
+    run`) should see a clean stop as exit status 0.
+    """
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        super().handle_exit(sig, frame)
+        self._captured_signals.clear()
+
+
 def serve(loaded: LoadedConfig) -> None:
     """Run the collector until SIGTERM/Ctrl-C."""
     config, dev_key = prepare(loaded)
@@ -69,7 +83,7 @@ def serve(loaded: LoadedConfig) -> None:
     )
     if dev_key is not None:
         _announce_dev_key(config, dev_key)
-    server = uvicorn.Server(uvicorn_config(collector))
+    server = _Server(uvicorn_config(collector))
     try:
         server.run()
     finally:

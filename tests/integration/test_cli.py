@@ -1,0 +1,168 @@
+"""The `eventpipe` command as a user runs it: real processes, real signals, real files."""
+
+from __future__ import annotations
+
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+import yaml
+
+from eventpipe.config import load_config
+from eventpipe.paths import DataLayout
+from tests.conftest import read_lines
+from tests.process import CollectorProcess, free_port, run, write_config
+
+
+def test_help_lists_the_commands_that_exist() -> None:
+    result = run("--help")
+    assert result.returncode == 0
+    listed = {
+        line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()
+    }
+    assert listed == {"collect", "init", "rotate"}
+
+
+def test_version() -> None:
+    from eventpipe import __version__
+
+    result = run("--version")
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"eventpipe, version {__version__}"
+
+
+def test_init_writes_a_working_config_once(tmp_path: Path) -> None:
+    result = run("init", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    written = tmp_path / "eventpipe.yaml"
+    assert (written.stat().st_mode & 0o777) == 0o600
+    loaded = load_config(written)
+    [key] = loaded.config.api_keys
+    assert key.js is not None
+    assert key.js.get_secret_value().startswith("js.")
+    assert "#" in written.read_text()  # commented
+    again = run("init", cwd=tmp_path)
+    assert again.returncode == 2
+    assert "already exists" in again.stderr
+    assert "--force" in again.stderr
+    other = run("init", "--force", cwd=tmp_path)
+    assert other.returncode == 0
+    assert load_config(written).config.api_keys[0] != key  # fresh secrets
+
+
+def test_a_bad_config_stops_with_the_keys_path(tmp_path: Path) -> None:
+    config = tmp_path / "eventpipe.yaml"
+    config.write_text(yaml.safe_dump({"server": {"prot": 1}, "incoming": {"fsync": "maybe"}}))
+    result = run("collect", "-c", str(config))
+    assert result.returncode == 2
+    assert "server.prot: unknown key (did you mean 'port'?)" in result.stderr
+    assert "incoming.fsync" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_a_config_without_keys_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "eventpipe.yaml"
+    config.write_text("server: {port: 0}\n")
+    result = run("collect", "-c", str(config))
+    assert result.returncode == 2
+    assert "configures no key" in result.stderr
+
+
+@pytest.fixture
+def collector(tmp_path: Path) -> Iterator[tuple[CollectorProcess, Path, DataLayout]]:
+    port = free_port()
+    data = tmp_path / "data"
+    config = write_config(tmp_path / "eventpipe.yaml", data, port)
+    proc = CollectorProcess(config, port, tmp_path / "collector.log")
+    proc.wait_ready()
+    yield proc, config, DataLayout(data)
+    proc.kill()
+
+
+def _send(proc: CollectorProcess, n: int) -> None:
+    for i in range(n):
+        response = httpx.post(
+            proc.url + "/api/v1/event", params={"token": "js-web-secret-1"}, json={"i": i}
+        )
+        assert response.status_code == 200
+
+
+def test_rotate_asks_the_running_collector(
+    collector: tuple[CollectorProcess, Path, DataLayout],
+) -> None:
+    proc, config, layout = collector
+    _send(proc, 3)
+    result = run("rotate", "-c", str(config))
+    assert result.returncode == 0, result.stderr
+    [sealed] = layout.sealed_segments()
+    assert f"sealed {sealed}" in result.stdout
+    assert [e["i"] for e in read_lines([sealed])] == [0, 1, 2]
+    assert run("rotate", "-c", str(config)).stdout.startswith("nothing to seal")
+    _send(proc, 1)  # still collecting, into a new active segment
+    assert len(read_lines(layout.active_segments())) == 1
+
+
+def test_sigterm_finishes_and_seals(collector: tuple[CollectorProcess, Path, DataLayout]) -> None:
+    proc, _, layout = collector
+    _send(proc, 5)
+    proc.signal(signal.SIGTERM)
+    assert proc.wait() == 0
+    assert layout.active_segments() == []
+    assert [e["i"] for e in read_lines(layout.sealed_segments())] == list(range(5))
+    assert "collector stopped; sealed 1 segment(s)" in proc.log_path.read_text()
+
+
+def test_a_second_collector_on_the_same_data_dir_is_refused(
+    collector: tuple[CollectorProcess, Path, DataLayout], tmp_path: Path
+) -> None:
+    proc, _, layout = collector
+    other = write_config(tmp_path / "other.yaml", layout.root, free_port())
+    result = run("collect", "-c", str(other))
+    assert result.returncode == 1
+    assert f"another eventpipe process (pid {proc.proc.pid})" in result.stderr
+    assert "fix:" in result.stderr
+
+
+def test_embedded_defaults_generate_and_print_dev_keys(tmp_path: Path) -> None:
+    port = free_port()
+    (tmp_path / "run").mkdir()
+    # No eventpipe.yaml in the working directory: built-in defaults, with a port override.
+    import subprocess
+    import sys
+
+    from tests.process import _env
+
+    log = tmp_path / "out.log"
+    with log.open("wb") as out:
+        child = subprocess.Popen(
+            [sys.executable, "-m", "eventpipe.cli", "collect", "--port", str(port)],
+            cwd=tmp_path / "run",
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+        )
+        try:
+            proc_url = f"http://127.0.0.1:{port}"
+            import time
+
+            deadline = time.monotonic() + 30
+            while time.monotonic() < deadline:
+                try:
+                    if httpx.get(proc_url + "/health", timeout=1).status_code == 200:
+                        break
+                except httpx.TransportError:
+                    time.sleep(0.05)
+            keys = yaml.safe_load((tmp_path / "run/data/dev_keys.json").read_text())
+            response = httpx.post(
+                proc_url + "/api/v1/event", params={"token": keys["js"]}, json={"a": 1}
+            )
+            assert response.status_code == 200
+        finally:
+            child.send_signal(signal.SIGINT)  # Ctrl-C
+            assert child.wait(30) == 0
+    text = log.read_text()
+    assert keys["js"] in text
+    assert "try: curl" in text
+    assert len(read_lines(DataLayout(tmp_path / "run/data").sealed_segments())) == 1

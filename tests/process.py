@@ -1,0 +1,99 @@
+"""Running `eventpipe` as a real process, as a user or an init system would."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+EVENTPIPE = [sys.executable, "-m", "eventpipe.cli"]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def write_config(path: Path, data_dir: Path, port: int, **extra: Any) -> Path:
+    config: dict[str, Any] = {
+        "data_dir": str(data_dir),
+        "server": {"host": "127.0.0.1", "port": port, "shutdown_grace_seconds": 5},
+        "api_keys": [{"id": "web", "js": "js-web-secret-1", "server": "s2s-web-secret-1"}],
+        "logging": {"level": "info"},
+    }
+    for key, value in extra.items():
+        config[key] = {**config.get(key, {}), **value} if isinstance(value, dict) else value
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
+def run(
+    *args: str, cwd: Path | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*EVENTPIPE, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=_env(),
+    )
+
+
+def _env() -> dict[str, str]:
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+class CollectorProcess:
+    """`eventpipe collect -c CONFIG` in a child process, stderr kept in a file."""
+
+    def __init__(self, config: Path, port: int, log_path: Path) -> None:
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.log_path = log_path
+        self._log = log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [*EVENTPIPE, "collect", "-c", str(config)],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env=_env(),
+            start_new_session=True,
+        )
+
+    def wait_ready(self, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"collector exited: {self.log_path.read_text()[-2000:]}")
+            try:
+                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("collector did not become ready")
+
+    def signal(self, sig: signal.Signals) -> None:
+        self.proc.send_signal(sig)
+
+    def wait(self, timeout: float = 30) -> int:
+        try:
+            return self.proc.wait(timeout)
+        finally:
+            self._log.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(10)
+        self._log.close()
