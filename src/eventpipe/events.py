@@ -90,4 +90,28 @@ def event_error_line(
     }
     if raw is not None:
         record["raw"] = raw
-    return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    try:
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError:
+        # Too deep for the encoder (orjson stops at 254 levels): keep what can be kept,
+        # and say so, rather than lose the record.
+        record["event"] = _clip(event, _CLIP_DEPTH)
+        record["event_clipped"] = f"nested deeper than {_CLIP_DEPTH} levels; cut there"
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+
+
+_CLIP_DEPTH = 100
+_CLIPPED = "<clipped>"
+
+
+def _clip(value: Any, levels: int) -> Any:
+    """``value`` with containers below ``levels`` levels replaced by ``"<clipped>"``."""
+    if isinstance(value, dict):
+        if levels == 0:
+            return _CLIPPED
+        return {k: _clip(v, levels - 1) for k, v in value.items()}
+    if isinstance(value, list):
+        if levels == 0:
+            return _CLIPPED
+        return [_clip(v, levels - 1) for v in value]
+    return value

@@ -62,12 +62,21 @@ def test_malformed_bodies_get_400_saying_what(
     _still_serving(c)
 
 
-def test_configured_depth_limit_names_the_pointer(start_collector: Any) -> None:
+def test_configured_depth_limit_rejects_the_deep_item_alone(start_collector: Any) -> None:
     c = start_collector(server={"max_json_depth": 3})
-    response = _post(c, b'[{"a": {"b": [1]}}]')  # depth 4
-    assert response.status_code == 400
-    assert response.json()["error"].endswith("at /0/a/b")
-    assert _post(c, b'[{"a": {"b": 1}}]').status_code == 200  # depth 3
+    response = _post(c, b'[{"a": {"b": [1]}}, {"a": {"b": 1}}]')  # depths 4 and 3
+    assert response.status_code == 200
+    [rejected] = response.json()["rejected"]
+    assert rejected == {
+        "index": 0,
+        "error": "is nested deeper than max_json_depth (3) at /a/b",
+    }
+    assert [e["a"] for e in _stored(c)] == [{"b": 1}]
+    alone = _post(c, b'{"a": {"b": [1]}}')  # depth 3 on its own
+    assert alone.status_code == 200
+    too_deep = _post(c, b'{"a": {"b": [[1]]}}')
+    assert too_deep.status_code == 400
+    assert "max_json_depth (3) at /a/b/0" in too_deep.json()["rejected"][0]["error"]
 
 
 def test_escaped_nul_is_accepted_and_kept(start_collector: Any) -> None:
@@ -242,3 +251,13 @@ def test_backpressure_on_free_disk(start_collector: Any) -> None:
     assert response.status_code == 503
     assert "min_free_disk_bytes" in response.json()["error"]
     assert _stored(c) == []
+
+
+def test_an_item_too_deep_to_encode_is_rejected_alone_and_recorded(start_collector: Any) -> None:
+    c = start_collector(server={"max_json_depth": 200})
+    deep = b'{"n":' * 300 + b"{}" + b"}" * 300
+    response = _post(c, b'[{"ok": 1}, ' + deep + b"]")
+    assert response.status_code == 200
+    assert response.json()["rejected"][0]["index"] == 1
+    assert [e["ok"] for e in _stored(c)] == [1]
+    assert _failed(c)[0]["event_clipped"].startswith("nested deeper than")

@@ -10,21 +10,22 @@ import pytest
 from eventpipe.collector.body import (
     BodyError,
     check_declared_length,
+    deeper_than,
     parse_events,
     read_limited,
 )
 
 
-def _parse_error(body: bytes, max_depth: int = 64) -> BodyError:
+def _parse_error(body: bytes) -> BodyError:
     with pytest.raises(BodyError) as info:
-        parse_events(body, max_depth)
+        parse_events(body)
     return info.value
 
 
 def test_an_object_or_an_array_of_items() -> None:
-    assert parse_events(b'{"a": 1}', 64) == [{"a": 1}]
-    assert parse_events(b'[{"a": 1}, 2]', 64) == [{"a": 1}, 2]
-    assert parse_events(b"[]", 64) == []
+    assert parse_events(b'{"a": 1}') == ([{"a": 1}], False)
+    assert parse_events(b'[{"a": 1}, 2]') == ([{"a": 1}, 2], True)
+    assert parse_events(b"[]") == ([], True)
 
 
 @pytest.mark.parametrize("body", [b"", b"  \n\t "])
@@ -53,7 +54,7 @@ def test_malformed_json_says_what_and_where(body: bytes, where: str) -> None:
 
 
 def test_an_escaped_nul_is_valid_json_and_kept() -> None:
-    assert parse_events(b'{"a": "x\\u0000y"}', 64) == [{"a": "x\x00y"}]
+    assert parse_events(b'{"a": "x\\u0000y"}') == ([{"a": "x\x00y"}], False)
 
 
 @pytest.mark.parametrize("body", [b"42", b'"text"', b"null", b"true"])
@@ -67,16 +68,12 @@ def test_hundred_thousand_levels_are_refused_quickly() -> None:
     assert (error.status, error.reason) == (400, "too_deep")
 
 
-def test_the_configured_depth_names_the_place() -> None:
-    body = b'{"a": {"b": [{"c": {}}]}}'  # depth 5
-    assert parse_events(body, 5) == [{"a": {"b": [{"c": {}}]}}]
-    error = _parse_error(body, max_depth=4)
-    assert error.reason == "too_deep"
-    assert "at /a/b/0/c" in error.message
-
-
-def test_brackets_inside_strings_do_not_count_as_depth() -> None:
-    assert parse_events(b'{"a": "[[[[[[[[[[{{{{{{{{{{"}', 3) == [{"a": "[[[[[[[[[[{{{{{{{{{{"}]
+def test_deeper_than_names_the_place() -> None:
+    document = {"a": {"b": [{"c": {}}]}}  # depth 5
+    assert deeper_than(document, 5) is None
+    assert deeper_than(document, 4) == "/a/b/0/c"
+    assert deeper_than(document, 3, base=2) == "/a/b"
+    assert deeper_than({"x/y~": {"z": {}}}, 2) == "/x~1y~0/z"
 
 
 def test_declared_length_is_checked_before_reading() -> None:

@@ -194,3 +194,38 @@ def test_x_forwarded_for_is_believed_only_from_trusted_proxies(
 
 def test_without_trusted_proxies_the_peer_is_the_client() -> None:
     assert client_address("10.0.0.5", "1.1.1.1", []) == "10.0.0.5"
+
+
+def _nested(levels: int) -> dict[str, Any]:
+    node: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        node = {"n": node}
+    return node
+
+
+def test_depth_is_checked_per_item_counting_the_array_level() -> None:
+    settings = EnrichSettings(max_event_bytes=51_200, anonymize_ip=False, max_json_depth=6)
+    items = [_nested(5), _nested(6), {"ok": True}]
+    in_array = enrich_batch(items, _ctx(browser=False), settings, in_array=True)
+    assert [(r.index, r.reason) for r in in_array.rejections] == [(1, "too_deep")]
+    assert "max_json_depth (6) at /n/n/n/n/n" in in_array.rejections[0].message
+    alone = enrich_batch([_nested(6)], _ctx(browser=False), settings, in_array=False)
+    assert alone.rejections == []  # a lone object starts at level 1
+
+
+def test_brackets_inside_strings_do_not_count_as_depth() -> None:
+    settings = EnrichSettings(max_event_bytes=51_200, anonymize_ip=False, max_json_depth=3)
+    batch = enrich_batch([{"a": "[[[[[[[[{{{{{{{{"}], _ctx(browser=True), settings)
+    assert batch.rejections == []
+
+
+def test_items_too_deep_for_the_encoder_are_reported_as_too_deep() -> None:
+    settings = EnrichSettings(max_event_bytes=10**9, anonymize_ip=False, max_json_depth=200)
+    batch = enrich_batch([_nested(300)], _ctx(browser=False), settings)
+    assert batch.rejections[0].reason == "too_deep"
+    [record] = [orjson.loads(line) for line in batch.failed_lines]  # the record is kept
+    assert record["event_clipped"] == "nested deeper than 100 levels; cut there"
+    depth, node = 0, record["event"]
+    while isinstance(node, dict):
+        depth, node = depth + 1, node["n"]
+    assert (depth, node) == (100, "<clipped>")

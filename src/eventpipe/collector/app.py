@@ -103,6 +103,7 @@ class Collector:
         self.enrich_settings = EnrichSettings(
             max_event_bytes=config.server.max_event_bytes,
             anonymize_ip=config.server.anonymize_ip,
+            max_json_depth=config.server.max_json_depth,
         )
 
     def open(self) -> None:
@@ -185,7 +186,7 @@ class Collector:
             check_declared_length(headers.get("content-length"), max_body)
             body = await read_limited(request.stream(), max_body)
             self.metrics.request_bytes.labels(endpoint=endpoint.label).inc(len(body))
-            items = parse_events(body, self.config.server.max_json_depth)
+            items, in_array = parse_events(body)
         except BodyError as exc:
             self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
             extra = {"Connection": "close"} if exc.status == 413 else {}
@@ -204,7 +205,7 @@ class Collector:
             received_at=now,
             timestamp=format_timestamp(now),
         )
-        batch = enrich_batch(items, ctx, self.enrich_settings)
+        batch = enrich_batch(items, ctx, self.enrich_settings, in_array=in_array)
         try:
             await self.segment_log.append(
                 key.id, b"".join(batch.lines), b"".join(batch.failed_lines)

@@ -6,9 +6,9 @@
 * JSON: orjson, which rejects invalid UTF-8, lone surrogates, raw control characters, NaN
   and trailing content, and reports the position. An escaped ``\\u0000`` is valid JSON and
   is kept (destinations that cannot store NUL apply their own documented rule).
-* Depth: orjson stops at 1,024 levels by itself; ``max_json_depth`` is checked after
-  parsing, with a byte count of brackets as a free pre-check that skips the walk for
-  bodies that cannot be that deep.
+* Depth: orjson stops at 1,024 levels by itself (a 400 for the whole body);
+  ``max_json_depth`` is checked per event by :mod:`eventpipe.collector.enrich` with
+  :func:`deeper_than`, so that one deep item in an array is rejected alone.
 """
 
 from __future__ import annotations
@@ -59,8 +59,9 @@ async def read_limited(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
     return b"".join(parts)
 
 
-def parse_events(body: bytes, max_depth: int) -> list[Any]:
-    """Parse a body into a list of items (one object, or an array of them)."""
+def parse_events(body: bytes) -> tuple[list[Any], bool]:
+    """Parse a body into its items (one object, or an array of them), and whether it was
+    an array."""
     if not body.strip():
         raise BodyError(400, "empty_body", "body is empty: send a JSON object or an array of them")
     try:
@@ -68,18 +69,10 @@ def parse_events(body: bytes, max_depth: int) -> list[Any]:
     except orjson.JSONDecodeError as exc:
         reason = "too_deep" if "depth" in str(exc) else "malformed_json"
         raise BodyError(400, reason, f"body is not valid JSON: {exc}") from None
-    if body.count(b"{") + body.count(b"[") >= max_depth:
-        where = _too_deep(document, max_depth)
-        if where is not None:
-            raise BodyError(
-                400,
-                "too_deep",
-                f"body is nested deeper than max_json_depth ({max_depth}) at {where}",
-            )
     if isinstance(document, dict):
-        return [document]
+        return [document], False
     if isinstance(document, list):
-        return document
+        return document, True
     raise BodyError(
         400,
         "not_an_object",
@@ -87,9 +80,12 @@ def parse_events(body: bytes, max_depth: int) -> list[Any]:
     )
 
 
-def _too_deep(document: Any, max_depth: int) -> str | None:
-    """JSON pointer of the first container nested deeper than ``max_depth``, else None."""
-    stack: list[tuple[Any, int, str]] = [(document, 1, "")]
+def deeper_than(document: Any, max_depth: int, *, base: int = 1) -> str | None:
+    """JSON pointer of the first container nested deeper than ``max_depth``, else None.
+
+    ``document`` itself is at level ``base`` (2 for an item of an array body).
+    """
+    stack: list[tuple[Any, int, str]] = [(document, base, "")]
     while stack:
         node, depth, pointer = stack.pop()
         if depth > max_depth:

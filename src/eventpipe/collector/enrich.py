@@ -15,8 +15,14 @@ For every event:
 Browser events also get ``eventn_ctx.user_agent`` from the User-Agent header, if absent;
 server events get ``src: "api"``, if absent.
 
-An item that cannot be enriched (not an object, ``eventn_ctx`` not an object, a bad
-``source_ip``, too large once enriched) is rejected alone; the rest of the batch goes on.
+An item that cannot be stored (not an object, ``eventn_ctx`` not an object, a bad
+``source_ip``, nested deeper than ``max_json_depth``, too large once enriched) is rejected
+alone; the rest of the batch goes on.
+
+Cost matters here: this runs for every event on the collector's single event loop. The
+depth limit is checked exactly only for events whose serialized line holds more ``{`` and
+``[`` bytes than the limit, since nesting can never exceed that count; for ordinary events
+the check is two ``bytes.count`` calls on a line that is written anyway.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ from typing import Any
 
 import orjson
 
+from eventpipe.collector.body import deeper_than
 from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
 
 _APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
@@ -53,6 +60,7 @@ class RequestContext:
 class EnrichSettings:
     max_event_bytes: int
     anonymize_ip: bool
+    max_json_depth: int = 64
 
 
 @dataclass(frozen=True)
@@ -68,7 +76,6 @@ class EnrichedBatch:
     lines: list[bytes] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     failed_lines: list[bytes] = field(default_factory=list)
-    event_ids: list[str] = field(default_factory=list)
 
 
 def anonymize(address: str) -> str:
@@ -105,16 +112,27 @@ def _in_networks(address: str, networks: Sequence[IPNetwork]) -> bool:
     return any(ip in net for net in networks)
 
 
-def enrich_batch(items: list[Any], ctx: RequestContext, settings: EnrichSettings) -> EnrichedBatch:
-    """Enrich each item; reject the ones that cannot be stored, each with its reason."""
+def enrich_batch(
+    items: list[Any], ctx: RequestContext, settings: EnrichSettings, *, in_array: bool = True
+) -> EnrichedBatch:
+    """Enrich each item; reject the ones that cannot be stored, each with its reason.
+
+    ``in_array``: the items came in a JSON array, so each starts at nesting level 2.
+    """
     out = EnrichedBatch()
+    base = 2 if in_array else 1
+    # Containers an item may hold: its own level counts, and enrichment may add eventn_ctx.
+    max_containers = settings.max_json_depth - base + 1
     for index, item in enumerate(items):
         problem = _enrich_one(item, ctx, settings.anonymize_ip)
         if problem is None:
             try:
                 line = orjson.dumps(item, option=_APPEND_NEWLINE)
             except orjson.JSONEncodeError as exc:
-                problem = ("unencodable", f"cannot be stored as JSON: {exc}")
+                problem = _depth_problem(item, settings.max_json_depth, base) or (
+                    "unencodable",
+                    f"cannot be stored as JSON: {exc}",
+                )
             else:
                 if len(line) - 1 > settings.max_event_bytes:
                     problem = (
@@ -122,9 +140,10 @@ def enrich_batch(items: list[Any], ctx: RequestContext, settings: EnrichSettings
                         f"event is {len(line) - 1} bytes once enriched; max_event_bytes is "
                         f"{settings.max_event_bytes}",
                     )
-                else:
+                elif line.count(b"{") + line.count(b"[") > max_containers:
+                    problem = _depth_problem(item, settings.max_json_depth, base)
+                if problem is None:
                     out.lines.append(line)
-                    out.event_ids.append(item["eventn_ctx"]["event_id"])
                     continue
         reason, message = problem
         out.rejections.append(Rejection(index, reason, message))
@@ -138,6 +157,13 @@ def enrich_batch(items: list[Any], ctx: RequestContext, settings: EnrichSettings
             )
         )
     return out
+
+
+def _depth_problem(item: Any, max_depth: int, base: int) -> tuple[str, str] | None:
+    where = deeper_than(item, max_depth, base=base)
+    if where is None:
+        return None
+    return "too_deep", f"is nested deeper than max_json_depth ({max_depth}) at {where}"
 
 
 def _enrich_one(item: Any, ctx: RequestContext, anonymize_ip: bool) -> tuple[str, str] | None:
@@ -167,8 +193,11 @@ def _enrich_one(item: Any, ctx: RequestContext, anonymize_ip: bool) -> tuple[str
     if item.get("_timestamp") is None:
         item["_timestamp"] = ctx.timestamp
     item["api_key"] = ctx.key_id
-    event_id = client_event_id(item) or new_event_id()
-    context["event_id"] = event_id
+    # client_event_id() inlined for the common cases: this line runs for every event.
+    given = context.get("event_id")
+    if type(given) is not str or not given:
+        given = client_event_id(item) or new_event_id()
+    context["event_id"] = given
     if ctx.browser:
         if ctx.user_agent is not None and context.get("user_agent") is None:
             context["user_agent"] = ctx.user_agent

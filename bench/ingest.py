@@ -1,0 +1,215 @@
+"""Ingest benchmark: eventpipe's collector next to a bare baseline, in the same run.
+
+Both servers run on uvicorn with uvloop and httptools on 127.0.0.1; `wrk` (C, one thread)
+drives each with 16 connections, first with 100-event posts, then with single-event posts.
+eventpipe runs with its real settings: key check, enrichment, limits, fsync before 200.
+The baseline only parses and appends (bench/baseline_server.py).
+
+    make bench                         # or: .venv/bin/python bench/ingest.py --seconds 15
+
+Prints events/s, p50/p99 latency, eventpipe's peak RSS, and the ratio to the baseline.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVER_KEY = "bench-server-key-123"
+USER_AGENTS = [
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/131.0.0.0 Safari/537.36",
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
+    "(KHTML, like Gecko) Version/17.5 Mobile/15E148 Safari/604.1",
+    "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+]
+
+
+def make_event(rng: random.Random) -> dict[str, object]:
+    """A realistic analytics event (~450 bytes of JSON), no id: the collector makes one."""
+    return {
+        "event_type": rng.choice(["page_view", "click", "signup", "purchase"]),
+        "user": {"anonymous_id": f"a{rng.getrandbits(48):x}", "id": rng.randint(1, 10**6)},
+        "page": {
+            "url": f"https://shop.example.com/p/{rng.randint(1, 5000)}",
+            "title": "Product page",
+            "referrer": "https://www.google.com/",
+        },
+        "properties": {
+            "price": round(rng.uniform(1, 500), 2),
+            "currency": "EUR",
+            "items": rng.randint(1, 5),
+            "coupon": rng.choice([None, "WINTER", True]),
+        },
+        "user_agent": rng.choice(USER_AGENTS),
+        "screen": {"w": 1920, "h": 1080},
+    }
+
+
+@dataclass
+class Result:
+    name: str
+    events_per_post: int
+    requests_per_s: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+    peak_rss_mb: float | None = None
+
+    @property
+    def events_per_s(self) -> float:
+        return self.requests_per_s * self.events_per_post
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_ready(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode}")
+        try:
+            httpx.post(url, content=b"[]", headers={"X-Auth-Token": SERVER_KEY}, timeout=1)
+            return
+        except httpx.TransportError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not start")
+
+
+def _ms(text: str) -> float:
+    value, unit = re.fullmatch(r"([\d.]+)(us|ms|s)", text).groups()  # type: ignore[union-attr]
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
+
+
+def run_wrk(url: str, body_path: Path, seconds: int, connections: int) -> tuple[float, float, float, int]:
+    script = body_path.with_suffix(".lua")
+    script.write_text(
+        f'wrk.method = "POST"\n'
+        f'wrk.body = io.open("{body_path}", "rb"):read("*a")\n'
+        f'wrk.headers["Content-Type"] = "application/json"\n'
+        f'wrk.headers["X-Auth-Token"] = "{SERVER_KEY}"\n'
+    )
+    out = subprocess.run(
+        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    p50 = _ms(re.search(r"\s50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    p99 = _ms(re.search(r"\s99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
+    errors_match = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    errors = int(errors_match.group(1)) if errors_match else 0
+    if socket_errors:
+        errors += sum(int(x) for x in socket_errors.groups())
+    return rps, p50, p99, errors
+
+
+def peak_rss_mb(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+
+
+def start_eventpipe(work: Path, port: int) -> subprocess.Popen[bytes]:
+    config = {
+        "data_dir": str(work / "data"),
+        "server": {"host": "127.0.0.1", "port": port},
+        "incoming": {"max_backlog_bytes": 10**12, "min_free_disk_bytes": 10**8},
+        "api_keys": [{"id": "bench", "js": "bench-js-key-123", "server": SERVER_KEY}],
+        "logging": {"level": "warning"},
+    }
+    path = work / "eventpipe.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return subprocess.Popen(
+        [str(Path(sys.executable).parent / "eventpipe"), "collect", "-c", str(path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def start_baseline(work: Path, port: int) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, str(ROOT / "bench/baseline_server.py"), "--port", str(port),
+         "--out", str(work / "baseline.jsonl")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+
+
+def measure(name: str, starter, work: Path, bodies: dict[int, Path], args: argparse.Namespace) -> list[Result]:  # type: ignore[no-untyped-def]
+    port = free_port()
+    proc = starter(work, port)
+    url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
+    results = []
+    try:
+        wait_ready(url, proc)
+        for per_post, body in bodies.items():
+            run_wrk(url, body, 2, args.connections)  # warm-up
+            rps, p50, p99, errors = run_wrk(url, body, args.seconds, args.connections)
+            results.append(Result(name, per_post, rps, p50, p99, errors, peak_rss_mb(proc.pid)))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(60)
+    return results
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=int, default=10, help="measured seconds per case")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args()
+    if shutil.which("wrk") is None:
+        sys.exit("wrk is needed: apt-get install wrk (make bench does it)")
+
+    rng = random.Random(1)
+    with tempfile.TemporaryDirectory(prefix="eventpipe-bench-") as tmp:
+        work = Path(tmp)
+        bodies = {}
+        for per_post in (100, 1):
+            events = [make_event(rng) for _ in range(per_post)]
+            body = work / f"body-{per_post}.json"
+            body.write_bytes(json.dumps(events if per_post > 1 else events[0]).encode())
+            bodies[per_post] = body
+        (work / "ep").mkdir()
+        (work / "base").mkdir()
+        baseline = measure("baseline", start_baseline, work / "base", bodies, args)
+        eventpipe = measure("eventpipe", start_eventpipe, work / "ep", bodies, args)
+        stored = sum(1 for p in (work / "ep/data/incoming").iterdir() if p.name.startswith("incoming."))
+
+    print(f"\ningest, {args.connections} connections, {args.seconds} s per case, "
+          f"{os.cpu_count()} cores, wrk -t1 on the same machine\n")
+    print(f"{'server':<10} {'events/post':>11} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+          f"{'errors':>7} {'peak RSS MB':>12}")
+    for r in baseline + eventpipe:
+        print(f"{r.name:<10} {r.events_per_post:>11} {r.events_per_s:>10.0f} {r.p50_ms:>8.2f} "
+              f"{r.p99_ms:>8.2f} {r.errors:>7} {r.peak_rss_mb or 0:>12.1f}")
+    print()
+    for b, e in zip(baseline, eventpipe, strict=True):
+        print(f"{e.events_per_post:>3} events/post: eventpipe / baseline = "
+              f"{e.events_per_s / b.events_per_s:.2f}x events/s")
+    print(f"eventpipe sealed {stored} segment file(s)")
+    if args.json:
+        args.json.write_text(json.dumps([r.__dict__ for r in baseline + eventpipe], indent=2))
+
+
+if __name__ == "__main__":
+    main()
