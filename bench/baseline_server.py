@@ -34,8 +34,14 @@ def main() -> None:
     parser.add_argument("--out", required=True)
     args = parser.parse_args()
     uvicorn.run(
-        make_app(args.out), host="127.0.0.1", port=args.port, loop="uvloop", http="httptools",
-        access_log=False, log_level="warning", server_header=False,
+        make_app(args.out),
+        host="127.0.0.1",
+        port=args.port,
+        loop="uvloop",
+        http="httptools",
+        access_log=False,
+        log_level="warning",
+        server_header=False,
     )
 
 

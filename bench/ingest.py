@@ -19,6 +19,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -102,7 +103,9 @@ def _ms(text: str) -> float:
     return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
-def run_wrk(url: str, body_path: Path, seconds: int, connections: int) -> tuple[float, float, float, int]:
+def run_wrk(
+    url: str, body_path: Path, seconds: int, connections: int
+) -> tuple[float, float, float, int]:
     script = body_path.with_suffix(".lua")
     script.write_text(
         f'wrk.method = "POST"\n'
@@ -112,13 +115,17 @@ def run_wrk(url: str, body_path: Path, seconds: int, connections: int) -> tuple[
     )
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     p50 = _ms(re.search(r"\s50%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
     p99 = _ms(re.search(r"\s99%\s+(\S+)", out).group(1))  # type: ignore[union-attr]
     errors_match = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    socket_errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out)
+    socket_errors = re.search(
+        r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", out
+    )
     errors = int(errors_match.group(1)) if errors_match else 0
     if socket_errors:
         errors += sum(int(x) for x in socket_errors.groups())
@@ -134,7 +141,11 @@ def start_eventpipe(work: Path, port: int) -> subprocess.Popen[bytes]:
     config = {
         "data_dir": str(work / "data"),
         "server": {"host": "127.0.0.1", "port": port},
-        "incoming": {"max_backlog_bytes": 10**12, "min_free_disk_bytes": 10**8},
+        "incoming": {
+            "max_backlog_bytes": 10**12,
+            "min_free_disk_bytes": 10**8,
+            "fsync": os.environ.get("BENCH_FSYNC", "1") == "1",
+        },
         "api_keys": [{"id": "bench", "js": "bench-js-key-123", "server": SERVER_KEY}],
         "logging": {"level": "warning"},
     }
@@ -142,38 +153,32 @@ def start_eventpipe(work: Path, port: int) -> subprocess.Popen[bytes]:
     path.write_text(yaml.safe_dump(config))
     return subprocess.Popen(
         [str(Path(sys.executable).parent / "eventpipe"), "collect", "-c", str(path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
 def start_baseline(work: Path, port: int) -> subprocess.Popen[bytes]:
     return subprocess.Popen(
-        [sys.executable, str(ROOT / "bench/baseline_server.py"), "--port", str(port),
-         "--out", str(work / "baseline.jsonl")],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            sys.executable,
+            str(ROOT / "bench/baseline_server.py"),
+            "--port",
+            str(port),
+            "--out",
+            str(work / "baseline.jsonl"),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
 
 
-def measure(name: str, starter, work: Path, bodies: dict[int, Path], args: argparse.Namespace) -> list[Result]:  # type: ignore[no-untyped-def]
-    port = free_port()
-    proc = starter(work, port)
-    url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
-    results = []
-    try:
-        wait_ready(url, proc)
-        for per_post, body in bodies.items():
-            run_wrk(url, body, 2, args.connections)  # warm-up
-            rps, p50, p99, errors = run_wrk(url, body, args.seconds, args.connections)
-            results.append(Result(name, per_post, rps, p50, p99, errors, peak_rss_mb(proc.pid)))
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(60)
-    return results
-
-
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=int, default=10, help="measured seconds per case")
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=int, default=8, help="measured seconds per round")
+    parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--json", type=Path, help="also write the results here")
     args = parser.parse_args()
@@ -189,26 +194,72 @@ def main() -> None:
             body = work / f"body-{per_post}.json"
             body.write_bytes(json.dumps(events if per_post > 1 else events[0]).encode())
             bodies[per_post] = body
-        (work / "ep").mkdir()
-        (work / "base").mkdir()
-        baseline = measure("baseline", start_baseline, work / "base", bodies, args)
-        eventpipe = measure("eventpipe", start_eventpipe, work / "ep", bodies, args)
-        stored = sum(1 for p in (work / "ep/data/incoming").iterdir() if p.name.startswith("incoming."))
+        servers = {}
+        for name, starter in (("baseline", start_baseline), ("eventpipe", start_eventpipe)):
+            (work / name).mkdir()
+            port = free_port()
+            proc = starter(work / name, port)
+            url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
+            wait_ready(url, proc)
+            servers[name] = (proc, url)
+        results: dict[tuple[str, int], list[Result]] = {}
+        try:
+            # Rounds alternate between the two servers, so that drifts of this shared
+            # machine (page cache, writeback, noisy neighbours) hit both alike.
+            for per_post, body in bodies.items():
+                for _, url in servers.values():
+                    run_wrk(url, body, 2, args.connections)  # warm-up
+                for _ in range(args.rounds):
+                    for name, (proc, url) in servers.items():
+                        rps, p50, p99, errors = run_wrk(url, body, args.seconds, args.connections)
+                        results.setdefault((name, per_post), []).append(
+                            Result(name, per_post, rps, p50, p99, errors, peak_rss_mb(proc.pid))
+                        )
+        finally:
+            for proc, _ in servers.values():
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+        incoming = work / "eventpipe/data/incoming"
+        stored = sum(1 for p in incoming.iterdir() if p.name.startswith("incoming."))
 
-    print(f"\ningest, {args.connections} connections, {args.seconds} s per case, "
-          f"{os.cpu_count()} cores, wrk -t1 on the same machine\n")
-    print(f"{'server':<10} {'events/post':>11} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
-          f"{'errors':>7} {'peak RSS MB':>12}")
-    for r in baseline + eventpipe:
-        print(f"{r.name:<10} {r.events_per_post:>11} {r.events_per_s:>10.0f} {r.p50_ms:>8.2f} "
-              f"{r.p99_ms:>8.2f} {r.errors:>7} {r.peak_rss_mb or 0:>12.1f}")
+    print(
+        f"\ningest, {args.connections} connections, {args.rounds} alternating rounds of "
+        f"{args.seconds} s per case (median shown), {os.cpu_count()} cores, "
+        "wrk -t1 on the same machine\n"
+    )
+    print(
+        f"{'server':<10} {'events/post':>11} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'errors':>7} {'peak RSS MB':>12}   events/s of each round"
+    )
+    medians = {}
+    for (name, per_post), rounds in results.items():
+        m = Result(
+            name,
+            per_post,
+            statistics.median(r.requests_per_s for r in rounds),
+            statistics.median(r.p50_ms for r in rounds),
+            statistics.median(r.p99_ms for r in rounds),
+            sum(r.errors for r in rounds),
+            max(r.peak_rss_mb or 0 for r in rounds),
+        )
+        medians[(name, per_post)] = m
+        each = ", ".join(f"{r.events_per_s:.0f}" for r in rounds)
+        print(
+            f"{name:<10} {per_post:>11} {m.events_per_s:>10.0f} {m.p50_ms:>8.2f} "
+            f"{m.p99_ms:>8.2f} {m.errors:>7} {m.peak_rss_mb or 0:>12.1f}   {each}"
+        )
     print()
-    for b, e in zip(baseline, eventpipe, strict=True):
-        print(f"{e.events_per_post:>3} events/post: eventpipe / baseline = "
-              f"{e.events_per_s / b.events_per_s:.2f}x events/s")
+    for per_post in bodies:
+        ratio = (
+            medians[("eventpipe", per_post)].events_per_s
+            / medians[("baseline", per_post)].events_per_s
+        )
+        print(f"{per_post:>3} events/post: eventpipe / baseline = {ratio:.2f}x events/s")
     print(f"eventpipe sealed {stored} segment file(s)")
     if args.json:
-        args.json.write_text(json.dumps([r.__dict__ for r in baseline + eventpipe], indent=2))
+        args.json.write_text(
+            json.dumps([r.__dict__ for rounds in results.values() for r in rounds], indent=2)
+        )
 
 
 if __name__ == "__main__":

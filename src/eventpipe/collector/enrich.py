@@ -118,45 +118,125 @@ def enrich_batch(
     """Enrich each item; reject the ones that cannot be stored, each with its reason.
 
     ``in_array``: the items came in a JSON array, so each starts at nesting level 2.
+
+    This loop runs for every event on the collector's one event loop thread, so it is
+    written flat, with names bound once (measured: about 1.6 us of Python per event before,
+    see bench/ingest.py); the rare cases go to :func:`_slow_path`.
     """
     out = EnrichedBatch()
+    lines = out.lines
     base = 2 if in_array else 1
     # Containers an item may hold: its own level counts, and enrichment may add eventn_ctx.
     max_containers = settings.max_json_depth - base + 1
+    max_line = settings.max_event_bytes + 1  # the newline does not count
+    dumps = orjson.dumps
+    source_ip, timestamp, key_id = ctx.source_ip, ctx.timestamp, ctx.key_id
+    browser, user_agent = ctx.browser, ctx.user_agent
     for index, item in enumerate(items):
-        problem = _enrich_one(item, ctx, settings.anonymize_ip)
-        if problem is None:
-            try:
-                line = orjson.dumps(item, option=_APPEND_NEWLINE)
-            except orjson.JSONEncodeError as exc:
-                problem = _depth_problem(item, settings.max_json_depth, base) or (
-                    "unencodable",
-                    f"cannot be stored as JSON: {exc}",
-                )
+        if type(item) is not dict:
+            _reject(out, ctx, index, item, _not_an_object(item))
+            continue
+        context = item.get("eventn_ctx")
+        if context is None:
+            context = item["eventn_ctx"] = {}
+        elif type(context) is not dict:
+            _reject(out, ctx, index, item, ("bad_eventn_ctx", "eventn_ctx must be an object"))
+            continue
+        if browser:
+            item["source_ip"] = source_ip
+            if user_agent is not None and context.get("user_agent") is None:
+                context["user_agent"] = user_agent
+        else:
+            if item.get("source_ip") is None:
+                item["source_ip"] = source_ip
             else:
-                if len(line) - 1 > settings.max_event_bytes:
-                    problem = (
-                        "event_too_large",
-                        f"event is {len(line) - 1} bytes once enriched; max_event_bytes is "
-                        f"{settings.max_event_bytes}",
-                    )
-                elif line.count(b"{") + line.count(b"[") > max_containers:
-                    problem = _depth_problem(item, settings.max_json_depth, base)
-                if problem is None:
-                    out.lines.append(line)
+                problem = _own_source_ip(item, settings.anonymize_ip)
+                if problem is not None:
+                    _reject(out, ctx, index, item, problem)
                     continue
-        reason, message = problem
-        out.rejections.append(Rejection(index, reason, message))
-        out.failed_lines.append(
-            event_error_line(
-                event=item,
-                error=f"item {index}: {message}",
-                stage=Stage.RECEIVING,
-                when=ctx.received_at,
-                api_key=ctx.key_id,
+            if item.get("src") is None:
+                item["src"] = "api"
+        if item.get("_timestamp") is None:
+            item["_timestamp"] = timestamp
+        item["api_key"] = key_id
+        event_id = context.get("event_id")
+        if type(event_id) is not str or not event_id:
+            if (
+                event_id is None
+                and item.get("eventn_ctx_event_id") is None
+                and item.get("event_id") is None
+                and item.get("messageId") is None
+            ):
+                event_id = new_event_id()
+            else:
+                event_id = client_event_id(item) or new_event_id()
+            context["event_id"] = event_id
+        try:
+            line = dumps(item, option=_APPEND_NEWLINE)
+        except orjson.JSONEncodeError as exc:
+            _reject(
+                out,
+                ctx,
+                index,
+                item,
+                _depth_problem(item, settings.max_json_depth, base)
+                or ("unencodable", f"cannot be stored as JSON: {exc}"),
             )
-        )
+            continue
+        if len(line) > max_line:
+            _reject(
+                out,
+                ctx,
+                index,
+                item,
+                (
+                    "event_too_large",
+                    f"event is {len(line) - 1} bytes once enriched; max_event_bytes is "
+                    f"{settings.max_event_bytes}",
+                ),
+            )
+            continue
+        if line.count(b"{") + line.count(b"[") > max_containers:
+            problem = _depth_problem(item, settings.max_json_depth, base)
+            if problem is not None:
+                _reject(out, ctx, index, item, problem)
+                continue
+        lines.append(line)
     return out
+
+
+def _reject(
+    out: EnrichedBatch, ctx: RequestContext, index: int, item: Any, problem: tuple[str, str]
+) -> None:
+    reason, message = problem
+    out.rejections.append(Rejection(index, reason, message))
+    out.failed_lines.append(
+        event_error_line(
+            event=item,
+            error=f"item {index}: {message}",
+            stage=Stage.RECEIVING,
+            when=ctx.received_at,
+            api_key=ctx.key_id,
+        )
+    )
+
+
+def _not_an_object(item: Any) -> tuple[str, str]:
+    kind = "array" if isinstance(item, list) else type(item).__name__
+    kind = {"str": "string", "int": "number", "float": "number", "NoneType": "null"}.get(kind, kind)
+    return "not_an_object", f"is a JSON {kind}, not an object"
+
+
+def _own_source_ip(item: dict[str, Any], anonymize_ip: bool) -> tuple[str, str] | None:
+    """A server event's own source_ip: it must be an IP address; anonymised if configured."""
+    given = item["source_ip"]
+    try:
+        ipaddress.ip_address(given)
+    except (ValueError, TypeError):
+        return "bad_source_ip", f"source_ip {given!r} is not an IP address"
+    if anonymize_ip:
+        item["source_ip"] = anonymize(given)
+    return None
 
 
 def _depth_problem(item: Any, max_depth: int, base: int) -> tuple[str, str] | None:
@@ -164,43 +244,3 @@ def _depth_problem(item: Any, max_depth: int, base: int) -> tuple[str, str] | No
     if where is None:
         return None
     return "too_deep", f"is nested deeper than max_json_depth ({max_depth}) at {where}"
-
-
-def _enrich_one(item: Any, ctx: RequestContext, anonymize_ip: bool) -> tuple[str, str] | None:
-    """Enrich ``item`` in place; return (reason, message) if it must be rejected."""
-    if not isinstance(item, dict):
-        kind = "array" if isinstance(item, list) else type(item).__name__
-        kind = {"str": "string", "int": "number", "float": "number", "NoneType": "null"}.get(
-            kind, kind
-        )
-        return "not_an_object", f"is a JSON {kind}, not an object"
-    context = item.get("eventn_ctx")
-    if context is None:
-        context = item["eventn_ctx"] = {}
-    elif not isinstance(context, dict):
-        return "bad_eventn_ctx", "eventn_ctx must be an object"
-
-    source_ip = ctx.source_ip
-    if not ctx.browser and "source_ip" in item and item["source_ip"] is not None:
-        given = item["source_ip"]
-        try:
-            ipaddress.ip_address(given)
-        except (ValueError, TypeError):
-            return "bad_source_ip", f"source_ip {given!r} is not an IP address"
-        source_ip = anonymize(given) if anonymize_ip else given
-    item["source_ip"] = source_ip
-
-    if item.get("_timestamp") is None:
-        item["_timestamp"] = ctx.timestamp
-    item["api_key"] = ctx.key_id
-    # client_event_id() inlined for the common cases: this line runs for every event.
-    given = context.get("event_id")
-    if type(given) is not str or not given:
-        given = client_event_id(item) or new_event_id()
-    context["event_id"] = given
-    if ctx.browser:
-        if ctx.user_agent is not None and context.get("user_agent") is None:
-            context["user_agent"] = ctx.user_agent
-    elif item.get("src") is None:
-        item["src"] = "api"
-    return None
