@@ -55,18 +55,23 @@ def _env() -> dict[str, str]:
 
 
 class CollectorProcess:
-    """`eventpipe collect -c CONFIG` in a child process, stderr kept in a file."""
+    """`eventpipe collect` in a child process (``-c CONFIG``, or built-in defaults in
+    ``cwd``), its output kept in a file."""
 
-    def __init__(self, config: Path, port: int, log_path: Path) -> None:
+    def __init__(
+        self, config: Path | None, port: int, log_path: Path, *, cwd: Path | None = None
+    ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
         self.log_path = log_path
         self._log = log_path.open("ab")
+        args = ["-c", str(config)] if config else ["--port", str(port)]
         self.proc = subprocess.Popen(
-            [*EVENTPIPE, "collect", "-c", str(config)],
+            [*EVENTPIPE, "collect", *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=_env(),
+            cwd=cwd,
             start_new_session=True,
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -126,43 +127,22 @@ def test_a_second_collector_on_the_same_data_dir_is_refused(
 
 
 def test_embedded_defaults_generate_and_print_dev_keys(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()  # no eventpipe.yaml here: built-in defaults, with a port override
     port = free_port()
-    (tmp_path / "run").mkdir()
-    # No eventpipe.yaml in the working directory: built-in defaults, with a port override.
-    import subprocess
-    import sys
-
-    from tests.process import _env
-
-    log = tmp_path / "out.log"
-    with log.open("wb") as out:
-        child = subprocess.Popen(
-            [sys.executable, "-m", "eventpipe.cli", "collect", "--port", str(port)],
-            cwd=tmp_path / "run",
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            env=_env(),
+    proc = CollectorProcess(None, port, tmp_path / "out.log", cwd=run_dir)
+    try:
+        proc.wait_ready()
+        keys = json.loads((run_dir / "data/dev_keys.json").read_text())
+        response = httpx.post(
+            proc.url + "/api/v1/event", params={"token": keys["js"]}, json={"a": 1}
         )
-        try:
-            proc_url = f"http://127.0.0.1:{port}"
-            import time
-
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                try:
-                    if httpx.get(proc_url + "/health", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    time.sleep(0.05)
-            keys = yaml.safe_load((tmp_path / "run/data/dev_keys.json").read_text())
-            response = httpx.post(
-                proc_url + "/api/v1/event", params={"token": keys["js"]}, json={"a": 1}
-            )
-            assert response.status_code == 200
-        finally:
-            child.send_signal(signal.SIGINT)  # Ctrl-C
-            assert child.wait(30) == 0
-    text = log.read_text()
+        assert response.status_code == 200
+        proc.signal(signal.SIGINT)  # Ctrl-C
+        assert proc.wait() == 0
+    finally:
+        proc.kill()
+    text = proc.log_path.read_text()
     assert keys["js"] in text
     assert "try: curl" in text
-    assert len(read_lines(DataLayout(tmp_path / "run/data").sealed_segments())) == 1
+    assert len(read_lines(DataLayout(run_dir / "data").sealed_segments())) == 1

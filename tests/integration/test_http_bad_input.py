@@ -261,3 +261,33 @@ def test_an_item_too_deep_to_encode_is_rejected_alone_and_recorded(start_collect
     assert response.json()["rejected"][0]["index"] == 1
     assert [e["ok"] for e in _stored(c)] == [1]
     assert _failed(c)[0]["event_clipped"].startswith("nested deeper than")
+
+
+def test_disk_full_answers_503_keeps_what_was_acknowledged_and_recovers(
+    start_collector: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import errno
+    import os
+
+    from eventpipe.log import segments
+
+    c = start_collector(incoming={"retry_after_seconds": 3})
+    assert _post(c, b'{"n": 1}').status_code == 200
+    real_write = os.write
+
+    def enospc(fd: int, data: bytes | memoryview) -> int:
+        real_write(fd, bytes(data[:5]))  # part of the round lands, as on a real full disk
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(segments.os, "write", enospc)
+    response = _post(c, b'{"n": 2}')
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "3"
+    assert "No space left on device" in response.json()["error"]
+    assert [e["n"] for e in _stored(c)] == [1]  # nothing torn, nothing half-written
+    monkeypatch.setattr(segments.os, "write", real_write)
+    deadline = time.monotonic() + 5  # the next free-disk reading lifts backpressure
+    while (again := _post(c, b'{"n": 3}')).status_code != 200:
+        assert time.monotonic() < deadline, again.text
+        time.sleep(0.05)
+    assert [e["n"] for e in _stored(c)] == [1, 3]
