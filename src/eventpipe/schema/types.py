@@ -1,0 +1,103 @@
+"""The one type lattice of eventpipe (seed 1, Type Promotion).
+
+Each JSON value has a type; a column's type is the lowest common ancestor, in this tree,
+of the types of all its values in a batch::
+
+             STRING
+             /    \\
+        FLOAT64  TIMESTAMP
+           |
+         INT64
+           |
+          BOOL
+
+So BOOL + INT64 = INT64, INT64 + FLOAT64 = FLOAT64, FLOAT64 + TIMESTAMP = STRING, and any
+type + STRING = STRING. Nulls have no type and change nothing. Arrays are stored as JSON
+text, so they are STRING. Strings that are RFC 3339 / ISO-8601 date-times are TIMESTAMP.
+
+A column is never narrowed: :func:`promote` only ever moves up the tree.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from enum import StrEnum
+from typing import Any
+
+
+class DataType(StrEnum):
+    BOOL = "BOOL"
+    INT64 = "INT64"
+    FLOAT64 = "FLOAT64"
+    TIMESTAMP = "TIMESTAMP"
+    STRING = "STRING"
+
+
+# Each type's path to the root of the tree, itself first.
+_ANCESTORS: dict[DataType, tuple[DataType, ...]] = {
+    DataType.BOOL: (DataType.BOOL, DataType.INT64, DataType.FLOAT64, DataType.STRING),
+    DataType.INT64: (DataType.INT64, DataType.FLOAT64, DataType.STRING),
+    DataType.FLOAT64: (DataType.FLOAT64, DataType.STRING),
+    DataType.TIMESTAMP: (DataType.TIMESTAMP, DataType.STRING),
+    DataType.STRING: (DataType.STRING,),
+}
+
+
+def promote(a: DataType | None, b: DataType | None) -> DataType | None:
+    """The lowest common ancestor of ``a`` and ``b``; None (a null) is the identity."""
+    if a is None:
+        return b
+    if b is None or a is b:
+        return a
+    b_path = _ANCESTORS[b]
+    return next(t for t in _ANCESTORS[a] if t in b_path)
+
+
+def promote_all(types: Iterable[DataType | None]) -> DataType | None:
+    result: DataType | None = None
+    for t in types:
+        result = promote(result, t)
+    return result
+
+
+def fits(value_type: DataType, column_type: DataType) -> bool:
+    """Whether values of ``value_type`` go into a ``column_type`` column without widening
+    it (``column_type`` is ``value_type`` or one of its ancestors)."""
+    return column_type in _ANCESTORS[value_type]
+
+
+# RFC 3339 date-time, and the ISO-8601 variants clients commonly send: a space instead of
+# T, no seconds fraction, no zone (read as UTC), a zone without a colon.
+_TIMESTAMP = re.compile(
+    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:?\d{2})?$"
+)
+TIMESTAMP_PATTERN = _TIMESTAMP.pattern
+"""Also used as a Spark SQL ``rlike`` pattern (Java regex accepts the same syntax)."""
+
+
+def is_timestamp(text: str) -> bool:
+    return bool(_TIMESTAMP.match(text)) and _plausible_date(text)
+
+
+def _plausible_date(text: str) -> bool:
+    month, day = int(text[5:7]), int(text[8:10])
+    hour, minute, second = int(text[11:13]), int(text[14:16]), int(text[17:19])
+    return 1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61
+
+
+def json_type(value: Any) -> DataType | None:
+    """The lattice type of one JSON leaf value (objects are flattened, not typed)."""
+    if value is None:
+        return None
+    if value is True or value is False:
+        return DataType.BOOL
+    if isinstance(value, int):
+        return DataType.INT64
+    if isinstance(value, float):
+        return DataType.FLOAT64
+    if isinstance(value, str):
+        return DataType.TIMESTAMP if is_timestamp(value) else DataType.STRING
+    if isinstance(value, list):
+        return DataType.STRING
+    raise TypeError(f"{type(value).__name__} is not a JSON leaf value")
