@@ -97,3 +97,13 @@ def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     import orjson
 
     return [orjson.loads(line) for path in paths for line in path.read_bytes().splitlines()]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """One real Spark session for the whole test run (starting one takes ~15 s)."""
+    from eventpipe.processing.spark import start_session
+
+    session = start_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
+    yield session
+    session.stop()

@@ -136,6 +136,38 @@ class IncomingConfig(_Model):
     means the events survive a power cut."""
 
 
+_SPARK_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
+
+
+class SparkConfig(_Model):
+    """Spark settings. ``master`` and any ``spark.*`` key pass through to the session
+    (``spark.executor.memory: 4g``); a key without the ``spark.`` prefix gets it."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, use_attribute_docstrings=True)
+
+    master: str = "local[*]"
+    """Where the job runs: ``local[*]`` (this machine), ``spark://host:7077``, ``yarn``,
+    ``k8s://...``."""
+
+    @model_validator(mode="after")
+    def _settings_are_scalars(self) -> SparkConfig:
+        for key, value in (self.model_extra or {}).items():
+            if not _SPARK_KEY.match(key):
+                raise ValueError(f"{key!r} is not a Spark setting name")
+            if not isinstance(value, str | int | float | bool):
+                raise ValueError(f"{key}: expected a string, number or boolean")
+        return self
+
+    @property
+    def settings(self) -> dict[str, str]:
+        """Every configured setting as ``spark.*`` keys and string values."""
+        settings = {"spark.master": self.master}
+        for key, value in (self.model_extra or {}).items():
+            name = key if key.startswith("spark.") else f"spark.{key}"
+            settings[name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return settings
+
+
 class LoggingConfig(_Model):
     """Operator logs on stderr: one line per event of note."""
 
@@ -158,6 +190,8 @@ class Config(_Model):
     """Keys that may send events. With no config file, a development pair is generated."""
     logging: LoggingConfig = LoggingConfig()
     """Operator logs."""
+    spark: SparkConfig = SparkConfig()
+    """Spark settings for the pipeline."""
 
     @model_validator(mode="after")
     def _keys_are_distinct(self) -> Config:

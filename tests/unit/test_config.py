@@ -166,3 +166,28 @@ def test_reference_config_documents_every_field() -> None:
         leaf = path.rsplit(".", 1)[-1]
         assert re.search(rf"^\s*(- )?{leaf}:", text, re.MULTILINE), f"{path} missing"
         assert field.description, f"{path} has no docstring"
+
+
+def test_spark_settings_pass_through_with_the_spark_prefix() -> None:
+    config = parse_config(
+        {
+            "spark": {
+                "master": "spark://10.0.0.1:7077",
+                "spark.executor.memory": "4g",
+                "sql.shuffle.partitions": 8,
+                "spark.sql.adaptive.enabled": False,
+            }
+        },
+        source="t",
+    )
+    assert config.spark.settings == {
+        "spark.master": "spark://10.0.0.1:7077",
+        "spark.executor.memory": "4g",
+        "spark.sql.shuffle.partitions": "8",
+        "spark.sql.adaptive.enabled": "false",
+    }
+
+
+def test_spark_settings_must_be_scalars_with_sane_names() -> None:
+    assert "expected a string, number or boolean" in _error({"spark": {"x.y": [1]}})
+    assert "not a Spark setting name" in _error({"spark": {"bad key": 1}})

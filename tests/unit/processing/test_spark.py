@@ -1,0 +1,52 @@
+"""The Spark session: eventpipe's settings, and segments read by Spark's own JSON reader."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from eventpipe.processing import spark as spark_module
+from eventpipe.processing.spark import JavaMissingError, check_java, spark_settings
+
+
+def test_config_wins_over_the_defaults() -> None:
+    settings = spark_settings({"spark.master": "yarn", "spark.sql.shuffle.partitions": "16"})
+    assert settings["spark.master"] == "yarn"
+    assert settings["spark.sql.shuffle.partitions"] == "16"
+    assert settings["spark.driver.bindAddress"] == "127.0.0.1"
+    assert settings["spark.pyspark.python"] == sys.executable
+
+
+def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    monkeypatch.setattr(spark_module.shutil, "which", lambda name: None)
+    with pytest.raises(JavaMissingError) as info:
+        check_java()
+    assert "openjdk-17" in str(info.value)
+
+
+def test_the_session_runs_with_our_settings(spark: Any) -> None:
+    conf = spark.sparkContext.getConf()
+    assert conf.get("spark.driver.bindAddress") == "127.0.0.1"
+    assert conf.get("spark.ui.enabled") == "false"
+    assert spark.conf.get("spark.sql.session.timeZone") == "UTC"
+    assert spark.conf.get("spark.sql.caseSensitive") == "true"
+    # Python workers run this interpreter (the one with eventpipe installed).
+    [version] = spark.sparkContext.parallelize([0], 1).map(lambda _: sys.executable).collect()
+    assert version == sys.executable
+
+
+def test_segments_are_read_by_sparks_json_reader(spark: Any, tmp_path: Path) -> None:
+    segment = tmp_path / "incoming.tok=web-2026-11-21T10-00-00.000.log"
+    segment.write_text(
+        '{"event_type": "a", "A": 1, "a": 2, "user": {"id": 7}}\n'
+        '{"event_type": "b", "list": [1, 2], "user": {"id": 8, "name": "x"}}\n'
+    )
+    frame = spark.read.json(str(segment))
+    assert set(frame.columns) == {"A", "a", "event_type", "list", "user"}  # case-sensitive
+    rows = sorted(frame.collect(), key=lambda r: r.event_type)
+    assert rows[0].user.id == 7
+    assert rows[1].user.name == "x"
