@@ -1,0 +1,1 @@
+"""Destinations: one module per type behind the small protocol in ``base.py``."""

@@ -1,0 +1,75 @@
+"""The protocol every destination implements, and what they share.
+
+A destination is asked three things per batch and table, in this order:
+
+1. ``describe(table)``: the table as it is now (None if it does not exist);
+2. ``patch(patch)``: create it or add columns (see eventpipe.schema.diff), under a lock
+   keyed by destination and table, so that two pipelines cannot race;
+3. ``load(request)``: put the batch's rows in, atomically, and idempotently per
+   ``batch_id``: loading the same batch again changes nothing.
+
+Failures are classified by the destination: TransientError (retry with backoff) or
+TerminalError (the batch's events go to failed/ with the reason).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from eventpipe.paths import check_safe_id
+from eventpipe.schema.dialects import Dialect
+from eventpipe.schema.diff import Table, TablePatch
+from eventpipe.schema.types import DataType
+
+
+@dataclass(frozen=True)
+class LoadRequest:
+    table: str
+    batch_id: str
+    """Stable id of what is loaded (segments x destination x table): a retry reuses it."""
+    files: tuple[Path, ...]
+    """Parquet files with the batch's rows, column names as in ``columns``."""
+    columns: Mapping[str, DataType]
+    primary_key: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    rows: int
+    already_loaded: bool = False
+
+
+class Destination(Protocol):
+    id: str
+    dialect: Dialect
+
+    def describe(self, table: str) -> Table | None: ...
+
+    def patch(self, patch: TablePatch) -> None: ...
+
+    def load(self, request: LoadRequest) -> LoadResult: ...
+
+
+@contextmanager
+def table_lock(lock_dir: Path, destination_id: str, table: str) -> Iterator[None]:
+    """An exclusive lock keyed by destination and table, held across processes (flock).
+
+    For destinations without a lock of their own (files, DuckDB); PostgreSQL uses its
+    advisory locks instead, which also hold across machines.
+    """
+    check_safe_id(destination_id, "destination id")
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    # Table names are sanitised ([a-z0-9_], at most 63 characters) before they get here.
+    path = lock_dir / f"patch.dst={destination_id}.table={table}.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
