@@ -14,6 +14,10 @@ Defaults, and why:
   otherwise refuse the schema as having duplicate columns (eventpipe.schema.naming decides
   which one keeps the column).
 * ``spark.pyspark.python``: this interpreter, so Python workers have eventpipe's packages.
+
+Spark 4 runs ANSI SQL by default, and eventpipe keeps it: a bad cast raises instead of
+quietly becoming null. Steps that expect bad values use the ``try_`` functions
+(``try_to_timestamp``, ``try_cast``) and turn the nulls into EventErrors themselves.
 """
 
 from __future__ import annotations

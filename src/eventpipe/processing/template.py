@@ -1,0 +1,154 @@
+"""``table_name_template`` compiled to one Spark column expression (never Python per row).
+
+Syntax: literal text with ``{{ path.to.field }}`` placeholders, and a date filter for
+timestamps: ``{{ _timestamp | date('%Y_%m') }}`` (strftime codes %Y %y %m %d %H %M %S %j %%).
+A field that is absent renders as the empty string. The rendered text is sanitised like a
+column name (:func:`eventpipe.schema.naming.table_name`), natively, with the same result.
+
+Result columns: the table name (empty: skip this destination for the event) and an error
+(non-null when the template could not be evaluated for the event, which then goes to
+failed/): a ``date`` filter on a value that is not a timestamp, or a placeholder that
+names an object or array.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from pyspark.sql import Column
+from pyspark.sql import functions as F
+from pyspark.sql.types import StructType
+
+from eventpipe.errors import ConfigError
+from eventpipe.schema.naming import MAX_NAME_LENGTH
+
+_PLACEHOLDER = re.compile(
+    r"\{\{\s*(?P<path>[^|}\s]+)\s*(?:\|\s*date\(\s*'(?P<fmt>[^']*)'\s*\)\s*)?\}\}"
+)
+_PATH = re.compile(r"^[A-Za-z0-9_$@-]+(?:\.[A-Za-z0-9_$@-]+)*$")
+_STRFTIME = {"Y": "yyyy", "y": "yy", "m": "MM", "d": "dd", "H": "HH", "M": "mm", "S": "ss",
+             "j": "DDD"}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    path: tuple[str, ...]
+    date_format: str | None
+
+
+@dataclass(frozen=True)
+class Template:
+    text: str
+    parts: tuple[str | Placeholder, ...]
+
+    @classmethod
+    def parse(cls, text: str, *, where: str = "table_name_template") -> Template:
+        parts: list[str | Placeholder] = []
+        position = 0
+        for match in _PLACEHOLDER.finditer(text):
+            parts.append(text[position : match.start()])
+            path = match["path"]
+            if not _PATH.match(path):
+                raise ConfigError(f"{where}: {path!r} is not a field path like a.b.c")
+            fmt = match["fmt"]
+            if fmt is not None:
+                java_date_pattern(fmt, where=where)  # validate now, not per batch
+            parts.append(Placeholder(tuple(path.split(".")), fmt))
+            position = match.end()
+        rest = text[position:]
+        if "{{" in rest or "}}" in rest:
+            raise ConfigError(f"{where}: unbalanced or unsupported placeholder in {text!r}")
+        parts.append(rest)
+        return cls(text, tuple(p for p in parts if p != ""))
+
+
+def java_date_pattern(strftime: str, *, where: str = "table_name_template") -> str:
+    """``%Y_%m`` -> ``yyyy'_'MM`` (literal text quoted for Spark's date_format)."""
+    out: list[str] = []
+    literal = ""
+    i = 0
+    while i < len(strftime):
+        char = strftime[i]
+        if char == "%" and i + 1 < len(strftime):
+            code = strftime[i + 1]
+            i += 2
+            if code == "%":
+                literal += "%"
+                continue
+            if code not in _STRFTIME:
+                raise ConfigError(f"{where}: date code %{code} is not supported")
+            if literal:
+                out.append("'" + literal.replace("'", "''") + "'")
+                literal = ""
+            out.append(_STRFTIME[code])
+        else:
+            literal += char
+            i += 1
+    if literal:
+        out.append("'" + literal.replace("'", "''") + "'")
+    return "".join(out)
+
+
+def _field(schema: StructType, path: tuple[str, ...]) -> tuple[Column | None, bool]:
+    """The column at ``path`` and whether it is a scalar; (None, True) when absent."""
+    node = schema
+    for i, key in enumerate(path):
+        field = next((f for f in node.fields if f.name == key), None)
+        if field is None:
+            return None, True
+        if i == len(path) - 1:
+            ref = F.col(".".join("`" + k.replace("`", "``") + "`" for k in path))
+            return ref, not isinstance(
+                field.dataType, StructType
+            ) and field.dataType.typeName() != "array"
+        if not isinstance(field.dataType, StructType):
+            return None, True
+        node = field.dataType
+    return None, True
+
+
+def compile_template(template: Template, schema: StructType) -> tuple[Column, Column]:
+    """(table name, error) columns for frames with ``schema`` (the nested, unflattened one)."""
+    rendered: list[Column] = []
+    errors: list[Column] = []
+    for part in template.parts:
+        if isinstance(part, str):
+            rendered.append(F.lit(part))
+            continue
+        ref, scalar = _field(schema, part.path)
+        name = ".".join(part.path)
+        if ref is None:
+            rendered.append(F.lit(""))
+            continue
+        if not scalar:
+            errors.append(F.when(ref.isNotNull(), F.lit(f"{name} is an object or array")))
+            rendered.append(F.lit(""))
+            continue
+        if part.date_format is None:
+            rendered.append(F.coalesce(ref.cast("string"), F.lit("")))
+            continue
+        # Spark 4 runs ANSI SQL: a bad value raises in to_timestamp, so try_ it and report.
+        stamp = F.try_to_timestamp(ref.cast("string"))
+        errors.append(F.when(ref.isNotNull() & stamp.isNull(), F.lit(f"{name} is not a timestamp")))
+        rendered.append(
+            F.coalesce(F.date_format(stamp, java_date_pattern(part.date_format)), F.lit(""))
+        )
+    text = F.concat(*rendered) if rendered else F.lit("")
+    error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
+    return sanitize_table_name(text), error
+
+
+def sanitize_table_name(text: Column) -> Column:
+    """:func:`eventpipe.schema.naming.table_name`, as a Spark expression."""
+    cleaned = F.regexp_replace(F.lower(text), "[^a-z0-9_]", "_")
+    no_alnum = ~cleaned.rlike("[a-z0-9]")
+    keyed = F.when(no_alnum, F.concat(F.lit("_k"), F.substring(F.sha1(text), 1, 8))).otherwise(
+        cleaned
+    )
+    prefixed = F.when(keyed.rlike("^[0-9]"), F.concat(F.lit("_"), keyed)).otherwise(keyed)
+    shortened = F.when(
+        F.length(prefixed) > MAX_NAME_LENGTH,
+        F.concat(F.substring(prefixed, 1, 54), F.lit("_"), F.substring(F.sha1(prefixed), 1, 8)),
+    ).otherwise(prefixed)
+    return F.when(text == F.lit(""), F.lit("")).otherwise(shortened)

@@ -1,0 +1,82 @@
+"""table_name_template: parsed once, compiled to Spark, sanitised exactly like Python does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from pyspark.sql import functions as F
+
+from eventpipe.errors import ConfigError
+from eventpipe.processing.template import (
+    Template,
+    compile_template,
+    java_date_pattern,
+    sanitize_table_name,
+)
+from eventpipe.schema.naming import table_name
+
+
+def _render(
+    spark: Any, tmp_path: Path, template: str, events: list[dict[str, Any]]
+) -> list[tuple[str, str | None]]:
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"".join(orjson.dumps({"i": i, **e}) + b"\n" for i, e in enumerate(events)))
+    frame = spark.read.json(str(path))
+    name, error = compile_template(Template.parse(template), frame.schema)
+    rows = frame.select("i", name.alias("t"), error.alias("e")).orderBy("i").collect()
+    return [(r.t, r.e) for r in rows]
+
+
+@pytest.mark.parametrize(
+    ("strftime", "java"),
+    [("%Y_%m", "yyyy'_'MM"), ("%Y%m%d", "yyyyMMdd"), ("%y-%j", "yy'-'DDD"),
+     ("x%%y", "'x%y'"), ("%H%M%S", "HHmmss"), ("it's", "'it''s'")],
+)  # fmt: skip
+def test_strftime_codes_become_spark_patterns(strftime: str, java: str) -> None:
+    assert java_date_pattern(strftime) == java
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [("{{ a b }}", "unbalanced"), ("{{ a..b }}", "not a field path"),
+     ("{{ a | date('%Q') }}", "%Q is not supported"), ("x }}", "unbalanced")],
+)  # fmt: skip
+def test_bad_templates_are_config_errors(text: str, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Template.parse(text)
+
+
+def test_rendering(spark: Any, tmp_path: Path) -> None:
+    rows = _render(spark, tmp_path, "{{ event_type }}_{{ _timestamp | date('%Y_%m') }}", [
+        {"event_type": "Page View", "_timestamp": "2026-11-21T10:00:00.123456Z"},
+        {"event_type": "click", "_timestamp": "2026-01-02T00:00:00Z"},
+        {"_timestamp": "2026-01-02T00:00:00Z"},
+        {"event_type": "x", "_timestamp": "not a time"},
+    ])  # fmt: skip
+    assert rows[0] == ("page_view_2026_11", None)
+    assert rows[1] == ("click_2026_01", None)
+    assert rows[2] == ("_2026_01", None)  # absent field renders empty
+    assert rows[3][1] == "_timestamp is not a timestamp"
+
+
+def test_empty_results_mean_skip_and_objects_are_errors(spark: Any, tmp_path: Path) -> None:
+    rows = _render(spark, tmp_path, "{{ props.kind }}", [
+        {"props": {"kind": "a"}}, {"props": {}}, {"other": 1},
+    ])  # fmt: skip
+    assert rows == [("a", None), ("", None), ("", None)]
+    errors = _render(spark, tmp_path, "t_{{ props }}", [{"props": {"kind": "a"}}])
+    assert errors[0][1] == "props is an object or array"
+    assert _render(spark, tmp_path, "events", [{"a": 1}]) == [("events", None)]
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["events", "Page View", "x; DROP TABLE y", "?!", "名前", "1a", "a" * 100, "select",
+     "ünïcödé", "", "__", "Ab-Cd.Ef"],
+)  # fmt: skip
+def test_native_sanitising_matches_the_python_rules(spark: Any, text: str) -> None:
+    [row] = spark.range(1).select(sanitize_table_name(F.lit(text)).alias("t")).collect()
+    assert row.t == table_name(text)
