@@ -1,0 +1,64 @@
+"""Typing per table on Spark: the lattice where Spark agrees, timestamps that really parse."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eventpipe.processing.flatten import flatten
+from eventpipe.processing.typing import column_types
+from eventpipe.schema.types import DataType
+
+S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
+                 DataType.TIMESTAMP)  # fmt: skip
+
+
+def _types(
+    spark: Any, tmp_path: Path, events: list[dict[str, Any]]
+) -> dict[str, dict[str, DataType]]:
+    path = tmp_path / "seg.log"
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    frame = flatten(spark.read.json(str(path)))
+    columns = [c for c in frame.columns if c != "tbl"]
+    return column_types(frame, "tbl", columns)
+
+
+def test_each_json_type_and_promotions_spark_agrees_with(spark: Any, tmp_path: Path) -> None:
+    types = _types(spark, tmp_path, [
+        {"tbl": "a", "b": True, "n": 1, "f": 1.5, "s": "x", "nf": 1, "ts": "2026-11-21T10:00:00Z",
+         "arr": [1, 2], "o": {"k": 1}},
+        {"tbl": "a", "b": False, "n": 2, "f": 2, "s": "y", "nf": 2.5, "ts": "2026-11-21 10:00:00",
+         "arr": [], "o": {"k": 2}},
+    ])  # fmt: skip
+    assert types == {"a": {"b": B, "n": N, "f": F, "s": S, "nf": F, "ts": T, "arr": S,
+                           "o_k": N}}  # fmt: skip
+
+
+def test_types_are_per_table_and_absent_columns_are_left_out(spark: Any, tmp_path: Path) -> None:
+    types = _types(spark, tmp_path, [
+        {"tbl": "a", "when": "2026-11-21T10:00:00Z", "only_a": 1},
+        {"tbl": "b", "when": "yesterday"},
+    ])  # fmt: skip
+    assert types["a"]["when"] is T
+    assert types["b"]["when"] is S
+    assert "only_a" in types["a"]
+    assert "only_a" not in types["b"]
+
+
+def test_timestamp_shaped_strings_that_do_not_parse_keep_the_column_a_string(
+    spark: Any, tmp_path: Path
+) -> None:
+    types = _types(spark, tmp_path, [
+        {"tbl": "a", "d": "2026-11-21T10:00:00Z"},
+        {"tbl": "a", "d": "2026-02-30T10:00:00Z"},
+    ])  # fmt: skip
+    assert types["a"]["d"] is S
+
+
+def test_timestamps_mixed_with_numbers_are_strings(spark: Any, tmp_path: Path) -> None:
+    types = _types(spark, tmp_path, [
+        {"tbl": "a", "x": "2026-11-21T10:00:00Z"}, {"tbl": "a", "x": 5},
+    ])  # fmt: skip
+    assert types["a"]["x"] is S
