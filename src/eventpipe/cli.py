@@ -96,6 +96,78 @@ def rotate(config_path: Path | None) -> None:
         click.echo(f"sealed {path}")
 
 
+@cli.command()
+@config_option
+@click.option("--once", is_flag=True, help="Process what is sealed now, then exit (cron, Airflow).")
+def process(config_path: Path | None, once: bool) -> None:
+    """Run the Spark batch pipeline over sealed segments."""
+    import time
+
+    from eventpipe.processing.job import process_once
+    from eventpipe.processing.spark import start_session
+
+    config = _load(config_path).config
+    spark = start_session(config.spark.settings)
+    try:
+        while True:
+            report = process_once(config, spark)
+            if report is None:
+                click.echo("nothing to process: no sealed segment")
+            else:
+                _print_report(report)
+            if once:
+                return
+            time.sleep(config.processing.batch_period_seconds)
+    finally:
+        spark.stop()
+
+
+def _print_report(report: Any) -> None:
+    state = "resumed" if report.resumed else "ran"
+    click.echo(f"{state} {report.run_id} over {len(report.segments)} segment(s)")
+    for (dest, table), rows in sorted(report.loaded.items()):
+        click.echo(f"  {dest}.{table}: {rows} rows")
+    for dest, count in sorted(report.skipped.items()):
+        if count:
+            click.echo(f"  {dest}: {count} event(s) skipped (empty table name)")
+    for dest, count in sorted(report.failed.items()):
+        if count:
+            click.echo(f"  {dest}: {count} event(s) failed -> data/failed/failed.dst={dest}.log")
+    if report.corrupt:
+        click.echo(f"  {report.corrupt} unreadable line(s) -> data/failed/")
+    click.echo(f"  archived {len(report.archived)} segment(s)")
+
+
+@cli.command()
+@config_option
+@click.argument("sql")
+@click.option("--destination", "destination_id", default=None, help="A duckdb destination id.")
+def query(config_path: Path | None, sql: str, destination_id: str | None) -> None:
+    """Run SQL on the embedded DuckDB warehouse and print a table."""
+    from eventpipe.destinations.duckdb import DuckDBDestination
+
+    config = _load(config_path).config
+    candidates = {k: d for k, d in config.destinations.items() if d.type == "duckdb"}
+    chosen = destination_id or next(iter(candidates), None)
+    if chosen is None or chosen not in candidates:
+        raise ConfigError(f"no duckdb destination {destination_id or ''} in the config".strip())
+    path = candidates[chosen].path or config.layout.warehouse
+    if not path.exists():
+        raise EventpipeError(f"{path} does not exist yet", fix="run `eventpipe process --once`")
+    names, rows = DuckDBDestination(chosen, path, config.layout.locks).query(sql)
+    _print_table(names, rows)
+
+
+def _print_table(names: list[str], rows: list[tuple[Any, ...]]) -> None:
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(n), *(len(r[i]) for r in cells)]) for i, n in enumerate(names)]
+    click.echo(" | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)))
+    click.echo("-+-".join("-" * w for w in widths))
+    for row in cells:
+        click.echo(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
 def main() -> None:
     try:
         cli.main(standalone_mode=False)

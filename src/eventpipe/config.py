@@ -136,6 +136,28 @@ class IncomingConfig(_Model):
     means the events survive a power cut."""
 
 
+def _safe_destination_id(value: str) -> str:
+    return check_safe_id(value, "destination id")
+
+
+class DestinationConfig(_Model):
+    """Where events go. Built so far: ``type: duckdb`` in ``mode: batch``."""
+
+    type: Literal["duckdb"]
+    """Destination type: ``duckdb`` (postgres, parquet and http are being built)."""
+    mode: Literal["batch"] = "batch"
+    """``batch``: loaded by ``eventpipe process`` from sealed segments (stream: planned)."""
+    path: Path | None = None
+    """duckdb: the database file (default ``<data_dir>/warehouse.duckdb``)."""
+    only_keys: tuple[SafeKeyId, ...] | None = None
+    """API key ids whose events go here. Absent: all keys."""
+    table_name_template: str = "events"
+    """Table per event: text with ``{{ path.to.field }}`` and ``{{ _timestamp |
+    date('%Y_%m') }}``; sanitised like a column name; empty means skip."""
+    primary_key: tuple[str, ...] = ()
+    """Columns of the primary key; loads then upsert, the newest ``_timestamp`` winning."""
+
+
 _SPARK_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
 
@@ -168,6 +190,13 @@ class SparkConfig(_Model):
         return settings
 
 
+class ProcessingConfig(_Model):
+    """The batch pipeline."""
+
+    batch_period_seconds: float = Field(default=60.0, gt=0)
+    """``eventpipe process`` (and ``run``) processes sealed segments this often."""
+
+
 class LoggingConfig(_Model):
     """Operator logs on stderr: one line per event of note."""
 
@@ -190,8 +219,14 @@ class Config(_Model):
     """Keys that may send events. With no config file, a development pair is generated."""
     logging: LoggingConfig = LoggingConfig()
     """Operator logs."""
+    processing: ProcessingConfig = ProcessingConfig()
+    """The batch pipeline."""
     spark: SparkConfig = SparkConfig()
     """Spark settings for the pipeline."""
+    destinations: dict[Annotated[str, AfterValidator(_safe_destination_id)], DestinationConfig] = (
+        Field(default_factory=lambda: {"warehouse": DestinationConfig(type="duckdb")})
+    )
+    """Destinations by id. Absent: one DuckDB warehouse at ``<data_dir>/warehouse.duckdb``."""
 
     @model_validator(mode="after")
     def _keys_are_distinct(self) -> Config:

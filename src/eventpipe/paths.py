@@ -11,6 +11,12 @@ Layout (``data_dir`` defaults to ``./data``)::
     incoming/incoming.tok=<key id>-YYYY-MM-DDTHH-MM-SS.mmm.log   sealed segment (read-only)
     incoming/collector.lock                                     held by the running collector
     failed/failed.tok=<key id>.log                              events rejected while receiving
+    failed/failed.dst=<destination id>.log                      events a destination refused
+    archive/YYYY-MM-DD/<sealed segment>.gz                      processed segments
+    state.sqlite                                                runs and statuses
+    tmp/<run id>/                                               a run's staging files
+    locks/                                                      per destination x table locks
+    warehouse.duckdb                                            the embedded warehouse
     dev_keys.json                                               generated keys (no config file)
 """
 
@@ -90,6 +96,36 @@ class DataLayout:
     @property
     def dev_keys(self) -> Path:
         return self.root / "dev_keys.json"
+
+    @property
+    def state(self) -> Path:
+        return self.root / "state.sqlite"
+
+    @property
+    def archive(self) -> Path:
+        return self.root / "archive"
+
+    @property
+    def tmp(self) -> Path:
+        return self.root / "tmp"
+
+    @property
+    def locks(self) -> Path:
+        return self.root / "locks"
+
+    @property
+    def warehouse(self) -> Path:
+        return self.root / "warehouse.duckdb"
+
+    def failed_destination(self, destination_id: str) -> Path:
+        return self.failed / f"failed.dst={check_safe_id(destination_id, 'destination id')}.log"
+
+    def archived_segment(self, name: str) -> Path:
+        """``archive/YYYY-MM-DD/<name>.gz``, the day taken from the seal stamp."""
+        parsed = SegmentName.parse(name)
+        if parsed is None or parsed.sealed is None:
+            raise ValueError(f"{name!r} is not a sealed segment name")
+        return self.archive / parsed.sealed[:10] / f"{name}.gz"
 
     def active_segment(self, key_id: str) -> Path:
         return self.incoming / f"incoming.tok={check_safe_id(key_id, 'key id')}.log"

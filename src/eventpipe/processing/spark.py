@@ -45,6 +45,8 @@ DEFAULTS: Mapping[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.caseSensitive": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Parquet timestamps as INT64 microseconds, which DuckDB and PostgreSQL tools read.
+    "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }
 
 

@@ -70,7 +70,8 @@ def column_types(
 
 
 def cast_to(column: Column, data_type: DataType) -> Column:
-    """A column's values as ``data_type`` (the types chosen by :func:`column_types`)."""
+    """A column's values as ``data_type``; null where a value does not convert (ANSI casts
+    would raise), so that the caller can report exactly those values."""
     if data_type is DataType.TIMESTAMP:
         return F.try_to_timestamp(column.cast("string"))
     spark_type = {
@@ -79,4 +80,4 @@ def cast_to(column: Column, data_type: DataType) -> Column:
         DataType.FLOAT64: T.DoubleType(),
         DataType.STRING: T.StringType(),
     }[data_type]
-    return column.cast(spark_type)
+    return column.try_cast(spark_type)

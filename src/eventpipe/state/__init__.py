@@ -1,0 +1,1 @@
+"""The metadata store: runs, per segment x destination x table status."""

@@ -1,0 +1,175 @@
+"""SQLite state store under ``data/state.sqlite`` (PostgreSQL comes with issue 8).
+
+* ``runs``: one row per pipeline run with the exact list of segments it took. A run is
+  written *before* anything is loaded, so that a run interrupted by a crash is resumed
+  with the same segments, and so the same batch ids: destinations recognise what they
+  already committed and load nothing twice.
+* ``segment_status``: segment x destination x table, ``ok`` or ``failed`` with the error
+  and the number of attempts (seed 1's DestinationStatus). ``tbl = '*'`` marks a
+  destination that finished every table of a segment.
+
+Every change is one transaction (SQLite in WAL mode), so a crash leaves either the old or
+the new state.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+ALL_TABLES = "*"
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    trigger TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL,
+    segments TEXT NOT NULL,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS segment_status (
+    segment TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    status TEXT NOT NULL,
+    rows INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    run_id TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (segment, destination, tbl)
+);
+"""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Run:
+    run_id: str
+    segments: tuple[str, ...]
+    trigger: str
+    resumed: bool = False
+
+
+class StateStore:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        # executescript commits on its own, so the schema is made outside _db().
+        connection = sqlite3.connect(self.path, timeout=30)
+        try:
+            connection.executescript(_SCHEMA)
+        finally:
+            connection.close()
+
+    @contextmanager
+    def _db(self) -> Iterator[sqlite3.Connection]:
+        connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+        finally:
+            connection.close()
+
+    def unfinished_run(self) -> Run | None:
+        with self._db() as db:
+            row = db.execute(
+                "SELECT run_id, segments, trigger FROM runs WHERE status = 'running' "
+                "ORDER BY started_at LIMIT 1"
+            ).fetchone()
+        if row is None:
+            return None
+        return Run(row[0], tuple(json.loads(row[1])), row[2], resumed=True)
+
+    def begin_run(self, segments: Sequence[str], trigger: str) -> Run:
+        run = Run(f"run-{uuid.uuid4().hex[:12]}", tuple(segments), trigger)
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO runs (run_id, trigger, started_at, status, segments) "
+                "VALUES (?, ?, ?, 'running', ?)",
+                (run.run_id, trigger, _now(), json.dumps(list(segments))),
+            )
+        return run
+
+    def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
+        with self._db() as db:
+            db.execute(
+                "UPDATE runs SET status = ?, finished_at = ?, error = ? WHERE run_id = ?",
+                (status, _now(), error, run_id),
+            )
+
+    def record(
+        self,
+        segments: Sequence[str],
+        destination: str,
+        table: str,
+        *,
+        ok: bool,
+        rows: int = 0,
+        error: str | None = None,
+        run_id: str | None = None,
+    ) -> None:
+        """Record the outcome of one destination x table for every segment of a batch."""
+        with self._db() as db:
+            for segment in segments:
+                db.execute(
+                    "INSERT INTO segment_status (segment, destination, tbl, status, rows, "
+                    "error, run_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (segment, destination, tbl) DO UPDATE SET "
+                    "status = excluded.status, rows = excluded.rows, error = excluded.error, "
+                    "attempts = segment_status.attempts + 1, run_id = excluded.run_id, "
+                    "updated_at = excluded.updated_at",
+                    (segment, destination, table, "ok" if ok else "failed", rows, error,
+                     run_id, _now()),
+                )  # fmt: skip
+
+    def table_ok(self, segments: Sequence[str], destination: str, table: str) -> bool:
+        """Whether this destination x table is recorded ok for every one of ``segments``."""
+        with self._db() as db:
+            (count,) = db.execute(
+                "SELECT count(*) FROM segment_status WHERE destination = ? AND tbl = ? "
+                f"AND status = 'ok' AND segment IN ({','.join('?' * len(segments))})",
+                (destination, table, *segments),
+            ).fetchone()
+        return int(count) == len(set(segments))
+
+    def segments_done(self, segments: Sequence[str], destinations: Sequence[str]) -> list[str]:
+        """Those of ``segments`` that every destination finished (``tbl = '*'`` ok)."""
+        with self._db() as db:
+            done = []
+            for segment in segments:
+                (count,) = db.execute(
+                    "SELECT count(*) FROM segment_status WHERE segment = ? AND tbl = ? "
+                    "AND status = 'ok'",
+                    (segment, ALL_TABLES),
+                ).fetchone()
+                if count >= len(destinations):
+                    done.append(segment)
+        return done
+
+    def statuses(self) -> list[tuple[str, str, str, str, int, str | None, int]]:
+        with self._db() as db:
+            return list(
+                db.execute(
+                    "SELECT segment, destination, tbl, status, rows, error, attempts "
+                    "FROM segment_status ORDER BY segment, destination, tbl"
+                )
+            )

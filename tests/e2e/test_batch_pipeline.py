@@ -1,0 +1,108 @@
+"""From an HTTP post to rows in DuckDB: collector, sealed segments, the Spark job, load."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+
+from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.processing.job import process_once
+from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
+
+
+def _post(c: RunningCollector, events: list[dict[str, Any]], *, server: bool = False) -> None:
+    if server:
+        response = httpx.post(c.url + "/api/v1/s2s/event", content=orjson.dumps(events),
+                              headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    else:
+        response = httpx.post(c.url + "/api/v1/event", content=orjson.dumps(events),
+                              params={"token": WEB_JS})  # fmt: skip
+    assert response.status_code == 200, response.text
+
+
+def _seal(c: RunningCollector) -> None:
+    c.collector.segment_log.request_rotation("test")
+    import time
+
+    deadline = time.monotonic() + 5
+    while c.layout.active_segments():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def _query(c: RunningCollector, sql: str) -> list[tuple[Any, ...]]:
+    return DuckDBDestination("warehouse", c.layout.warehouse, c.layout.locks).query(sql)[1]
+
+
+def test_http_post_to_rows_in_duckdb(start_collector: Any, spark: Any) -> None:
+    c = start_collector(destinations={"warehouse": {
+        "type": "duckdb", "table_name_template": "{{ event_type }}",
+    }})  # fmt: skip
+    _post(c, [
+        {"event_type": "page view", "url": "/a", "user": {"id": 1}, "event_id": "e1"},
+        {"event_type": "page view", "url": "/b", "user": {"id": 2}, "event_id": "e2"},
+        {"event_type": "signup", "plan": "pro", "event_id": "e3"},
+        {"url": "/no-type", "event_id": "e4"},  # empty table name: skipped
+    ])  # fmt: skip
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("warehouse", "page_view"): 2, ("warehouse", "signup"): 1}
+    assert report.skipped == {"warehouse": 1}
+    rows = _query(c, "SELECT eventn_ctx_event_id, url, user_id, api_key, source_ip "
+                     "FROM page_view ORDER BY 1")  # fmt: skip
+    assert rows == [("e1", "/a", 1, "web", "127.0.0.1"), ("e2", "/b", 2, "web", "127.0.0.1")]
+    types = dict(_query(c, "SELECT column_name, data_type FROM information_schema.columns "
+                           "WHERE table_name = 'page_view'"))  # fmt: skip
+    assert types["_timestamp"] == "TIMESTAMP"
+    assert types["user_id"] == "BIGINT"
+    # The segment moved to the archive, compressed, intact.
+    [archived] = report.archived
+    assert archived.parent.parent == c.layout.archive
+    lines = gzip.decompress(archived.read_bytes()).splitlines()
+    assert len(lines) == 4
+    assert c.layout.sealed_segments() == []
+    assert process_once(c.config, spark) is None  # nothing left
+
+
+def test_a_type_conflict_across_two_batches(start_collector: Any, spark: Any) -> None:
+    c = start_collector()
+    _post(c, [{"n": 1, "event_id": "a"}], server=True)
+    _seal(c)
+    process_once(c.config, spark)
+    # Second batch: n is a string now; "5" converts to the BIGINT column, "five" cannot.
+    _post(c, [{"n": "5", "event_id": "b"}, {"n": "five", "event_id": "c"}], server=True)
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.failed == {"warehouse": 1}
+    assert _query(c, "SELECT eventn_ctx_event_id, n FROM events ORDER BY 1") == [
+        ("a", 1), ("b", 5),
+    ]  # fmt: skip
+    [failed] = read_lines([c.layout.failed_destination("warehouse")])
+    assert failed["event"]["eventn_ctx"]["event_id"] == "c"
+    assert failed["error"] == "column n (INT64) cannot take five"
+    assert failed["stage"] == "loading"
+    assert failed["table"] == "events"
+
+
+def test_unreadable_lines_go_to_failed_and_the_rest_loads(
+    start_collector: Any, spark: Any, tmp_path: Path
+) -> None:
+    c = start_collector()
+    _post(c, [{"event_id": "ok"}], server=True)
+    _seal(c)
+    [segment] = c.layout.sealed_segments()
+    with segment.open("ab") as out:
+        out.write(b'{"broken": \n')
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.corrupt == 1
+    assert _query(c, "SELECT eventn_ctx_event_id FROM events") == [("ok",)]
+    [failed] = read_lines([c.layout.failed_receiving("web")])
+    assert failed["raw"] == '{"broken": '
+    assert failed["stage"] == "processing"
