@@ -90,10 +90,12 @@ class StateStore:
             connection.close()
 
     def unfinished_run(self) -> Run | None:
+        """The oldest run that did not finish (killed, or stopped by an error): it must be
+        completed with its own segments before any new run is planned."""
         with self._db() as db:
             row = db.execute(
-                "SELECT run_id, segments, trigger FROM runs WHERE status = 'running' "
-                "ORDER BY started_at LIMIT 1"
+                "SELECT run_id, segments, trigger FROM runs "
+                "WHERE status IN ('running', 'interrupted') ORDER BY started_at LIMIT 1"
             ).fetchone()
         if row is None:
             return None
