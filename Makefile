@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 .PHONY: run test lint bench setup java clean
 
 run: $(STAMP) java
-	$(BIN)/eventpipe collect
+	$(BIN)/eventpipe run
 
 test: $(STAMP) java lint
 	$(BIN)/pytest

@@ -59,7 +59,13 @@ class CollectorProcess:
     ``cwd``), its output kept in a file."""
 
     def __init__(
-        self, config: Path | None, port: int, log_path: Path, *, cwd: Path | None = None
+        self,
+        config: Path | None,
+        port: int,
+        log_path: Path,
+        *,
+        cwd: Path | None = None,
+        command: str = "collect",
     ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -67,7 +73,7 @@ class CollectorProcess:
         self._log = log_path.open("ab")
         args = ["-c", str(config)] if config else ["--port", str(port)]
         self.proc = subprocess.Popen(
-            [*EVENTPIPE, "collect", *args],
+            [*EVENTPIPE, command, *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=_env(),

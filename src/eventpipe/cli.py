@@ -81,6 +81,15 @@ def collect(config_path: Path | None, host: str | None, port: int | None) -> Non
     serve(loaded)
 
 
+@cli.command("run")
+@config_option
+def run_command(config_path: Path | None) -> None:
+    """Collector and batch pipeline together, supervised; Ctrl-C stops both cleanly."""
+    from eventpipe.service import run
+
+    run(_load(config_path), config_path)
+
+
 @cli.command()
 @config_option
 def rotate(config_path: Path | None) -> None:
@@ -101,6 +110,7 @@ def rotate(config_path: Path | None) -> None:
 @click.option("--once", is_flag=True, help="Process what is sealed now, then exit (cron, Airflow).")
 def process(config_path: Path | None, once: bool) -> None:
     """Run the Spark batch pipeline over sealed segments."""
+    import signal
     import time
 
     from eventpipe.processing.job import process_once
@@ -108,6 +118,9 @@ def process(config_path: Path | None, once: bool) -> None:
 
     config = _load(config_path).config
     spark = start_session(config.spark.settings)
+    # SIGTERM (from `eventpipe run`, or an init system) stops between runs, or aborts the
+    # current one, which then resumes with the same segments next time.
+    signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
             report = process_once(config, spark)
@@ -120,6 +133,10 @@ def process(config_path: Path | None, once: bool) -> None:
             time.sleep(config.processing.batch_period_seconds)
     finally:
         spark.stop()
+
+
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
 
 
 def _print_report(report: Any) -> None:

@@ -1,0 +1,54 @@
+"""`eventpipe run`: collector and pipeline as one service, as `make run` starts it."""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import duckdb
+import httpx
+import pytest
+
+from tests.process import CollectorProcess, free_port, write_config
+
+
+def _count(path: Path) -> int | None:
+    try:
+        db = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None  # the pipeline holds the file while loading
+    try:
+        return int(db.execute("SELECT count(*) FROM events").fetchone()[0])  # type: ignore[index]
+    except duckdb.CatalogException:
+        return None
+    finally:
+        db.close()
+
+
+@pytest.mark.slow
+def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
+    port = free_port()
+    config = write_config(
+        tmp_path / "eventpipe.yaml", tmp_path / "data", port,
+        incoming={"rotate_seconds": 1}, processing={"batch_period_seconds": 1},
+        spark={"master": "local[2]", "spark.sql.shuffle.partitions": 2},
+    )  # fmt: skip
+    proc = CollectorProcess(config, port, tmp_path / "run.log", command="run")
+    try:
+        proc.wait_ready()
+        for i in range(5):
+            response = httpx.post(
+                proc.url + "/api/v1/event", params={"token": "js-web-secret-1"}, json={"i": i}
+            )
+            assert response.status_code == 200
+        deadline = time.monotonic() + 120
+        while _count(tmp_path / "data/warehouse.duckdb") != 5:
+            assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
+            time.sleep(0.5)
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(60) == 0
+    finally:
+        proc.kill()
+    log = proc.log_path.read_text()
+    assert "pipeline started" in log
