@@ -157,6 +157,33 @@ def _print_report(report: Any) -> None:
 
 @cli.command()
 @config_option
+def status(config_path: Path | None) -> None:
+    """Per destination: backlog, last load, rows loaded, failed and skipped events."""
+    from eventpipe.state.store import StateStore
+
+    config = _load(config_path).config
+    layout = config.layout
+    sealed = layout.sealed_segments()
+    store = StateStore(layout.state)
+    names = ["destination", "type", "backlog", "last load (UTC)", "rows loaded", "failed",
+             "skipped"]  # fmt: skip
+    rows = []
+    for dest_id, dest in config.destinations.items():
+        summary = store.summary(dest_id)
+        pending = [p for p in sealed if p.name not in summary.done_segments]
+        size = sum(p.stat().st_size for p in pending)
+        rows.append((
+            dest_id, dest.type, f"{len(pending)} segment(s), {size / 1e6:.1f} MB",
+            summary.last_load or "never", f"{summary.rows_loaded:,}", f"{summary.failed:,}",
+            f"{summary.skipped:,}",
+        ))  # fmt: skip
+    _print_table(names, rows)
+    active = sum(p.stat().st_size for p in layout.active_segments())
+    click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
+
+
+@cli.command()
+@config_option
 @click.argument("sql")
 @click.option("--destination", "destination_id", default=None, help="A duckdb destination id.")
 def query(config_path: Path | None, sql: str, destination_id: str | None) -> None:

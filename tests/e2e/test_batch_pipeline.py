@@ -106,3 +106,34 @@ def test_unreadable_lines_go_to_failed_and_the_rest_loads(
     [failed] = read_lines([c.layout.failed_receiving("web")])
     assert failed["raw"] == '{"broken": '
     assert failed["stage"] == "processing"
+
+
+def test_status_shows_backlog_loads_failures_and_skips(spark: Any, tmp_path: Path) -> None:
+    from eventpipe.config import load_config
+    from tests.process import run, write_config
+
+    config_path = write_config(
+        tmp_path / "eventpipe.yaml", tmp_path / "data", 0,
+        destinations={"warehouse": {"type": "duckdb", "table_name_template": "{{ kind }}"}},
+    )  # fmt: skip
+    config = load_config(config_path).config
+    incoming = config.layout.incoming
+    incoming.mkdir(parents=True)
+    events = [{"kind": "a", "_timestamp": "2026-11-21T10:00:00Z", "api_key": "web"},
+              {"kind": "a", "_timestamp": "x", "api_key": "web"},
+              {"_timestamp": "2026-11-21T10:00:00Z", "api_key": "web"}]  # fmt: skip
+    (incoming / "incoming.tok=web-2026-11-21T10-00-00.000.log").write_bytes(
+        b"".join(orjson.dumps(e) + b"\n" for e in events)
+    )
+    before = run("status", "-c", str(config_path))
+    assert before.returncode == 0, before.stderr
+    assert "1 segment(s)" in before.stdout
+    assert "never" in before.stdout
+    process_once(config, spark)
+    after = run("status", "-c", str(config_path))
+    [line] = [x for x in after.stdout.splitlines() if x.startswith("warehouse")]
+    cells = [c.strip() for c in line.split("|")]
+    assert cells[0:3] == ["warehouse", "duckdb", "0 segment(s), 0.0 MB"]
+    assert cells[3] != "never"
+    # rows loaded, failed (a _timestamp that is not one), skipped (no kind)
+    assert cells[4:] == ["1", "1", "1"]

@@ -49,6 +49,11 @@ ERROR = "__error"
 RAW = "__raw"
 FILE = "__file"
 
+# Seed 1's implicit casts: `_timestamp` always, `eventn_ctx/utc_time` (sent by the browser
+# SDK) too. Applied to the column whichever source sent the event; a table's existing
+# column type still wins, and a value that does not convert sends its event to failed/.
+IMPLICIT_CASTS = {"_timestamp": DataType.TIMESTAMP, "eventn_ctx_utc_time": DataType.TIMESTAMP}
+
 
 @dataclass
 class RunReport:
@@ -149,6 +154,9 @@ def _process_destination(
         state.record(segments, dest_id, table, ok=True, rows=rows, run_id=run_id)
     flat.unpersist()
     state.record(segments, dest_id, ALL_TABLES, ok=True, run_id=run_id)
+    state.record_destination_run(
+        run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
+    )
 
 
 def _load_table(
@@ -166,7 +174,8 @@ def _load_table(
 
     missing_key = [c for c in dest.primary_key if c not in batch_types]
     existing = destination.describe(table)
-    targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in batch_types.items()}
+    wanted = {c: IMPLICIT_CASTS.get(c, t) for c, t in batch_types.items()}
+    targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in wanted.items()}
     converted = {c: cast_to(F.col(f"`{c}`"), targets[c]) for c in batch_types}
     # A value that does not convert to its column's type sends its event to failed/,
     # naming the column (schema/diff.py); nothing is silently nulled.

@@ -47,6 +47,14 @@ CREATE TABLE IF NOT EXISTS segment_status (
     updated_at TEXT NOT NULL,
     PRIMARY KEY (segment, destination, tbl)
 );
+CREATE TABLE IF NOT EXISTS destination_runs (
+    run_id TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    skipped INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    finished_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, destination)
+);
 """
 
 
@@ -60,6 +68,15 @@ class Run:
     segments: tuple[str, ...]
     trigger: str
     resumed: bool = False
+
+
+@dataclass(frozen=True)
+class DestinationSummary:
+    last_load: str | None
+    rows_loaded: int
+    skipped: int
+    failed: int
+    done_segments: frozenset[str]
 
 
 class StateStore:
@@ -166,6 +183,38 @@ class StateStore:
                 if count >= len(destinations):
                     done.append(segment)
         return done
+
+    def record_destination_run(
+        self, run_id: str, destination: str, *, skipped: int, failed: int
+    ) -> None:
+        with self._db() as db:
+            db.execute(
+                "INSERT OR REPLACE INTO destination_runs VALUES (?, ?, ?, ?, ?)",
+                (run_id, destination, skipped, failed, _now()),
+            )
+
+    def summary(self, destination: str) -> DestinationSummary:
+        """What ``eventpipe status`` shows for one destination."""
+        with self._db() as db:
+            last, rows = db.execute(
+                "SELECT max(updated_at), coalesce(sum(rows), 0) FROM segment_status "
+                "WHERE destination = ? AND tbl != ? AND status = 'ok'",
+                (destination, ALL_TABLES),
+            ).fetchone()
+            skipped, failed = db.execute(
+                "SELECT coalesce(sum(skipped), 0), coalesce(sum(failed), 0) "
+                "FROM destination_runs WHERE destination = ?",
+                (destination,),
+            ).fetchone()
+            done = {
+                segment
+                for (segment,) in db.execute(
+                    "SELECT segment FROM segment_status WHERE destination = ? AND tbl = ? "
+                    "AND status = 'ok'",
+                    (destination, ALL_TABLES),
+                )
+            }
+        return DestinationSummary(last, int(rows), int(skipped), int(failed), frozenset(done))
 
     def statuses(self) -> list[tuple[str, str, str, str, int, str | None, int]]:
         with self._db() as db:
