@@ -7,6 +7,7 @@ exit with 2 for configuration errors, 1 for the rest.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import sys
 from collections.abc import Callable
@@ -113,7 +114,7 @@ def process(config_path: Path | None, once: bool) -> None:
     import signal
     import time
 
-    from eventpipe.processing.job import process_once
+    from eventpipe.processing.job import PipelineBusyError, process_once
     from eventpipe.processing.spark import start_session
 
     config = _load(config_path).config
@@ -123,7 +124,14 @@ def process(config_path: Path | None, once: bool) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     try:
         while True:
-            report = process_once(config, spark)
+            try:
+                report = process_once(config, spark)
+            except PipelineBusyError as exc:
+                if once:
+                    raise
+                logging.getLogger("eventpipe.processing").warning("%s; next try later", exc)
+                time.sleep(config.processing.batch_period_seconds)
+                continue
             if report is None:
                 click.echo("nothing to process: no sealed segment")
             else:

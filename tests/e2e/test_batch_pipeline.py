@@ -137,3 +137,20 @@ def test_status_shows_backlog_loads_failures_and_skips(spark: Any, tmp_path: Pat
     assert cells[3] != "never"
     # rows loaded, failed (a _timestamp that is not one), skipped (no kind)
     assert cells[4:] == ["1", "1", "1"]
+
+
+def test_one_pipeline_per_data_directory(start_collector: Any, spark: Any) -> None:
+    import pytest
+
+    from eventpipe.processing.job import PipelineBusyError, pipeline_lock
+
+    c = start_collector()
+    _post(c, [{"event_id": "x"}], server=True)
+    _seal(c)
+    # e.g. `eventpipe run` is processing
+    with pipeline_lock(c.layout), pytest.raises(PipelineBusyError, match="another pipeline"):
+        process_once(c.config, spark)
+    assert c.layout.sealed_segments() != []  # untouched
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("warehouse", "events"): 1}

@@ -17,11 +17,13 @@ twice. Tables already recorded ok for the run are skipped.
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -29,7 +31,7 @@ from typing import TYPE_CHECKING
 from eventpipe.config import Config, DestinationConfig
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
-from eventpipe.errors import TerminalError
+from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout
 from eventpipe.processing.flatten import CORRUPT_COLUMN, flatten
@@ -71,8 +73,41 @@ def open_destination(dest_id: str, dest: DestinationConfig, layout: DataLayout) 
     return DuckDBDestination(dest_id, dest.path or layout.warehouse, layout.locks)
 
 
+class PipelineBusyError(TransientError):
+    """Another pipeline process is working on this data directory."""
+
+    name = "pipeline_busy"
+
+
+@contextmanager
+def pipeline_lock(layout: DataLayout) -> Iterator[None]:
+    """One pipeline per data directory: two would plan runs over the same segments."""
+    layout.locks.mkdir(parents=True, exist_ok=True)
+    path = layout.locks / "pipeline.lock"
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = path.read_text().strip() or "?"
+            raise PipelineBusyError(
+                f"another pipeline (pid {holder}) is processing {layout.root}",
+                fix="wait for it, or stop it (eventpipe run includes one)",
+            ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        yield
+    finally:
+        os.close(fd)
+
+
 def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") -> RunReport | None:
     """Process every sealed segment not yet processed (or finish an interrupted run)."""
+    with pipeline_lock(config.layout):
+        return _process_once(config, spark, trigger)
+
+
+def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunReport | None:
     from pyspark.sql import functions as F
 
     layout = config.layout
