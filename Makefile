@@ -19,9 +19,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 
-bench: $(STAMP)
+bench: $(STAMP) java
 	scripts/ensure-apt.sh wrk
 	$(BIN)/python bench/ingest.py
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	$(BIN)/python bench/batch.py
 
 setup: $(STAMP) java
 

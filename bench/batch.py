@@ -1,0 +1,194 @@
+"""Batch benchmark: eventpipe `process --once` into DuckDB next to its peers, in one run.
+
+    .venv/bin/pip install -e '.[bench]'        # dlt, for the comparison
+    .venv/bin/python bench/batch.py --events 1000000
+
+Generates realistic enriched events (nested properties, 5 event types, fields whose JSON
+type varies, ~200 distinct user agents, random IPs) as sealed segments, then times:
+
+* eventpipe: `process_once` (read, template, flatten, type, stage, patch, load) into DuckDB,
+  on a warm Spark session (the session start is reported apart);
+* Spark floor: `spark.read.json` then write Parquet, same session and settings;
+* DuckDB: `read_json_auto` into a table;
+* dlt: the same events into DuckDB (dlt's defaults plus its documented speed settings).
+
+Prints wall seconds, events/s, the ratios the issue asks for, and peak RSS.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+EVENT_TYPES = ["page_view", "click", "signup", "purchase", "search"]
+
+
+def user_agents(rng: random.Random) -> list[str]:
+    agents = []
+    for i in range(200):
+        chrome = rng.randint(100, 131)
+        agents.append(
+            rng.choice([
+                f"Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like "
+                f"Gecko) Chrome/{chrome}.0.{i}.0 Safari/537.36",
+                f"Mozilla/5.0 (iPhone; CPU iPhone OS 17_{i % 10} like Mac OS X) AppleWebKit/"
+                f"605.1.15 (KHTML, like Gecko) Version/17.{i % 10} Mobile/15E148 Safari/604.1",
+                f"Mozilla/5.0 (X11; Linux x86_64; rv:{chrome}.0) Gecko/20100101 "
+                f"Firefox/{chrome}.{i}",
+            ])
+        )  # fmt: skip
+    return agents
+
+
+def make_event(rng: random.Random, n: int, agents: list[str]) -> dict[str, Any]:
+    kind = EVENT_TYPES[n % len(EVENT_TYPES)]
+    return {
+        "event_type": kind,
+        "user": {"anonymous_id": f"a{rng.getrandbits(40):x}", "id": rng.randint(1, 10**6)},
+        "page": {"url": f"https://shop.example.com/p/{rng.randint(1, 5000)}", "title": "Product"},
+        "properties": {
+            "price": round(rng.uniform(1, 500), 2),
+            "quantity": rng.randint(1, 5),
+            # a field whose JSON type varies: int, float and string across events
+            "discount": rng.choice([0, 0.15, "none"]),
+            "tags": ["a", "b"][: rng.randint(0, 2)],
+        },
+        "source_ip": ".".join(str(rng.randint(1, 254)) for _ in range(4)),
+        "_timestamp": f"2026-11-{rng.randint(1, 28):02d}T{rng.randint(0, 23):02d}:"
+                      f"{rng.randint(0, 59):02d}:00.000000Z",
+        "api_key": "web",
+        "eventn_ctx": {"event_id": f"e{n}", "user_agent": rng.choice(agents)},
+    }  # fmt: skip
+
+
+def generate(incoming: Path, events: int, per_segment: int = 250_000) -> int:
+    rng = random.Random(2026)
+    agents = user_agents(rng)
+    incoming.mkdir(parents=True)
+    total = 0
+    for part in range(0, events, per_segment):
+        lines = [
+            orjson.dumps(make_event(rng, n, agents)) + b"\n"
+            for n in range(part, min(part + per_segment, events))
+        ]
+        path = incoming / f"incoming.tok=web-2026-11-21T10-00-{part // per_segment:02d}.000.log"
+        data = b"".join(lines)
+        path.write_bytes(data)
+        total += len(data)
+    return total
+
+
+PEAKS: dict[str, float] = {}
+
+
+def record_peaks() -> None:
+    """Peak resident memory (VmHWM) of this process and of the Spark JVM it started."""
+    import psutil
+
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        status = Path(f"/proc/{proc.pid}/status").read_text()
+        hwm = next(int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM"))
+        kind = "jvm" if "java" in proc.name() else "python"
+        PEAKS[kind] = max(PEAKS.get(kind, 0), hwm / 1024)
+
+
+def timed(label: str, results: dict[str, float], fn: Any) -> Any:
+    started = time.perf_counter()
+    value = fn()
+    results[label] = time.perf_counter() - started
+    print(f"  {label}: {results[label]:.1f} s", flush=True)
+    return value
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--skip-dlt", action="store_true", help="when dlt is not installed")
+    args = parser.parse_args()
+
+    from eventpipe.config import parse_config
+    from eventpipe.processing.job import process_once
+    from eventpipe.processing.spark import start_session
+
+    results: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="eventpipe-batch-bench-") as tmp:
+        work = Path(tmp)
+        source = work / "source"
+        size = generate(source, args.events)
+        print(f"{args.events:,} events, {size / 1e6:.0f} MB of JSON lines", flush=True)
+        data = work / "data"
+        shutil.copytree(source, data / "incoming")
+        config = parse_config(
+            {"data_dir": str(data), "destinations": {"warehouse": {
+                "type": "duckdb", "table_name_template": "{{ event_type }}"}}},
+            source="bench",
+        )  # fmt: skip
+        spark = timed("spark session start", results,
+                      lambda: start_session(config.spark.settings))  # fmt: skip
+        paths = [str(p) for p in sorted(source.iterdir())]
+        # Warm the session (JIT, class loading) on a small read first, for both.
+        spark.read.json(paths[0]).limit(1000).count()
+        timed("spark floor: read.json -> parquet", results, lambda: spark.read.json(paths)
+              .write.mode("overwrite").parquet(str(work / "floor")))  # fmt: skip
+        report = timed("eventpipe process --once -> duckdb", results,
+                       lambda: process_once(config, spark))  # fmt: skip
+        record_peaks()
+        loaded = sum(report.loaded.values()) if report else 0
+        spark.stop()
+
+        import duckdb
+
+        db = duckdb.connect(str(work / "peer.duckdb"))
+        timed("duckdb read_json_auto -> table", results, lambda: db.execute(
+            f"CREATE TABLE events AS SELECT * FROM read_json_auto({[str(p) for p in sorted(source.iterdir())]})"  # noqa: E501
+        ))  # fmt: skip
+        db.close()
+
+        if not args.skip_dlt:
+            os.environ.setdefault("NORMALIZE__WORKERS", "2")
+            os.environ.setdefault("DATA_WRITER__BUFFER_MAX_ITEMS", "100000")
+            os.environ.setdefault("DATA_WRITER__FILE_MAX_ITEMS", "250000")
+            import dlt
+
+            def rows() -> Any:
+                for path in sorted(source.iterdir()):
+                    with path.open("rb") as fh:
+                        yield from (orjson.loads(line) for line in fh)
+
+            pipeline = dlt.pipeline(
+                pipeline_name="bench",
+                destination=dlt.destinations.duckdb(str(work / "dlt.duckdb")),
+                dataset_name="events",
+                pipelines_dir=str(work / "dlt"),
+            )
+            timed("dlt -> duckdb", results, lambda: pipeline.run(rows(), table_name="events"))
+
+    ep = results["eventpipe process --once -> duckdb"]
+    floor = results["spark floor: read.json -> parquet"]
+    print(f"\neventpipe loaded {loaded:,} rows")
+    print(f"eventpipe: {args.events / ep:,.0f} events/s; {ep / floor:.2f}x the Spark floor's time")
+    if "dlt -> duckdb" in results:
+        print(f"dlt / eventpipe time: {results['dlt -> duckdb'] / ep:.2f}x")
+    duck = results["duckdb read_json_auto -> table"]
+    print(f"duckdb read_json_auto / eventpipe time: {duck / ep:.2f}x")
+    print(f"peak RSS: python driver {PEAKS.get('python', 0):.0f} MB, "
+          f"Spark JVM {PEAKS.get('jvm', 0):.0f} MB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
