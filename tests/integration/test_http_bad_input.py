@@ -160,11 +160,15 @@ def test_a_50mb_chunked_body_is_cut_off_early(start_collector: Any) -> None:
         f"POST {BROWSER}?token={WEB_JS} HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n"
     ).encode()
     answer, sent = _raw(c.port, head, body_chunks=50_000_000 // len(piece), chunk=chunk)
-    assert answer.startswith(b"HTTP/1.1 413")
-    assert b"connection: close" in answer.lower()
-    assert sent < 20_000_000  # refused long before the client finished sending
+    # The server answers 413 and closes while the client is still sending; the client's
+    # kernel may then get a reset that discards the unread 413 (no lingering close yet,
+    # see docs/collector.md). Either way the body was cut off early and counted.
+    assert answer == b"" or answer.startswith(b"HTTP/1.1 413"), answer[:100]
+    if answer:
+        assert b"connection: close" in answer.lower()
+    assert sent < 20_000_000, f"the server read {sent} bytes before refusing"
     metrics = httpx.get(c.url + "/metrics").text
-    assert 'reason="body_too_large"' in metrics
+    assert 'eventpipe_events_rejected_total{api_key="web",reason="body_too_large"} 1.0' in metrics
     assert _stored(c) == []
     _still_serving(c)
 

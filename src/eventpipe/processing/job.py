@@ -22,7 +22,8 @@ import gzip
 import logging
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +51,7 @@ TABLE = "__table"
 ERROR = "__error"
 RAW = "__raw"
 FILE = "__file"
+ROW = "__row"
 
 # Seed 1's implicit casts: `_timestamp` always, `eventn_ctx/utc_time` (sent by the browser
 # SDK) too. Applied to the column whichever source sent the event; a table's existing
@@ -69,8 +71,43 @@ class RunReport:
     archived: list[Path] = field(default_factory=list)
 
 
+@dataclass(frozen=True)
+class _Run:
+    """What every step of one run shares."""
+
+    run_id: str
+    segments: tuple[str, ...]
+    config: Config
+    state: StateStore
+    report: RunReport
+    originals: DataFrame
+    """(row id, the event's original JSON), computed only for rows that are asked for."""
+
+    @property
+    def layout(self) -> DataLayout:
+        return self.config.layout
+
+
+@dataclass(frozen=True)
+class _Target:
+    """One destination of a run, opened."""
+
+    id: str
+    config: DestinationConfig
+    destination: Destination
+
+
 def open_destination(dest_id: str, dest: DestinationConfig, layout: DataLayout) -> Destination:
     return DuckDBDestination(dest_id, dest.path or layout.warehouse, layout.locks)
+
+
+@contextmanager
+def _step(what: str) -> Iterator[None]:
+    """Log a step's start and duration: progress for long runs, and where the time goes."""
+    started = time.perf_counter()
+    log.info("%s ...", what)
+    yield
+    log.info("%s: %.1f s", what, time.perf_counter() - started)
 
 
 class PipelineBusyError(TransientError):
@@ -131,17 +168,24 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
             .json(paths)
             # The file of each line, taken at scan time (a cached frame no longer has it).
             .withColumn(FILE, F.col("_metadata.file_path"))
+            # A row id, fixed by the cache: failed rows find their original event by it,
+            # so the event's JSON is built for those rows only (measured: building it for
+            # every row and caching it cost most of a 1M-event run).
+            .withColumn(ROW, F.monotonically_increasing_id())
             .cache()
         )
+        with _step(f"read {len(paths)} segment(s)"):
+            raw.count()  # materialise the cache once, here, so the step is measured
         if CORRUPT_COLUMN in raw.columns:
             report.corrupt = _fail_corrupt(raw, layout)
             raw = raw.filter(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
         raw = raw.drop(FILE)
-        event_columns = [F.col(f"`{c}`") for c in raw.columns]
-        raw = raw.withColumn(RAW, F.to_json(F.struct(*event_columns)))
+        event_columns = [F.col(f"`{c}`") for c in raw.columns if c != ROW]
+        originals = raw.select(ROW, F.to_json(F.struct(*event_columns)).alias(RAW))
+        shared = _Run(run.run_id, run.segments, config, state, report, originals)
         for dest_id, dest in config.destinations.items():
-            _process_destination(spark, raw, run.run_id, run.segments, dest_id, dest, config,
-                                 state, report)  # fmt: skip
+            target = _Target(dest_id, dest, open_destination(dest_id, dest, layout))
+            _process_destination(raw, shared, target)
         raw.unpersist()
     except BaseException as exc:
         state.finish_run(run.run_id, "interrupted", error=repr(exc)[:2000])
@@ -153,59 +197,47 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
     return report
 
 
-def _process_destination(
-    spark: SparkSession,
-    raw: DataFrame,
-    run_id: str,
-    segments: Sequence[str],
-    dest_id: str,
-    dest: DestinationConfig,
-    config: Config,
-    state: StateStore,
-    report: RunReport,
-) -> None:
+def _process_destination(raw: DataFrame, run: _Run, target: _Target) -> None:
     from pyspark.sql import functions as F
 
-    layout = config.layout
-    destination = open_destination(dest_id, dest, layout)
+    dest_id, dest, report = target.id, target.config, run.report
+    failed_path = run.layout.failed_destination(dest_id)
     frame = raw
     if dest.only_keys is not None:  # multiplex
         frame = frame.filter(F.col("api_key").isin(list(dest.only_keys)))
     name, error = compile_template(Template.parse(dest.table_name_template), raw.schema)
     frame = frame.withColumn(TABLE, name).withColumn(ERROR, error)
-    report.failed[dest_id] = _write_failed(
-        frame.filter(F.col(ERROR).isNotNull()), layout.failed_destination(dest_id), dest_id,
-        table=None, stage=Stage.PROCESSING,
-    )  # fmt: skip
-    report.skipped[dest_id] = frame.filter(F.col(ERROR).isNull() & (F.col(TABLE) == "")).count()
+    with _step(f"{dest_id}: table names"):
+        report.failed[dest_id] = _write_failed(
+            frame.filter(F.col(ERROR).isNotNull()), run, failed_path, dest_id, table=None,
+            stage=Stage.PROCESSING,
+        )  # fmt: skip
+        skipped = frame.filter(F.col(ERROR).isNull() & (F.col(TABLE) == "")).count()
+        report.skipped[dest_id] = skipped
     good = frame.filter(F.col(ERROR).isNull() & (F.col(TABLE) != "")).drop(ERROR)
-    flat = flatten(good, passthrough=(TABLE, RAW)).cache()
-    columns = [c for c in flat.columns if c not in (TABLE, RAW)]
-    for table, types in sorted(column_types(flat, TABLE, columns).items()):
-        if state.table_ok(segments, dest_id, table):
+    flat = flatten(good, passthrough=(TABLE, ROW)).cache()
+    columns = [c for c in flat.columns if c not in (TABLE, ROW)]
+    with _step(f"{dest_id}: flatten and type {len(columns)} column(s)"):
+        table_types = column_types(flat, TABLE, columns)
+    for table, types in sorted(table_types.items()):
+        if run.state.table_ok(run.segments, dest_id, table):
             continue  # loaded by the interrupted attempt of this run
-        rows = _load_table(flat.filter(F.col(TABLE) == table), run_id, dest_id, dest, table,
-                           types, destination, layout, report)  # fmt: skip
-        state.record(segments, dest_id, table, ok=True, rows=rows, run_id=run_id)
+        rows = _load_table(flat.filter(F.col(TABLE) == table), run, target, table, types)
+        run.state.record(run.segments, dest_id, table, ok=True, rows=rows, run_id=run.run_id)
     flat.unpersist()
-    state.record(segments, dest_id, ALL_TABLES, ok=True, run_id=run_id)
-    state.record_destination_run(
-        run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
+    run.state.record(run.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
+    run.state.record_destination_run(
+        run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
     )
 
 
 def _load_table(
-    frame: DataFrame,
-    run_id: str,
-    dest_id: str,
-    dest: DestinationConfig,
-    table: str,
-    batch_types: dict[str, DataType],
-    destination: Destination,
-    layout: DataLayout,
-    report: RunReport,
+    frame: DataFrame, run: _Run, target: _Target, table: str, batch_types: dict[str, DataType]
 ) -> int:
     from pyspark.sql import functions as F
+
+    dest_id, dest, destination = target.id, target.config, target.destination
+    layout, report, run_id = run.layout, run.report, run.run_id
 
     missing_key = [c for c in dest.primary_key if c not in batch_types]
     existing = destination.describe(table)
@@ -228,22 +260,24 @@ def _load_table(
         problems.append(F.lit(f"primary key column(s) {', '.join(missing_key)} missing"))
     checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems) if problems else F.lit(""))
     failed = _write_failed(
-        checked.filter(F.col(ERROR) != ""), layout.failed_destination(dest_id), dest_id,
+        checked.filter(F.col(ERROR) != ""), run, layout.failed_destination(dest_id), dest_id,
         table=table, stage=Stage.LOADING,
     )  # fmt: skip
     report.failed[dest_id] = report.failed.get(dest_id, 0) + failed
     staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
     ok = checked.filter(F.col(ERROR) == "").select(*(converted[c].alias(c) for c in targets))
-    ok.write.mode("overwrite").parquet(str(staging))
+    with _step(f"{dest_id}.{table}: convert and stage"):
+        ok.write.mode("overwrite").parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
     destination.patch(diff(existing, Table(table, targets, dest.primary_key)))
     try:
-        result = destination.load(
-            LoadRequest(table, f"{run_id}:{dest_id}:{table}", files, targets, dest.primary_key)
-        )
+        with _step(f"{dest_id}.{table}: load"):
+            result = destination.load(
+                LoadRequest(table, f"{run_id}:{dest_id}:{table}", files, targets, dest.primary_key)
+            )
     except TerminalError as exc:
         report.failed[dest_id] += _write_failed(
-            checked.filter(F.col(ERROR) == "").withColumn(ERROR, F.lit(exc.message)),
+            checked.filter(F.col(ERROR) == "").withColumn(ERROR, F.lit(exc.message)), run,
             layout.failed_destination(dest_id), dest_id, table=table, stage=Stage.LOADING,
         )  # fmt: skip
         return 0
@@ -254,7 +288,7 @@ def _load_table(
 
 
 def _write_failed(
-    frame: DataFrame, path: Path, dest_id: str, *, table: str | None, stage: Stage
+    frame: DataFrame, run: _Run, path: Path, dest_id: str, *, table: str | None, stage: Stage
 ) -> int:
     """Append each row's original event as an EventError line to ``path``; returns count."""
     import orjson
@@ -262,7 +296,8 @@ def _write_failed(
     count = 0
     when = utc_now()
     lines = []
-    for row in frame.select(RAW, ERROR).toLocalIterator():
+    with_originals = frame.select(ROW, ERROR).join(run.originals, ROW).select(RAW, ERROR)
+    for row in with_originals.toLocalIterator():
         lines.append(
             event_error_line(
                 event=orjson.loads(row[0]), error=row[1], stage=stage, when=when,
