@@ -121,8 +121,10 @@ class DuckDBDestination:
                 if request.primary_key:
                     rows = _upsert(db, request, source, files)
                 else:
-                    db.execute(f"INSERT INTO {q(request.table)} ({columns}) {source}", [files])
-                    rows = _count(db, source, files)
+                    inserted = db.execute(
+                        f"INSERT INTO {q(request.table)} ({columns}) {source}", [files]
+                    ).fetchone()
+                    rows = int(inserted[0]) if inserted else 0  # DuckDB returns the count
                 db.execute(
                     f"INSERT INTO {LOADS_TABLE} (batch_id, tbl, rows) VALUES (?, ?, ?)",
                     [request.batch_id, request.table, rows],
@@ -162,11 +164,6 @@ def _describe(db: duckdb.DuckDBPyConnection, table: str) -> Table | None:
     ).fetchall()
     primary_key = tuple(key_rows[0][0]) if key_rows else ()
     return Table(table, {name: _lattice(t) for name, t in rows}, primary_key)
-
-
-def _count(db: duckdb.DuckDBPyConnection, source: str, files: list[str]) -> int:
-    row = db.execute(f"SELECT count(*) FROM ({source})", [files]).fetchone()
-    return int(row[0]) if row else 0
 
 
 def _upsert(

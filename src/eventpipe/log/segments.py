@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import fcntl
 import logging
 import os
 import signal
@@ -36,6 +35,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from eventpipe import locks
 from eventpipe.errors import DataDirLockedError, TransientError
 from eventpipe.events import Stage, event_error_line
 from eventpipe.paths import DataLayout, SegmentName, seal_stamp
@@ -465,20 +465,14 @@ class SegmentLog:
         return TornTail(path.name, keep, len(tail))
 
     def _take_lock(self) -> None:
-        fd = os.open(self.layout.collector_lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            pid = read_lock_pid(self.layout)
+            self._lock_fd = locks.acquire(self.layout.collector_lock)
+        except locks.LockHeldError as held:
             raise DataDirLockedError(
-                f"another eventpipe process (pid {pid}) is writing {self.layout.incoming}",
+                f"another eventpipe process (pid {held.pid}) is writing {self.layout.incoming}",
                 fix="stop it, or give this one its own data_dir",
-                pid=pid,
+                pid=held.pid,
             ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-        self._lock_fd = fd
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -496,27 +490,6 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def read_lock_pid(layout: DataLayout) -> int | None:
-    try:
-        text = layout.collector_lock.read_text().strip()
-    except FileNotFoundError:
-        return None
-    return int(text) if text.isdigit() else None
-
-
-def lock_is_held(layout: DataLayout) -> bool:
-    if not layout.collector_lock.exists():
-        return False
-    fd = os.open(layout.collector_lock, os.O_RDONLY | os.O_CLOEXEC)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
-    return False
-
-
 def rotate_now(
     layout: DataLayout, settings: LogSettings, *, timeout_seconds: float = 30.0
 ) -> list[Path]:
@@ -527,7 +500,7 @@ def rotate_now(
     """
     before = {p: p.stat().st_ino for p in layout.active_segments() if p.stat().st_size > 0}
     sealed_before = set(layout.sealed_segments())
-    if not lock_is_held(layout):
+    if not locks.is_held(layout.collector_lock):
         segment_log = SegmentLog(layout, settings)
         try:
             report = segment_log.open()
@@ -536,7 +509,7 @@ def rotate_now(
         else:
             segment_log.close_sync()
             return list(report.sealed)
-    pid = read_lock_pid(layout)
+    pid = locks.holder(layout.collector_lock)
     if pid is None:
         raise TransientError(f"{layout.collector_lock} names no process", fix="try again")
     os.kill(pid, signal.SIGUSR1)

@@ -17,7 +17,6 @@ twice. Tables already recorded ok for the run are skipped.
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import logging
 import os
@@ -29,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from eventpipe import locks
 from eventpipe.config import Config, DestinationConfig
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
@@ -119,20 +119,14 @@ class PipelineBusyError(TransientError):
 @contextmanager
 def pipeline_lock(layout: DataLayout) -> Iterator[None]:
     """One pipeline per data directory: two would plan runs over the same segments."""
-    layout.locks.mkdir(parents=True, exist_ok=True)
-    path = layout.locks / "pipeline.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = path.read_text().strip() or "?"
-            raise PipelineBusyError(
-                f"another pipeline (pid {holder}) is processing {layout.root}",
-                fix="wait for it, or stop it (eventpipe run includes one)",
-            ) from None
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
+        fd = locks.acquire(layout.locks / "pipeline.lock")
+    except locks.LockHeldError as held:
+        raise PipelineBusyError(
+            f"another pipeline (pid {held.pid or '?'}) is processing {layout.root}",
+            fix="wait for it, or stop it (eventpipe run includes one)",
+        ) from None
+    try:
         yield
     finally:
         os.close(fd)
@@ -293,21 +287,18 @@ def _write_failed(
     """Append each row's original event as an EventError line to ``path``; returns count."""
     import orjson
 
-    count = 0
     when = utc_now()
-    lines = []
     with_originals = frame.select(ROW, ERROR).join(run.originals, ROW).select(RAW, ERROR)
-    for row in with_originals.toLocalIterator():
-        lines.append(
-            event_error_line(
-                event=orjson.loads(row[0]), error=row[1], stage=stage, when=when,
-                destination=dest_id, table=table,
-            )
-        )  # fmt: skip
-        count += 1
+    lines = [
+        event_error_line(
+            event=orjson.loads(row[0]), error=row[1], stage=stage, when=when,
+            destination=dest_id, table=table,
+        )
+        for row in with_originals.toLocalIterator()
+    ]  # fmt: skip
     if lines:
         _append(path, b"".join(lines))
-    return count
+    return len(lines)
 
 
 def _fail_corrupt(raw: DataFrame, layout: DataLayout) -> int:

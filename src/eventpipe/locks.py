@@ -1,0 +1,61 @@
+"""Single-holder process locks: an exclusive ``flock`` on a file that names its holder's pid.
+
+Used for the collector's data directory (one log writer) and for the pipeline (one job
+per data directory). The kernel drops the lock when the holder dies, however it dies, so
+a stale pid in the file never blocks anyone; the pid is only there to be reported.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+
+class LockHeldError(Exception):
+    """Another process holds the lock; ``pid`` is what its file says (None if unreadable)."""
+
+    def __init__(self, path: Path, pid: int | None) -> None:
+        super().__init__(f"{path} is held by pid {pid}")
+        self.path = path
+        self.pid = pid
+
+
+def acquire(path: Path) -> int:
+    """Take the lock without waiting and write our pid; returns the fd to keep open.
+
+    Closing the fd releases the lock. Raises LockHeldError when another process holds it.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise LockHeldError(path, holder(path)) from None
+    os.ftruncate(fd, 0)
+    os.write(fd, f"{os.getpid()}\n".encode())
+    return fd
+
+
+def holder(path: Path) -> int | None:
+    """The pid written in the lock file, if any."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    return int(text) if text.isdigit() else None
+
+
+def is_held(path: Path) -> bool:
+    """Whether some process holds the lock now."""
+    if not path.exists():
+        return False
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+    return False
