@@ -18,6 +18,7 @@ Prints wall seconds, events/s, the ratios the issue asks for, and peak RSS.
 from __future__ import annotations
 
 import argparse
+import logging
 import os
 import random
 import shutil
@@ -120,6 +121,9 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--skip-dlt", action="store_true", help="when dlt is not installed")
     args = parser.parse_args()
+    # The job's step timings (read, table names, flatten and type, stage, load) on stderr.
+    logging.basicConfig(level=logging.INFO, format="    %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
 
     from eventpipe.config import parse_config
     from eventpipe.processing.job import process_once

@@ -107,3 +107,42 @@ def spark() -> Iterator[Any]:
     session = start_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
     yield session
     session.stop()
+
+
+# A small MaxMind-format City database, built with mmdb-writer: the records the lookup
+# tests expect, nothing downloaded.
+GEO_RECORDS = {
+    "81.2.69.0/24": {
+        "country": {"iso_code": "GB", "names": {"en": "United Kingdom"}},
+        "subdivisions": [{"iso_code": "ENG", "names": {"en": "England"}}],
+        "city": {"names": {"en": "London"}},
+        "postal": {"code": "SW1A"},
+        "location": {"latitude": 51.5142, "longitude": -0.0931, "time_zone": "Europe/London"},
+    },
+    "2001:db8::/32": {
+        "country": {"iso_code": "DE", "names": {"en": "Germany"}},
+        "city": {"names": {"en": "Berlin"}},
+    },
+}
+
+
+@pytest.fixture(scope="session")
+def geo_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from mmdb_writer import MmdbF64, MMDBWriter
+    from netaddr import IPSet
+
+    def typed(value: Any) -> Any:
+        if isinstance(value, float):
+            return MmdbF64(value)
+        if isinstance(value, dict):
+            return {k: typed(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [typed(v) for v in value]
+        return value
+
+    writer = MMDBWriter(ip_version=6, ipv4_compatible=True, database_type="GeoIP2-City")
+    for network, record in GEO_RECORDS.items():
+        writer.insert_network(IPSet([network]), typed(record))
+    path = tmp_path_factory.mktemp("geo") / "test-city.mmdb"
+    writer.to_db_file(str(path))
+    return path

@@ -140,6 +140,80 @@ def _safe_destination_id(value: str) -> str:
     return check_safe_id(value, "destination id")
 
 
+def _pointer(value: str) -> str:
+    from eventpipe.processing.paths import parse_pointer
+
+    try:
+        parse_pointer(value, where="pointer")
+    except ConfigError as exc:
+        raise ValueError(exc.message) from None
+    return value
+
+
+def _type_name(value: str) -> str:
+    from eventpipe.processing.mapping import parse_type
+
+    try:
+        parse_type(value)
+    except ConfigError as exc:
+        raise ValueError(exc.message.removeprefix("type: ")) from None
+    return value
+
+
+Pointer = Annotated[str, AfterValidator(_pointer)]
+TypeName = Annotated[str, AfterValidator(_type_name)]
+
+
+class EnrichmentRule(_Model):
+    """A lookup rule: ``{name: ip_lookup | user_agent_parse, from: /pointer, to: /pointer}``."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+    )
+
+    name: Literal["ip_lookup", "user_agent_parse"]
+    """``ip_lookup`` (geo of an IP address) or ``user_agent_parse``."""
+    source: Pointer = Field(alias="from")
+    """JSON pointer of the input string, e.g. ``/source_ip``."""
+    to: Pointer
+    """JSON pointer where the result object is written, e.g. ``/geo``."""
+
+
+class FieldRule(_Model):
+    """One mapping rule (seed 1): ``move``, ``remove``, ``cast`` or ``constant``."""
+
+    action: Literal["move", "remove", "cast", "constant"]
+    """What the rule does."""
+    src: Pointer | None = None
+    """JSON pointer of the field read (move, remove, cast)."""
+    dst: Pointer | None = None
+    """JSON pointer or column name written (move, constant)."""
+    type: TypeName | None = None
+    """Column type: BOOL, INT64, FLOAT64, TIMESTAMP, STRING or a SQL alias (required for
+    cast, optional for move and constant)."""
+    value: Any = None
+    """The constant's value (constant)."""
+
+    @model_validator(mode="after")
+    def _fields_for_action(self) -> FieldRule:
+        needs = {"move": ("src", "dst"), "remove": ("src",), "cast": ("src", "type"),
+                 "constant": ("dst",)}[self.action]  # fmt: skip
+        missing = [name for name in needs if getattr(self, name) is None]
+        if missing:
+            raise ValueError(f"action {self.action} needs {' and '.join(missing)}")
+        return self
+
+
+class MappingConfig(_Model):
+    """Field rules applied before flattening (seed 1's mapping step)."""
+
+    keep_unmapped: bool = True
+    """Keep fields no rule names. ``false``: only moved, cast and constant fields (and
+    ``_timestamp``) reach the table."""
+    fields: tuple[FieldRule, ...] = ()
+    """Rules, applied in order."""
+
+
 class DestinationConfig(_Model):
     """Where events go. Built so far: ``type: duckdb`` in ``mode: batch``."""
 
@@ -156,6 +230,13 @@ class DestinationConfig(_Model):
     date('%Y_%m') }}``; sanitised like a column name; empty means skip."""
     primary_key: tuple[str, ...] = ()
     """Columns of the primary key; loads then upsert, the newest ``_timestamp`` winning."""
+    enrichment: tuple[EnrichmentRule, ...] = ()
+    """Lookup rules for this destination, applied after the implicit browser rules."""
+    mappings: MappingConfig = MappingConfig()
+    """Field rules: move, remove, cast, constant; ``keep_unmapped``."""
+    max_columns: int = Field(default=1000, ge=2)
+    """Columns per table at most; further fields of an event go into its
+    ``_unmapped_data`` JSON column, never dropped."""
 
 
 _SPARK_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
@@ -197,6 +278,17 @@ class ProcessingConfig(_Model):
     """``eventpipe process`` (and ``run``) processes sealed segments this often."""
 
 
+class EnrichmentConfig(_Model):
+    """Lookup enrichment shared by all destinations."""
+
+    ip_database: Path | None = None
+    """A MaxMind-format ``.mmdb`` for ``ip_lookup``. Absent: the GeoLite2 City snapshot
+    (2018) packaged by maxminddb-geolite2, so lookups work offline out of the box."""
+    browser_rules: bool = True
+    """Seed 1's implicit rules for browser events: ``/source_ip`` to
+    ``/eventn_ctx/location`` and ``/eventn_ctx/user_agent`` to ``/eventn_ctx/parsed_ua``."""
+
+
 class LoggingConfig(_Model):
     """Operator logs on stderr: one line per event of note."""
 
@@ -223,6 +315,8 @@ class Config(_Model):
     """The batch pipeline."""
     spark: SparkConfig = SparkConfig()
     """Spark settings for the pipeline."""
+    enrichment: EnrichmentConfig = EnrichmentConfig()
+    """Lookup enrichment (ip_lookup database, implicit browser rules)."""
     destinations: dict[Annotated[str, AfterValidator(_safe_destination_id)], DestinationConfig] = (
         Field(default_factory=lambda: {"warehouse": DestinationConfig(type="duckdb")})
     )
@@ -415,7 +509,7 @@ def with_dev_keys(config: Config) -> tuple[Config, ApiKey]:
 def iter_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, Any]]:
     """Every leaf field path of a model (``server.port``, ``api_keys[].id``) with its info."""
     for name, field in model.model_fields.items():
-        path = _join(prefix, name)
+        path = _join(prefix, field.alias or name)
         nested = _nested_model(field.annotation)
         if nested is not None:
             is_list = nested is not field.annotation

@@ -18,15 +18,18 @@ twice. Tables already recorded ok for the run are skipped.
 from __future__ import annotations
 
 import gzip
+import json
 import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
 
 from eventpipe import locks
 from eventpipe.config import Config, DestinationConfig
@@ -35,15 +38,20 @@ from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout
-from eventpipe.processing.flatten import CORRUPT_COLUMN, flatten
+from eventpipe.processing import lookup
+from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped
+from eventpipe.processing.mapping import Mapping
+from eventpipe.processing.paths import column_at, parse_pointer, pointer, set_path
 from eventpipe.processing.template import Template, compile_template
 from eventpipe.processing.typing import cast_to, column_types
 from eventpipe.schema.diff import Table, diff
+from eventpipe.schema.naming import UNMAPPED_COLUMN
 from eventpipe.schema.types import DataType
 from eventpipe.state.store import ALL_TABLES, StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -52,11 +60,6 @@ ERROR = "__error"
 RAW = "__raw"
 FILE = "__file"
 ROW = "__row"
-
-# Seed 1's implicit casts: `_timestamp` always, `eventn_ctx/utc_time` (sent by the browser
-# SDK) too. Applied to the column whichever source sent the event; a table's existing
-# column type still wins, and a value that does not convert sends its event to failed/.
-IMPLICIT_CASTS = {"_timestamp": DataType.TIMESTAMP, "eventn_ctx_utc_time": DataType.TIMESTAMP}
 
 
 @dataclass
@@ -82,6 +85,7 @@ class _Run:
     report: RunReport
     originals: DataFrame
     """(row id, the event's original JSON), computed only for rows that are asked for."""
+    lookups: Lookups
 
     @property
     def layout(self) -> DataLayout:
@@ -139,8 +143,6 @@ def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") 
 
 
 def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunReport | None:
-    from pyspark.sql import functions as F
-
     layout = config.layout
     state = StateStore(layout.state)
     run = state.unfinished_run()
@@ -154,33 +156,17 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
         "%s %s: %d segment(s)", "resuming" if run.resumed else "starting", run.run_id,
         len(run.segments),
     )  # fmt: skip
-    paths = [str(layout.incoming / name) for name in run.segments]
     try:
-        raw = (
-            spark.read.option("mode", "PERMISSIVE")
-            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-            .json(paths)
-            # The file of each line, taken at scan time (a cached frame no longer has it).
-            .withColumn(FILE, F.col("_metadata.file_path"))
-            # A row id, fixed by the cache: failed rows find their original event by it,
-            # so the event's JSON is built for those rows only (measured: building it for
-            # every row and caching it cost most of a 1M-event run).
-            .withColumn(ROW, F.monotonically_increasing_id())
-            .cache()
-        )
-        with _step(f"read {len(paths)} segment(s)"):
-            raw.count()  # materialise the cache once, here, so the step is measured
-        if CORRUPT_COLUMN in raw.columns:
-            report.corrupt = _fail_corrupt(raw, layout)
-            raw = raw.filter(F.col(CORRUPT_COLUMN).isNull()).drop(CORRUPT_COLUMN)
-        raw = raw.drop(FILE)
-        event_columns = [F.col(f"`{c}`") for c in raw.columns if c != ROW]
-        originals = raw.select(ROW, F.to_json(F.struct(*event_columns)).alias(RAW))
-        shared = _Run(run.run_id, run.segments, config, state, report, originals)
+        lookups = Lookups.plan(config)
+        events = _stage_events(spark, config, run.run_id, run.segments, lookups)
+        if CORRUPT_COLUMN in events.columns:
+            report.corrupt = _fail_corrupt(events, layout)
+        columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
+        originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
+        shared = _Run(run.run_id, run.segments, config, state, report, originals, lookups)
         for dest_id, dest in config.destinations.items():
             target = _Target(dest_id, dest, open_destination(dest_id, dest, layout))
-            _process_destination(raw, shared, target)
-        raw.unpersist()
+            _process_destination(events, shared, target)
     except BaseException as exc:
         state.finish_run(run.run_id, "interrupted", error=repr(exc)[:2000])
         raise
@@ -191,77 +177,220 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
     return report
 
 
-def _process_destination(raw: DataFrame, run: _Run, target: _Target) -> None:
-    from pyspark.sql import functions as F
+def _ref(name: str) -> Column:
+    return F.col("`" + name.replace("`", "``") + "`")
 
+
+@dataclass(frozen=True)
+class Lookups:
+    """Every lookup rule of a run, each distinct (rule, source) computed once, in the read
+    pass, into a column of its own; destinations then place the results (``set_path``)."""
+
+    database: str
+    rules: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...]
+    """(rule name, from, to, browser events only), implicit rules first."""
+
+    @classmethod
+    def plan(cls, config: Config) -> Lookups:
+        database = str(config.enrichment.ip_database or lookup.default_ip_database())
+        lookup.check_ip_database(database)
+        rules: list[tuple[str, tuple[str, ...], tuple[str, ...], bool]] = []
+        if config.enrichment.browser_rules:
+            rules += [(name, src, dst, True) for name, src, dst in IMPLICIT_RULES]
+        for dest in config.destinations.values():
+            for rule in dest.enrichment:
+                src = parse_pointer(rule.source, where="enrichment.from")
+                rules.append((rule.name, src, parse_pointer(rule.to, where="enrichment.to"), False))
+        return cls(database, tuple(rules))
+
+    def column(self, name: str, source: tuple[str, ...]) -> str:
+        return f"__lookup_{name}_{pointer(source)}"
+
+    def computed(self, schema: StructType) -> dict[str, Column]:
+        """The lookup columns a batch with ``schema`` gets (rules whose source it has)."""
+        out: dict[str, Column] = {}
+        for name, src, _, _ in self.rules:
+            ref = column_at(schema, src)
+            if ref is not None and self.column(name, src) not in out:
+                out[self.column(name, src)] = lookup.rule_function(name, self.database)(
+                    ref.cast("string")
+                )
+        return out
+
+    def for_destination(self, dest: DestinationConfig) -> list[tuple[str, tuple[str, ...], bool]]:
+        """(lookup column, to, browser only) for one destination, in the order applied."""
+        own = {(r.name, parse_pointer(r.source, where="from"), parse_pointer(r.to, where="to"))
+               for r in dest.enrichment}  # fmt: skip
+        return [
+            (self.column(name, src), dst, browser)
+            for name, src, dst, browser in self.rules
+            if browser or (name, src, dst) in own
+        ]
+
+
+# Seed 1: applied to every browser event.
+IMPLICIT_RULES = (
+    ("ip_lookup", ("source_ip",), ("eventn_ctx", "location")),
+    ("user_agent_parse", ("eventn_ctx", "user_agent"), ("eventn_ctx", "parsed_ua")),
+)
+
+
+def _stage_events(
+    spark: SparkSession, config: Config, run_id: str, segments: Sequence[str], lookups: Lookups
+) -> DataFrame:
+    """Read the run's segments once (Spark's JSON reader) into Parquet under tmp/<run>/.
+
+    Everything after reads this columnar copy: each row gets a fixed id (failed rows find
+    their original event by it), lookups run here once for all destinations, and an
+    interrupted run resumes from it without parsing JSON again. Nothing is cached in
+    memory, so memory stays bounded whatever the batch size.
+    """
+    layout = config.layout
+    staged = layout.tmp / run_id / "events"
+    if not (staged / "_SUCCESS").exists():
+        paths = [str(layout.incoming / name) for name in segments]
+        raw = (
+            spark.read.option("mode", "PERMISSIVE")
+            .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
+            .json(paths)
+        )
+        extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
+        if CORRUPT_COLUMN in raw.columns:
+            # The file of each unreadable line: its key id names the failed/ file.
+            extra[FILE] = F.when(F.col(CORRUPT_COLUMN).isNotNull(), F.col("_metadata.file_path"))
+        extra.update(lookups.computed(raw.schema))
+        with _step(f"read {len(paths)} segment(s) and look up"):
+            raw.withColumns(extra).write.mode("overwrite").parquet(str(staged))
+    return spark.read.parquet(str(staged))
+
+
+def _browser(schema: StructType) -> Column:
+    """Browser events: the collector marks server events ``src: "api"`` (if absent)."""
+    if "src" not in schema.fieldNames():
+        return F.lit(True)
+    return F.col("src").isNull() | (F.col("src").cast("string") != F.lit("api"))
+
+
+def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     dest_id, dest, report = target.id, target.config, run.report
-    failed_path = run.layout.failed_destination(dest_id)
-    frame = raw
+    frame = events
+    if CORRUPT_COLUMN in frame.columns:
+        frame = frame.filter(F.col(CORRUPT_COLUMN).isNull())
     if dest.only_keys is not None:  # multiplex
         frame = frame.filter(F.col("api_key").isin(list(dest.only_keys)))
-    name, error = compile_template(Template.parse(dest.table_name_template), raw.schema)
-    frame = frame.withColumn(TABLE, name).withColumn(ERROR, error)
-    with _step(f"{dest_id}: table names"):
+    lookup_columns = [c for c in frame.columns if c.startswith("__lookup_")]
+    event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT_COLUMN).schema
+    name, error = compile_template(Template.parse(dest.table_name_template), event_schema)
+    frame = frame.withColumn(TABLE, F.when(error.isNull(), name)).withColumn(ERROR, error)
+    browser = _browser(event_schema)
+    for column, to, browser_only in run.lookups.for_destination(dest):
+        if column in frame.columns:
+            frame = set_path(frame, to, F.col(column), browser if browser_only else None)
+    frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN)
+    flat = flatten_mapped(
+        frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
+    )
+    columns = [c for c in flat.frame.columns if c not in (TABLE, ERROR, ROW)]
+    staged, counts = _stage_flat(flat.frame, run.layout.tmp / run.run_id / f"dst={dest_id}")
+    with _step(f"{dest_id}: type {len(columns)} column(s)"):
+        batch = column_types(staged, TABLE, columns)
+    report.skipped[dest_id] = counts["skipped"]
+    report.failed[dest_id] = 0
+    if counts["failed"]:
         report.failed[dest_id] = _write_failed(
-            frame.filter(F.col(ERROR).isNotNull()), run, failed_path, dest_id, table=None,
-            stage=Stage.PROCESSING,
+            frame.filter(F.col(ERROR).isNotNull()), run, run.layout.failed_destination(dest_id),
+            dest_id, table=None, stage=Stage.PROCESSING,
         )  # fmt: skip
-        skipped = frame.filter(F.col(ERROR).isNull() & (F.col(TABLE) == "")).count()
-        report.skipped[dest_id] = skipped
-    good = frame.filter(F.col(ERROR).isNull() & (F.col(TABLE) != "")).drop(ERROR)
-    flat = flatten(good, passthrough=(TABLE, ROW)).cache()
-    columns = [c for c in flat.columns if c not in (TABLE, ROW)]
-    with _step(f"{dest_id}: flatten and type {len(columns)} column(s)"):
-        table_types = column_types(flat, TABLE, columns)
-    for table, types in sorted(table_types.items()):
+    for table, types in sorted(batch.types.items()):
         if run.state.table_ok(run.segments, dest_id, table):
             continue  # loaded by the interrupted attempt of this run
-        rows = _load_table(flat.filter(F.col(TABLE) == table), run, target, table, types)
+        rows = _load_table(_staged_table(staged, table), run, target, table, types, flat)
         run.state.record(run.segments, dest_id, table, ok=True, rows=rows, run_id=run.run_id)
-    flat.unpersist()
     run.state.record(run.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
     run.state.record_destination_run(
         run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
     )
 
 
-def _load_table(
-    frame: DataFrame, run: _Run, target: _Target, table: str, batch_types: dict[str, DataType]
-) -> int:
-    from pyspark.sql import functions as F
+def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, int]]:
+    """The destination's flattened rows, written once as Parquet partitioned by table
+    (Spark's own types), and the counts of rows skipped (empty table name) and failed
+    (template error), observed during that write.
 
+    Each table then reads only its own partition; a resumed run reuses the files.
+    """
+    from pyspark.sql import Observation
+
+    out, counts_file = where / "flat", where / "counts.json"
+    if not (out / "_SUCCESS").exists() or not counts_file.exists():
+        observed = Observation("counts")
+        table = F.col(TABLE)
+        with _step(f"{where.name}: table names, enrich, map, flatten and stage"):
+            flat.observe(
+                observed,
+                F.count_if(table == F.lit("")).alias("skipped"),
+                F.count_if(table.isNull()).alias("failed"),
+            ).filter(table != F.lit("")).drop(ERROR).write.mode("overwrite").partitionBy(
+                TABLE
+            ).parquet(str(out))
+        counts_file.write_text(json.dumps(observed.get))
+    counts: dict[str, int] = json.loads(counts_file.read_text())
+    spark = flat.sparkSession
+    if not any(out.glob(f"{TABLE}=*")):
+        return spark.createDataFrame([], flat.drop(ERROR).schema), counts
+    return spark.read.parquet(str(out)), counts
+
+
+def _staged_table(staged: DataFrame, table: str) -> DataFrame:
+    """One table's rows of the staged frame (Spark reads only its partition)."""
+    return staged.filter(F.col(TABLE) == F.lit(table)).drop(TABLE)
+
+
+def _load_table(
+    frame: DataFrame,
+    run: _Run,
+    target: _Target,
+    table: str,
+    batch_types: dict[str, DataType],
+    flat: Flat,
+) -> int:
     dest_id, dest, destination = target.id, target.config, target.destination
     layout, report, run_id = run.layout, run.report, run.run_id
 
-    missing_key = [c for c in dest.primary_key if c not in batch_types]
     existing = destination.describe(table)
-    wanted = {c: IMPLICIT_CASTS.get(c, t) for c, t in batch_types.items()}
-    targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in wanted.items()}
-    converted = {c: cast_to(F.col(f"`{c}`"), targets[c]) for c in batch_types}
+    wanted = {c: flat.explicit.get(c, t) for c, t in batch_types.items()}
+    kept, overflow = _within_max_columns(wanted, existing, dest.max_columns, flat.explicit)
+    targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in kept.items()}
+    converted = {c: cast_to(_ref(c), targets[c]) for c in kept}
+    if overflow:
+        converted[UNMAPPED_COLUMN] = _with_overflow(frame, overflow, flat.pointers)
+        targets[UNMAPPED_COLUMN] = DataType.STRING
     # A value that does not convert to its column's type sends its event to failed/,
     # naming the column (schema/diff.py); nothing is silently nulled.
     problems: list[Column] = [
         F.when(
-            F.col(f"`{c}`").isNotNull() & converted[c].isNull(),
-            F.concat(
-                F.lit(f"column {c} ({targets[c]}) cannot take "), F.col(f"`{c}`").cast("string")
-            ),
+            _ref(c).isNotNull() & converted[c].isNull(),
+            F.concat(F.lit(f"column {c} ({targets[c]}) cannot take "), _ref(c).cast("string")),
         )
-        for c in batch_types
+        for c in kept
         if targets[c] is not batch_types[c]
     ]
+    missing_key = [c for c in dest.primary_key if c not in targets]
     if missing_key:
         problems.append(F.lit(f"primary key column(s) {', '.join(missing_key)} missing"))
-    checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems) if problems else F.lit(""))
-    failed = _write_failed(
-        checked.filter(F.col(ERROR) != ""), run, layout.failed_destination(dest_id), dest_id,
-        table=table, stage=Stage.LOADING,
-    )  # fmt: skip
-    report.failed[dest_id] = report.failed.get(dest_id, 0) + failed
     staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
-    ok = checked.filter(F.col(ERROR) == "").select(*(converted[c].alias(c) for c in targets))
+    ok = frame
+    if problems:
+        checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
+        report.failed[dest_id] += _write_failed(
+            checked.filter(F.col(ERROR) != ""), run, layout.failed_destination(dest_id),
+            dest_id, table=table, stage=Stage.LOADING,
+        )  # fmt: skip
+        ok = checked.filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
-        ok.write.mode("overwrite").parquet(str(staging))
+        ok.select(*(value.alias(c) for c, value in converted.items())).write.mode(
+            "overwrite"
+        ).parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
     destination.patch(diff(existing, Table(table, targets, dest.primary_key)))
     try:
@@ -271,7 +400,7 @@ def _load_table(
             )
     except TerminalError as exc:
         report.failed[dest_id] += _write_failed(
-            checked.filter(F.col(ERROR) == "").withColumn(ERROR, F.lit(exc.message)), run,
+            ok.withColumn(ERROR, F.lit(exc.message)), run,
             layout.failed_destination(dest_id), dest_id, table=table, stage=Stage.LOADING,
         )  # fmt: skip
         return 0
@@ -279,6 +408,45 @@ def _load_table(
     log.info("%s.%s: %d rows%s", dest_id, table, result.rows,
              " (already loaded)" if result.already_loaded else "")  # fmt: skip
     return result.rows
+
+
+def _within_max_columns(
+    wanted: dict[str, DataType],
+    existing: Table | None,
+    max_columns: int,
+    explicit: dict[str, DataType],
+) -> tuple[dict[str, DataType], list[str]]:
+    """(columns loaded as columns, columns packed into ``_unmapped_data``).
+
+    The table's existing columns always stay columns. New ones are added while the table
+    has room, explicitly typed columns first, then by name; one place is kept for
+    ``_unmapped_data`` itself. The choice depends only on names, so every batch agrees.
+    """
+    present = set(existing.columns) if existing else set()
+    new = sorted((c for c in wanted if c not in present and c != UNMAPPED_COLUMN),
+                 key=lambda c: (c not in explicit, c))  # fmt: skip
+    total = len(present | set(wanted))
+    if total <= max_columns:
+        return wanted, []
+    room = max_columns - len(present) - (0 if UNMAPPED_COLUMN in present else 1)
+    overflow = new[max(room, 0) :]
+    return {c: t for c, t in wanted.items() if c not in overflow}, overflow
+
+
+def _with_overflow(frame: DataFrame, overflow: list[str], pointers: dict[str, str]) -> Column:
+    """``_unmapped_data`` with the overflow columns added, keyed by their JSON pointers."""
+    packed = F.to_json(F.struct(*(_ref(c).alias(pointers.get(c, "/" + c)) for c in overflow)))
+    if UNMAPPED_COLUMN not in frame.columns:
+        return F.when(packed != F.lit("{}"), packed)
+    current = _ref(UNMAPPED_COLUMN)
+    # Both are JSON objects with distinct keys (pointers): join their members.
+    merged = F.concat(F.expr(f"substring(`{UNMAPPED_COLUMN}`, 1, length(`{UNMAPPED_COLUMN}`) - 1)"),
+                      F.lit(","), F.substring(packed, 2, 1 << 30))  # fmt: skip
+    return (
+        F.when(current.isNull(), F.when(packed != F.lit("{}"), packed))
+        .when(packed == F.lit("{}"), current)
+        .otherwise(merged)
+    )
 
 
 def _write_failed(

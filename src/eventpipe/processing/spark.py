@@ -13,6 +13,8 @@ Defaults, and why:
 * ``spark.sql.caseSensitive: true``: ``{"A": 1, "a": 2}`` are two JSON keys; Spark would
   otherwise refuse the schema as having duplicate columns (eventpipe.schema.naming decides
   which one keeps the column).
+* partition column type inference off: staged tables are partitioned by table name, and
+  a table named ``true`` or ``2024`` must stay a string.
 * ``spark.pyspark.python``: this interpreter, so Python workers have eventpipe's packages.
 
 Spark 4 runs ANSI SQL by default, and eventpipe keeps it: a bad cast raises instead of
@@ -45,6 +47,9 @@ DEFAULTS: Mapping[str, str] = {
     "spark.sql.session.timeZone": "UTC",
     "spark.sql.caseSensitive": "true",
     "spark.sql.execution.arrow.pyspark.enabled": "true",
+    # Staged tables are partitioned by table name: a table named "true" or "2024" must
+    # stay a string when read back.
+    "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     # Parquet timestamps as INT64 microseconds, which DuckDB and PostgreSQL tools read.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
 }

@@ -16,6 +16,7 @@ string, so such a column is STRING here where the lattice says INT64 or FLOAT64.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -46,12 +47,21 @@ def is_timestamp_text(column: Column) -> Column:
     )
 
 
-def column_types(
-    frame: DataFrame, table_column: str, columns: Sequence[str]
-) -> dict[str, dict[str, DataType]]:
-    """``{table: {column: type}}`` for ``columns`` of a flattened frame."""
+@dataclass(frozen=True)
+class BatchTypes:
+    types: dict[str, dict[str, DataType]]
+    """``{table: {column: type}}`` for every table with rows."""
+    rows: dict[str | None, int]
+    """Rows per value of the table column, including null and ``""`` (no table)."""
+
+
+def column_types(frame: DataFrame, table_column: str, columns: Sequence[str]) -> BatchTypes:
+    """The lattice types of ``columns`` per table of a flattened frame, in one aggregation.
+
+    Rows whose table is null or ``""`` are counted, not typed.
+    """
     spark_types = {f.name: f.dataType for f in frame.schema.fields}
-    aggregates: list[Column] = []
+    aggregates: list[Column] = [F.count(F.lit(1)).alias("rows")]
     plan: list[tuple[str, DataType | None, int]] = []
     for i, name in enumerate(columns):
         ref = F.col(f"`{name}`")
@@ -60,10 +70,12 @@ def column_types(
         if direct is None:  # strings (and anything else Spark gave us as text)
             aggregates.append(F.count_if(is_timestamp_text(ref.cast("string"))).alias(f"t{i}"))
         plan.append((name, direct, i))
-    result: dict[str, dict[str, DataType]] = {}
-    if not aggregates:
-        return result
+    result = BatchTypes({}, {})
     for row in frame.groupBy(table_column).agg(*aggregates).collect():
+        table = row[table_column]
+        result.rows[table] = row["rows"]
+        if table is None or table == "":
+            continue
         types: dict[str, DataType] = {}
         for name, direct, i in plan:
             present = row[f"n{i}"]
@@ -74,7 +86,7 @@ def column_types(
             else:
                 all_stamps = row[f"t{i}"] == present
                 types[name] = DataType.TIMESTAMP if all_stamps else DataType.STRING
-        result[row[table_column]] = types
+        result.types[table] = types
     return result
 
 

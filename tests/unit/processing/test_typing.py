@@ -22,7 +22,7 @@ def _types(
     path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
     frame = flatten(spark.read.json(str(path)))
     columns = [c for c in frame.columns if c != "tbl"]
-    return column_types(frame, "tbl", columns)
+    return column_types(frame, "tbl", columns).types
 
 
 def test_each_json_type_and_promotions_spark_agrees_with(spark: Any, tmp_path: Path) -> None:

@@ -1,0 +1,111 @@
+"""JSON pointers (RFC 6901) onto nested Spark frames: read a field, set a field.
+
+Config names fields by JSON pointer: ``/eventn_ctx/user_agent``. ``~1`` is ``/`` and ``~0``
+is ``~`` inside a key. A text without a leading ``/`` is read as a pointer all the same
+(``a/b`` is ``/a/b``), as seed 1 allows ``dst: just_field_name``.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
+from pyspark.sql.types import DataType, StructType
+
+from eventpipe.errors import ConfigError
+
+log = logging.getLogger("eventpipe.processing")
+
+
+def parse_pointer(text: str, *, where: str) -> tuple[str, ...]:
+    if text in ("", "/"):
+        raise ConfigError(f"{where}: {text!r} does not name a field")
+    body = text[1:] if text.startswith("/") else text
+    keys = tuple(k.replace("~1", "/").replace("~0", "~") for k in body.split("/"))
+    return keys
+
+
+def pointer(path: tuple[str, ...]) -> str:
+    return "".join("/" + k.replace("~", "~0").replace("/", "~1") for k in path)
+
+
+def _quoted(path: tuple[str, ...]) -> str:
+    return ".".join("`" + k.replace("`", "``") + "`" for k in path)
+
+
+def field_type(schema: StructType, path: tuple[str, ...]) -> DataType | None:
+    """The Spark type at ``path``, or None when the batch has no such field."""
+    node: DataType = schema
+    for key in path:
+        if not isinstance(node, StructType):
+            return None
+        field = next((f for f in node.fields if f.name == key), None)
+        if field is None:
+            return None
+        node = field.dataType
+    return node
+
+
+def column_at(schema: StructType, path: tuple[str, ...]) -> Column | None:
+    """The column at ``path``, or None when the batch has no such field."""
+    return None if field_type(schema, path) is None else F.col(_quoted(path))
+
+
+def set_path(
+    frame: DataFrame, path: tuple[str, ...], value: Column, condition: Column | None = None
+) -> DataFrame:
+    """``frame`` with ``value`` at ``path`` (where ``condition`` holds; elsewhere the field
+    keeps what it had). Missing parent objects are created.
+
+    When the batch already has something else at ``path`` (a scalar where an object would
+    go, or a value of another type), the frame is returned unchanged and a warning names
+    the field: overwriting would lose the event's own data.
+    """
+    value_type = frame.select(value).schema.fields[0].dataType
+    for depth in range(1, len(path) + 1):
+        existing = field_type(frame.schema, path[:depth])
+        if existing is None:
+            break
+        last = depth == len(path)
+        if (last and existing != value_type) or (not last and not isinstance(existing, StructType)):
+            log.warning(
+                "%s already holds %s in this batch; enrichment into it skipped",
+                pointer(path[:depth]), existing.simpleString(),
+            )  # fmt: skip
+            return frame
+    top = path[0]
+    schema_top = field_type(frame.schema, (top,))
+    base = F.col(_quoted((top,))) if schema_top is not None else None
+    return frame.withColumn(top, _set(base, schema_top, path[1:], value, condition))
+
+
+def _set(
+    base: Column | None,
+    base_type: DataType | None,
+    rest: tuple[str, ...],
+    value: Column,
+    condition: Column | None,
+) -> Column:
+    if not rest:
+        if condition is None:
+            return value
+        return (
+            F.when(condition, value).otherwise(base)
+            if base is not None
+            else F.when(condition, value)
+        )
+    key = rest[0]
+    if base is None or not isinstance(base_type, StructType):
+        return F.struct(_set(None, None, rest[1:], value, condition).alias(key))
+    fields: list[Column] = []
+    found = False
+    for field in base_type.fields:
+        child = base.getField(field.name)
+        if field.name == key:
+            found = True
+            child = _set(child, field.dataType, rest[1:], value, condition)
+        fields.append(child.alias(field.name))
+    if not found:
+        fields.append(_set(None, None, rest[1:], value, condition).alias(key))
+    return F.struct(*fields)

@@ -1,0 +1,122 @@
+"""Lookup enrichment: MaxMind lookups, user agent parsing, once per distinct value."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from eventpipe.errors import ConfigError
+from eventpipe.processing import lookup
+from eventpipe.processing.paths import set_path
+
+CHROME = (
+    "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
+    "Chrome/120.0.6099.71 Safari/537.36"
+)
+IPHONE = (
+    "Mozilla/5.0 (iPhone; CPU iPhone OS 17_1 like Mac OS X) AppleWebKit/605.1.15 (KHTML, like "
+    "Gecko) Version/17.1 Mobile/15E148 Safari/604.1"
+)
+GOOGLEBOT = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
+
+
+def test_geo_of_an_address_in_the_database(geo_database: Path) -> None:
+    geo = lookup.geo_of(str(geo_database), "81.2.69.160")
+    assert geo is not None
+    assert geo["country"] == "GB"
+    assert geo["country_name"] == "United Kingdom"
+    assert geo["region"] == "ENG"
+    assert geo["city"] == "London"
+    assert geo["zip"] == "SW1A"
+    assert geo["latitude"] == pytest.approx(51.5142)
+    assert geo["timezone"] == "Europe/London"
+    assert geo["asn"] is None
+    ipv6 = lookup.geo_of(str(geo_database), "2001:db8::1")
+    assert ipv6 is not None
+    assert ipv6["city"] == "Berlin"
+
+
+@pytest.mark.parametrize("ip", ["10.0.0.1", "not an ip", "", "999.1.1.1"])
+def test_geo_of_unknown_or_invalid_addresses_is_null(geo_database: Path, ip: str) -> None:
+    assert lookup.geo_of(str(geo_database), ip) is None
+
+
+def test_the_default_database_works_offline() -> None:
+    database = lookup.default_ip_database()
+    lookup.check_ip_database(database)
+    geo = lookup.geo_of(database, "8.8.8.8")  # in every GeoLite2 City snapshot
+    assert geo is not None
+    assert geo["country"] == "US"
+
+
+def test_a_bad_database_path_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="ip_database"):
+        lookup.check_ip_database(str(tmp_path / "missing.mmdb"))
+
+
+def test_user_agents_parse() -> None:
+    chrome = lookup.user_agent_of(CHROME)
+    assert chrome is not None
+    assert (chrome["ua_family"], chrome["ua_version"]) == ("Chrome", "120.0.6099")
+    assert (chrome["os_family"], chrome["os_version"]) == ("Windows", "10")
+    assert chrome["bot"] is False
+    iphone = lookup.user_agent_of(IPHONE)
+    assert iphone is not None
+    assert (iphone["device_brand"], iphone["device_model"]) == ("Apple", "iPhone")
+    assert iphone["os_family"] == "iOS"
+    bot = lookup.user_agent_of(GOOGLEBOT)
+    assert bot is not None
+    assert bot["bot"] is True
+
+
+def test_each_distinct_value_is_looked_up_once() -> None:
+    calls: list[str] = []
+
+    def fake(value: str) -> dict[str, Any] | None:
+        calls.append(value)
+        return {"ua_family": value.upper()} | {k: None for k in ("ua_version", "os_family",
+                "os_version", "device_family", "device_brand", "device_model", "bot")}  # fmt: skip
+
+    arrow_type = pa.struct([(name, t) for name, _, t in lookup.UA_FIELDS])
+    memo: dict[str, dict[str, Any] | None] = {}
+    values = pa.array(["a", "b", None, "a", "a", "b"])
+    out = lookup.lookup_distinct(values, fake, arrow_type, memo)
+    assert sorted(calls) == ["a", "b"]
+    assert [r["ua_family"] if r else None for r in out.to_pylist()] == [
+        "A", "B", None, "A", "A", "B"
+    ]  # fmt: skip
+    lookup.lookup_distinct(pa.array(["b", "c"]), fake, arrow_type, memo)
+    assert sorted(calls) == ["a", "b", "c"]  # "b" came from the memo
+
+
+def test_rules_run_as_arrow_udfs_on_spark(spark: Any, geo_database: Path) -> None:
+    frame = spark.createDataFrame(
+        [("81.2.69.160", CHROME), ("10.1.1.1", None), (None, GOOGLEBOT)],
+        "ip string, ua string",
+    )
+    ip = lookup.rule_function("ip_lookup", str(geo_database))
+    ua = lookup.rule_function("user_agent_parse", str(geo_database))
+    rows = frame.select(ip(frame.ip).alias("geo"), ua(frame.ua).alias("ua")).collect()
+    assert rows[0]["geo"]["city"] == "London"
+    assert rows[0]["ua"]["ua_family"] == "Chrome"
+    assert rows[1]["geo"] is None
+    assert rows[1]["ua"] is None
+    assert rows[2]["geo"] is None
+    assert rows[2]["ua"]["bot"] is True
+
+
+def test_set_path_creates_parents_and_respects_the_condition(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    frame = spark.createDataFrame([(1, ("x",)), (2, None)], "n long, ctx struct<a: string>")
+    out = set_path(frame, ("ctx", "loc", "city"), F.lit("Paris"), F.col("n") == 1)
+    rows = {r["n"]: r["ctx"] for r in out.collect()}
+    assert rows[1]["a"] == "x"
+    assert rows[1]["loc"]["city"] == "Paris"
+    assert rows[2]["loc"]["city"] is None
+    # A field that already holds something else is left alone, not overwritten.
+    same = set_path(frame, ("ctx", "a", "deeper"), F.lit("y"))
+    assert same.collect() == frame.collect()
