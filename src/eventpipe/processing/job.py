@@ -42,7 +42,7 @@ from eventpipe.processing import lookup
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped
 from eventpipe.processing.mapping import Mapping
 from eventpipe.processing.paths import column_at, parse_pointer, pointer, set_path
-from eventpipe.processing.template import Template, compile_template
+from eventpipe.processing.template import Template, render, table_names
 from eventpipe.processing.typing import cast_to, column_types
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN
@@ -280,7 +280,8 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         frame = frame.filter(F.col("api_key").isin(list(dest.only_keys)))
     lookup_columns = [c for c in frame.columns if c.startswith("__lookup_")]
     event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT_COLUMN).schema
-    name, error = compile_template(Template.parse(dest.table_name_template), event_schema)
+    text, error = render(Template.parse(dest.table_name_template), event_schema)
+    name = table_names(frame, text)
     frame = frame.withColumn(TABLE, F.when(error.isNull(), name)).withColumn(ERROR, error)
     browser = _browser(event_schema)
     for column, to, browser_only in run.lookups.for_destination(dest):
@@ -508,8 +509,10 @@ def _archive(layout: DataLayout, name: str) -> Path:
         return target  # archived by an earlier attempt
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
-    with source.open("rb") as src, gzip.open(partial, "wb") as out:
-        shutil.copyfileobj(src, out)
+    # Level 6 (gzip's own default): measured 1.1 s per 115 MB segment here, against 3.0 s
+    # for level 9 (Python's default) for a file 7% smaller.
+    with source.open("rb") as src, gzip.open(partial, "wb", compresslevel=6) as out:
+        shutil.copyfileobj(src, out, 1 << 20)
     with partial.open("rb") as written:
         os.fsync(written.fileno())
     os.replace(partial, target)

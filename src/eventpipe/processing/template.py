@@ -16,12 +16,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from pyspark.sql import Column
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from eventpipe.errors import ConfigError
-from eventpipe.schema.naming import MAX_NAME_LENGTH
+from eventpipe.schema.naming import MAX_NAME_LENGTH, table_name
 
 _PLACEHOLDER = re.compile(
     r"\{\{\s*(?P<path>[^|}\s]+)\s*(?:\|\s*date\(\s*'(?P<fmt>[^']*)'\s*\)\s*)?\}\}"
@@ -110,6 +110,30 @@ def _field(schema: StructType, path: tuple[str, ...]) -> tuple[Column | None, bo
 
 def compile_template(template: Template, schema: StructType) -> tuple[Column, Column]:
     """(table name, error) columns for frames with ``schema`` (the nested, unflattened one)."""
+    text, error = render(template, schema)
+    return sanitize_table_name(text), error
+
+
+def table_names(frame: DataFrame, text: Column, *, limit: int = 1000) -> Column:
+    """The table name of each row from its rendered ``text``, for ``frame``.
+
+    Batches hold few distinct names, and sanitising is regex work: so the distinct texts
+    are read first (a cheap query on the template's fields), named once each by
+    :func:`eventpipe.schema.naming.table_name`, and looked up per row. With more than
+    ``limit`` distinct texts (a template over a user id, say), the native expression.
+    """
+    distinct = frame.select(text.alias("t")).distinct().limit(limit + 1).collect()
+    if len(distinct) > limit:
+        return sanitize_table_name(text)
+    names = {row["t"]: table_name(row["t"]) for row in distinct if row["t"] is not None}
+    if not names:
+        return F.lit(None).cast("string")
+    entries = [F.lit(v) for pair in sorted(names.items()) for v in pair]
+    return F.create_map(*entries)[text]
+
+
+def render(template: Template, schema: StructType) -> tuple[Column, Column]:
+    """(rendered text before sanitising, error) columns for frames with ``schema``."""
     rendered: list[Column] = []
     errors: list[Column] = []
     for part in template.parts:
@@ -136,7 +160,7 @@ def compile_template(template: Template, schema: StructType) -> tuple[Column, Co
         )
     text = F.concat(*rendered) if rendered else F.lit("")
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
-    return sanitize_table_name(text), error
+    return text, error
 
 
 def sanitize_table_name(text: Column) -> Column:

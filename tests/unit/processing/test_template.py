@@ -15,6 +15,7 @@ from eventpipe.processing.template import (
     compile_template,
     java_date_pattern,
     sanitize_table_name,
+    table_names,
 )
 from eventpipe.schema.naming import table_name
 
@@ -80,3 +81,12 @@ def test_empty_results_mean_skip_and_objects_are_errors(spark: Any, tmp_path: Pa
 def test_native_sanitising_matches_the_python_rules(spark: Any, text: str) -> None:
     [row] = spark.range(1).select(sanitize_table_name(F.lit(text)).alias("t")).collect()
     assert row.t == table_name(text)
+
+
+@pytest.mark.parametrize("limit", [1000, 0])
+def test_table_names_by_distinct_texts_and_natively_agree(spark: Any, limit: int) -> None:
+    texts = ["Page View", "x; DROP TABLE y", "?!", "1a", "a" * 100, "", "Page View"]
+    frame = spark.createDataFrame([(t,) for t in texts], "text string")
+    # limit 0 forces the native expression: both paths give naming.table_name's result.
+    named = frame.select(table_names(frame, F.col("text"), limit=limit).alias("t")).collect()
+    assert [r.t for r in named] == [table_name(t) for t in texts]
