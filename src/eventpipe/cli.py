@@ -143,6 +143,35 @@ def process(config_path: Path | None, once: bool) -> None:
         spark.stop()
 
 
+@cli.group()
+def replay() -> None:
+    """Send events through the pipeline again."""
+
+
+@replay.command("failed")
+@config_option
+@click.option("--destination", "destination_id", required=True, help="The destination id.")
+def replay_failed_command(config_path: Path | None, destination_id: str) -> None:
+    """Replay data/failed/failed.dst=ID.log: what loads leaves failed/ (archived), what
+    fails again stays there with its new error."""
+    from eventpipe.processing.job import replay_failed
+    from eventpipe.processing.spark import start_session
+
+    config = _load(config_path).config
+    if destination_id not in config.destinations:
+        known = ", ".join(sorted(config.destinations))
+        raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
+    spark = start_session(config.spark.settings)
+    try:
+        report = replay_failed(config, spark, destination_id)
+    finally:
+        spark.stop()
+    if report is None:
+        click.echo(f"nothing to replay: no failed events for {destination_id}")
+    else:
+        _print_report(report)
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 

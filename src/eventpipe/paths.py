@@ -22,6 +22,7 @@ Layout (``data_dir`` defaults to ``./data``)::
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -155,3 +156,12 @@ class DataLayout:
             for p in self.incoming.iterdir()
             if (parsed := SegmentName.parse(p.name)) is not None and parsed.sealed is None
         )
+
+
+def fsync_directory(directory: Path) -> None:
+    """Make a rename or a new file in ``directory`` durable (fsync of the directory)."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -23,7 +23,7 @@ def test_help_lists_the_commands_that_exist() -> None:
     listed = {
         line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()
     }
-    assert listed == {"collect", "init", "process", "query", "rotate", "run", "status"}
+    assert listed == {"collect", "init", "process", "query", "replay", "rotate", "run", "status"}
 
 
 def test_version() -> None:
@@ -146,3 +146,10 @@ def test_embedded_defaults_generate_and_print_dev_keys(tmp_path: Path) -> None:
     assert keys["js"] in text
     assert "try: curl" in text
     assert len(read_lines(DataLayout(run_dir / "data").sealed_segments())) == 1
+
+
+def test_replay_names_an_unknown_destination(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "eventpipe.yaml", tmp_path / "data", 0)
+    result = run("replay", "failed", "--destination", "nope", "-c", str(config))
+    assert result.returncode == 2
+    assert "no destination 'nope' (configured: warehouse)" in result.stderr

@@ -38,7 +38,7 @@ from pathlib import Path
 from eventpipe import locks
 from eventpipe.errors import DataDirLockedError, TransientError
 from eventpipe.events import Stage, event_error_line
-from eventpipe.paths import DataLayout, SegmentName, seal_stamp
+from eventpipe.paths import DataLayout, SegmentName, fsync_directory, seal_stamp
 
 log = logging.getLogger("eventpipe.log")
 
@@ -169,7 +169,7 @@ class SegmentLog:
                 continue
             sealed.append(self._rename_sealed(path, key_id, reason="startup"))
         if sealed or torn or removed:
-            _fsync_dir(self.layout.incoming)
+            fsync_directory(self.layout.incoming)
         return RecoveryReport(tuple(sealed), tuple(torn), tuple(removed))
 
     async def start(self) -> None:
@@ -339,7 +339,7 @@ class SegmentLog:
                 for active in touched:
                     os.fsync(active.fd)
                 for directory in written.new_files_in:
-                    _fsync_dir(directory)
+                    fsync_directory(directory)
                 self.hooks.on_fsync(time.perf_counter() - started)
             except OSError:
                 self._cut_back(touched)
@@ -399,7 +399,7 @@ class SegmentLog:
         active = self._files.pop(path)
         os.close(active.fd)
         sealed = self._rename_sealed(path, key_id, reason=reason)
-        _fsync_dir(self.layout.incoming)
+        fsync_directory(self.layout.incoming)
         self.hooks.on_sealed(sealed, active.size, reason)
         log.info("sealed %s (%d bytes, %s)", sealed.name, active.size, reason)
         return sealed
@@ -480,14 +480,6 @@ def _write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
-
-
-def _fsync_dir(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def rotate_now(

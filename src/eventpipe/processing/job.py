@@ -37,7 +37,7 @@ from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
-from eventpipe.paths import DataLayout
+from eventpipe.paths import DataLayout, fsync_directory
 from eventpipe.processing import lookup
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped
 from eventpipe.processing.mapping import Mapping
@@ -156,25 +156,109 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
         "%s %s: %d segment(s)", "resuming" if run.resumed else "starting", run.run_id,
         len(run.segments),
     )  # fmt: skip
+    paths = [str(layout.incoming / name) for name in run.segments]
     try:
-        lookups = Lookups.plan(config)
-        events = _stage_events(spark, config, run.run_id, run.segments, lookups)
-        if CORRUPT_COLUMN in events.columns:
-            report.corrupt = _fail_corrupt(events, layout)
-        columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
-        originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
-        shared = _Run(run.run_id, run.segments, config, state, report, originals, lookups)
-        for dest_id, dest in config.destinations.items():
-            target = _Target(dest_id, dest, open_destination(dest_id, dest, layout))
-            _process_destination(events, shared, target)
+        _run_job(spark, config, run.run_id, run.segments, paths, state, report)
     except BaseException as exc:
         state.finish_run(run.run_id, "interrupted", error=repr(exc)[:2000])
         raise
     done = state.segments_done(run.segments, list(config.destinations))
-    report.archived = [_archive(layout, name) for name in done]
+    with _step(f"archive {len(done)} segment(s)"):
+        report.archived = [_archive(layout, name) for name in done]
     state.finish_run(run.run_id, "done")
     shutil.rmtree(layout.tmp / run.run_id, ignore_errors=True)
     return report
+
+
+def _run_job(
+    spark: SparkSession,
+    config: Config,
+    run_id: str,
+    segments: tuple[str, ...],
+    paths: list[str],
+    state: StateStore,
+    report: RunReport,
+) -> None:
+    """Read ``paths`` once, then load every destination of ``config``."""
+    lookups = Lookups.plan(config)
+    events = _stage_events(spark, config, run_id, paths, lookups)
+    if CORRUPT_COLUMN in events.columns:
+        report.corrupt = _fail_corrupt(events, config.layout)
+    columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
+    originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
+    shared = _Run(run_id, segments, config, state, report, originals, lookups)
+    for dest_id, dest in config.destinations.items():
+        target = _Target(dest_id, dest, open_destination(dest_id, dest, config.layout))
+        _process_destination(events, shared, target)
+
+
+def replay_failed(config: Config, spark: SparkSession, dest_id: str) -> RunReport | None:
+    """Send the failed events of one destination through the pipeline again.
+
+    ``failed/failed.dst=<id>.log`` is first renamed to ``failed/replay/`` (new failures
+    then go to a fresh file), its events go through every step for this destination only,
+    what fails again is written to ``failed.dst=<id>.log`` with its new error, and the
+    replayed file is archived as ``archive/YYYY-MM-DD/replayed.dst=<id>.<stamp>.log.gz``.
+    An interrupted replay resumes with the same file and run id, and loads nothing twice
+    (loads are idempotent per run, destination and table). None: nothing to replay.
+    """
+    with pipeline_lock(config.layout):
+        return _replay(config, spark, dest_id)
+
+
+def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | None:
+    layout = config.layout
+    dest = config.destinations[dest_id]
+    replay_dir = layout.failed / "replay"
+    pending = sorted(replay_dir.glob(f"replaying.dst={dest_id}.*.log"))
+    if not pending:
+        source = layout.failed_destination(dest_id)
+        if not source.exists() or source.stat().st_size == 0:
+            return None
+        replay_dir.mkdir(parents=True, exist_ok=True)
+        stamp = utc_now().strftime("%Y-%m-%dT%H-%M-%S.%f")
+        pending = [replay_dir / f"replaying.dst={dest_id}.{stamp}.log"]
+        os.replace(source, pending[0])
+        fsync_directory(layout.failed)
+    replaying = pending[0]
+    stamp = replaying.name.removeprefix(f"replaying.dst={dest_id}.").removesuffix(".log")
+    run_id = f"replay-{dest_id}-{stamp}"
+    report = RunReport(run_id, (replaying.name,), resumed=(layout.tmp / run_id).exists())
+    events_file = layout.tmp / run_id / "events.log"
+    if not events_file.exists():
+        _extract_events(replaying, events_file)
+    state = StateStore(layout.state)
+    only = config.model_copy(update={"destinations": {dest_id: dest}})
+    _run_job(spark, only, run_id, (replaying.name,), [str(events_file)], state, report)
+    archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.gz"
+    _compress(replaying, archived)
+    report.archived = [archived]
+    shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
+    return report
+
+
+def _extract_events(failed_file: Path, out: Path) -> None:
+    """The ``event`` of each EventError line, one JSON object per line. Lines without one
+    (edited by hand) are counted in the log and stay in the archived failed file."""
+    import orjson
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    unusable = 0
+    with failed_file.open("rb") as source, partial.open("wb") as sink:
+        for line in source:
+            try:
+                event = orjson.loads(line).get("event")
+            except (orjson.JSONDecodeError, AttributeError):
+                event = None
+            if isinstance(event, dict):
+                sink.write(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE))
+            elif line.strip():
+                unusable += 1
+    if unusable:
+        log.warning("%s: %d line(s) hold no event to replay; kept in the archived file",
+                    failed_file.name, unusable)  # fmt: skip
+    os.replace(partial, out)
 
 
 def _ref(name: str) -> Column:
@@ -236,7 +320,7 @@ IMPLICIT_RULES = (
 
 
 def _stage_events(
-    spark: SparkSession, config: Config, run_id: str, segments: Sequence[str], lookups: Lookups
+    spark: SparkSession, config: Config, run_id: str, paths: Sequence[str], lookups: Lookups
 ) -> DataFrame:
     """Read the run's segments once (Spark's JSON reader) into Parquet under tmp/<run>/.
 
@@ -248,11 +332,10 @@ def _stage_events(
     layout = config.layout
     staged = layout.tmp / run_id / "events"
     if not (staged / "_SUCCESS").exists():
-        paths = [str(layout.incoming / name) for name in segments]
         raw = (
             spark.read.option("mode", "PERMISSIVE")
             .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-            .json(paths)
+            .json(list(paths))
         )
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
         if CORRUPT_COLUMN in raw.columns:
@@ -503,10 +586,15 @@ def _append(path: Path, data: bytes) -> None:
 
 def _archive(layout: DataLayout, name: str) -> Path:
     """Compress a processed segment into archive/YYYY-MM-DD/ and remove it from incoming/."""
-    source = layout.incoming / name
     target = layout.archived_segment(name)
+    _compress(layout.incoming / name, target)
+    return target
+
+
+def _compress(source: Path, target: Path) -> None:
+    """``source`` gzipped to ``target`` (atomically, fsynced), then removed."""
     if not source.exists():
-        return target  # archived by an earlier attempt
+        return  # done by an earlier attempt
     target.parent.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".partial")
     # Level 6 (gzip's own default): measured 1.1 s per 115 MB segment here, against 3.0 s
@@ -517,4 +605,3 @@ def _archive(layout: DataLayout, name: str) -> Path:
         os.fsync(written.fileno())
     os.replace(partial, target)
     source.unlink()
-    return target

@@ -1,0 +1,84 @@
+"""`eventpipe replay failed`: fixed events load, the rest stay failed with their new error."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eventpipe.config import DestinationConfig
+from eventpipe.processing.job import process_once, replay_failed
+from tests.conftest import read_lines
+from tests.e2e.test_batch_pipeline import _post, _query, _seal
+
+
+def test_replay_loads_what_now_succeeds_and_keeps_what_fails_again(
+    start_collector: Any, spark: Any
+) -> None:
+    c = start_collector(destinations={"warehouse": {
+        "type": "duckdb", "table_name_template": "{{ day | date('%Y') }}"}})  # fmt: skip
+    _post(c, [{"event_id": "a", "day": "2026-01-01T00:00:00Z", "n": 1}], server=True)
+    _seal(c)
+    process_once(c.config, spark)  # table _2026, n BIGINT
+    _post(c, [
+        {"event_id": "b", "day": "soon", "n": 2},       # template error: not a timestamp
+        {"event_id": "c", "day": "later", "n": "five"},  # template error too
+    ], server=True)  # fmt: skip
+    _seal(c)
+    first = process_once(c.config, spark)
+    assert first is not None
+    assert first.failed == {"warehouse": 2}
+    failed_file = c.layout.failed_destination("warehouse")
+    assert {e["event"]["eventn_ctx"]["event_id"] for e in read_lines([failed_file])} == {"b", "c"}
+
+    # The operator fixes the template and replays.
+    fixed = c.config.model_copy(update={"destinations": {
+        "warehouse": DestinationConfig(type="duckdb", table_name_template="2026", mappings={
+            "fields": [{"action": "remove", "src": "/day"}]})}})  # fmt: skip
+    report = replay_failed(fixed, spark, "warehouse")
+    assert report is not None
+    assert report.loaded == {("warehouse", "_2026"): 1}
+    assert _query(c, "SELECT eventn_ctx_event_id, n FROM _2026 ORDER BY 1") == [
+        ("a", 1), ("b", 2),
+    ]  # fmt: skip
+    # "five" cannot go into the BIGINT column: c stays failed, with its new error.
+    [again] = read_lines([failed_file])
+    assert again["event"]["eventn_ctx"]["event_id"] == "c"
+    assert again["error"] == "column n (INT64) cannot take five"
+    assert again["stage"] == "loading"
+    # The replayed file is archived whole; nothing is left to replay in failed/replay/.
+    [archived] = report.archived
+    assert archived.name.startswith("replayed.dst=warehouse.")
+    assert len(gzip.decompress(archived.read_bytes()).splitlines()) == 2
+    assert list((c.layout.failed / "replay").iterdir()) == []
+    # Replaying again retries c alone.
+    second = replay_failed(fixed, spark, "warehouse")
+    assert second is not None
+    assert second.failed == {"warehouse": 1}
+    assert sum(second.loaded.values()) == 0
+
+
+def test_an_interrupted_replay_resumes_without_loading_twice(
+    start_collector: Any, spark: Any, tmp_path: Path
+) -> None:
+    c = start_collector()
+    failed_file = c.layout.failed_destination("warehouse")
+    failed_file.parent.mkdir(parents=True, exist_ok=True)
+    event = {"event_id": "r1", "_timestamp": "2026-11-21T10:00:00Z", "api_key": "web"}
+    failed_file.write_bytes(orjson.dumps({"event": event, "error": "x"}) + b"\n")
+    assert replay_failed(c.config, spark, "warehouse") is not None
+    # The same replay file again (as if the process died before archiving it).
+    replay_dir = c.layout.failed / "replay"
+    [archived] = list(c.layout.archive.rglob("replayed.*"))
+    restored = replay_dir / archived.name.removesuffix(".gz").replace("replayed", "replaying")
+    restored.write_bytes(gzip.decompress(archived.read_bytes()))
+    archived.unlink()
+    assert replay_failed(c.config, spark, "warehouse") is not None
+    assert _query(c, "SELECT count(*) FROM events") == [(1,)]
+
+
+def test_nothing_to_replay(start_collector: Any, spark: Any) -> None:
+    c = start_collector()
+    assert replay_failed(c.config, spark, "warehouse") is None
