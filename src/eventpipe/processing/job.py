@@ -45,7 +45,7 @@ from eventpipe.processing.paths import column_at, parse_pointer, pointer, set_pa
 from eventpipe.processing.template import Template, render, table_names
 from eventpipe.processing.typing import cast_to, column_types
 from eventpipe.schema.diff import Table, diff
-from eventpipe.schema.naming import UNMAPPED_COLUMN
+from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
 from eventpipe.schema.types import DataType
 from eventpipe.state.store import ALL_TABLES, StateStore
 
@@ -301,6 +301,16 @@ class Lookups:
                 )
         return out
 
+    def text_columns(self, dest: DestinationConfig) -> set[str]:
+        """The flattened columns of text fields a destination's lookups write."""
+        names = {column: name for name, src, _, _ in self.rules
+                 for column in [self.column(name, src)]}  # fmt: skip
+        return {
+            column_name((*to, field))
+            for column, to, _ in self.for_destination(dest)
+            for field in lookup.TEXT_FIELDS[names[column]]
+        }
+
     def for_destination(self, dest: DestinationConfig) -> list[tuple[str, tuple[str, ...], bool]]:
         """(lookup column, to, browser only) for one destination, in the order applied."""
         own = {(r.name, parse_pointer(r.source, where="from"), parse_pointer(r.to, where="to"))
@@ -377,7 +387,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     columns = [c for c in flat.frame.columns if c not in (TABLE, ERROR, ROW)]
     staged, counts = _stage_flat(flat.frame, run.layout.tmp / run.run_id / f"dst={dest_id}")
     with _step(f"{dest_id}: type {len(columns)} column(s)"):
-        batch = column_types(staged, TABLE, columns)
+        batch = column_types(staged, TABLE, columns, known_text=run.lookups.text_columns(dest))
     report.skipped[dest_id] = counts["skipped"]
     report.failed[dest_id] = 0
     if counts["failed"]:

@@ -197,6 +197,11 @@ def _ua_udf() -> Callable[[Column], Column]:
 
 
 RULE_NAMES = ("ip_lookup", "user_agent_parse")
+TEXT_FIELDS = {
+    "ip_lookup": tuple(n for n, t, _ in GEO_FIELDS if isinstance(t, T.StringType)),
+    "user_agent_parse": tuple(n for n, t, _ in UA_FIELDS if isinstance(t, T.StringType)),
+}
+"""The text fields of each rule's result: never timestamps, so typing need not test them."""
 
 
 def rule_function(name: str, ip_database: str) -> Callable[[Column], Column]:
