@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 
 from eventpipe.processing.mapping import Leaf, Mapping
-from eventpipe.processing.paths import pointer
+from eventpipe.processing.paths import pointer, reference
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
 from eventpipe.schema.types import DataType as SchemaType
 
@@ -29,7 +29,7 @@ CORRUPT_COLUMN = "_corrupt_record"
 
 
 def _reference(path: tuple[str, ...], spark_type: DataType) -> Column:
-    ref = F.col(".".join("`" + k.replace("`", "``") + "`" for k in path))
+    ref = reference(path)
     return F.to_json(ref) if isinstance(spark_type, ArrayType) else ref
 
 

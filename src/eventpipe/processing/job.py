@@ -41,7 +41,7 @@ from eventpipe.paths import DataLayout, fsync_directory
 from eventpipe.processing import lookup
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped
 from eventpipe.processing.mapping import Mapping
-from eventpipe.processing.paths import column_at, parse_pointer, pointer, set_path
+from eventpipe.processing.paths import column_at, parse_pointer, pointer, reference, set_path
 from eventpipe.processing.template import Template, render, table_names
 from eventpipe.processing.typing import cast_to, column_types
 from eventpipe.schema.diff import Table, diff
@@ -262,7 +262,22 @@ def _extract_events(failed_file: Path, out: Path) -> None:
 
 
 def _ref(name: str) -> Column:
-    return F.col("`" + name.replace("`", "``") + "`")
+    return reference((name,))
+
+
+@dataclass(frozen=True)
+class LookupRule:
+    name: str
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    destinations: frozenset[str] | None
+    """The destinations it belongs to; None: seed 1's implicit rule, for browser events
+    of every destination."""
+
+    @property
+    def column(self) -> str:
+        """Where the read pass keeps its results; rules reading the same field share it."""
+        return f"__lookup_{self.name}_{pointer(self.source)}"
 
 
 @dataclass(frozen=True)
@@ -271,55 +286,44 @@ class Lookups:
     pass, into a column of its own; destinations then place the results (``set_path``)."""
 
     database: str
-    rules: tuple[tuple[str, tuple[str, ...], tuple[str, ...], bool], ...]
-    """(rule name, from, to, browser events only), implicit rules first."""
+    rules: tuple[LookupRule, ...]
+    """Implicit rules first, then each destination's in its configured order."""
 
     @classmethod
     def plan(cls, config: Config) -> Lookups:
         database = str(config.enrichment.ip_database or lookup.default_ip_database())
         lookup.check_ip_database(database)
-        rules: list[tuple[str, tuple[str, ...], tuple[str, ...], bool]] = []
+        rules: list[LookupRule] = []
         if config.enrichment.browser_rules:
-            rules += [(name, src, dst, True) for name, src, dst in IMPLICIT_RULES]
-        for dest in config.destinations.values():
+            rules += [LookupRule(name, src, dst, None) for name, src, dst in IMPLICIT_RULES]
+        for dest_id, dest in config.destinations.items():
             for rule in dest.enrichment:
                 src = parse_pointer(rule.source, where="enrichment.from")
-                rules.append((rule.name, src, parse_pointer(rule.to, where="enrichment.to"), False))
+                dst = parse_pointer(rule.to, where="enrichment.to")
+                rules.append(LookupRule(rule.name, src, dst, frozenset({dest_id})))
         return cls(database, tuple(rules))
-
-    def column(self, name: str, source: tuple[str, ...]) -> str:
-        return f"__lookup_{name}_{pointer(source)}"
 
     def computed(self, schema: StructType) -> dict[str, Column]:
         """The lookup columns a batch with ``schema`` gets (rules whose source it has)."""
         out: dict[str, Column] = {}
-        for name, src, _, _ in self.rules:
-            ref = column_at(schema, src)
-            if ref is not None and self.column(name, src) not in out:
-                out[self.column(name, src)] = lookup.rule_function(name, self.database)(
-                    ref.cast("string")
-                )
+        for rule in self.rules:
+            ref = column_at(schema, rule.source)
+            if ref is not None and rule.column not in out:
+                function = lookup.rule_function(rule.name, self.database)
+                out[rule.column] = function(ref.cast("string"))
         return out
 
-    def text_columns(self, dest: DestinationConfig) -> set[str]:
-        """The flattened columns of text fields a destination's lookups write."""
-        names = {column: name for name, src, _, _ in self.rules
-                 for column in [self.column(name, src)]}  # fmt: skip
-        return {
-            column_name((*to, field))
-            for column, to, _ in self.for_destination(dest)
-            for field in lookup.TEXT_FIELDS[names[column]]
-        }
+    def for_destination(self, dest_id: str) -> list[LookupRule]:
+        """The rules one destination applies, in order."""
+        return [r for r in self.rules if r.destinations is None or dest_id in r.destinations]
 
-    def for_destination(self, dest: DestinationConfig) -> list[tuple[str, tuple[str, ...], bool]]:
-        """(lookup column, to, browser only) for one destination, in the order applied."""
-        own = {(r.name, parse_pointer(r.source, where="from"), parse_pointer(r.to, where="to"))
-               for r in dest.enrichment}  # fmt: skip
-        return [
-            (self.column(name, src), dst, browser)
-            for name, src, dst, browser in self.rules
-            if browser or (name, src, dst) in own
-        ]
+    def text_columns(self, dest_id: str) -> set[str]:
+        """The flattened columns of text fields a destination's lookups write."""
+        return {
+            column_name((*rule.target, field))
+            for rule in self.for_destination(dest_id)
+            for field in lookup.TEXT_FIELDS[rule.name]
+        }
 
 
 # Seed 1: applied to every browser event.
@@ -377,9 +381,10 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     name = table_names(frame, text)
     frame = frame.withColumn(TABLE, F.when(error.isNull(), name)).withColumn(ERROR, error)
     browser = _browser(event_schema)
-    for column, to, browser_only in run.lookups.for_destination(dest):
-        if column in frame.columns:
-            frame = set_path(frame, to, F.col(column), browser if browser_only else None)
+    for rule in run.lookups.for_destination(dest_id):
+        if rule.column in frame.columns:
+            condition = browser if rule.destinations is None else None
+            frame = set_path(frame, rule.target, F.col(rule.column), condition)
     frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN)
     flat = flatten_mapped(
         frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
@@ -387,7 +392,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     columns = [c for c in flat.frame.columns if c not in (TABLE, ERROR, ROW)]
     staged, counts = _stage_flat(flat.frame, run.layout.tmp / run.run_id / f"dst={dest_id}")
     with _step(f"{dest_id}: type {len(columns)} column(s)"):
-        batch = column_types(staged, TABLE, columns, known_text=run.lookups.text_columns(dest))
+        batch = column_types(staged, TABLE, columns, known_text=run.lookups.text_columns(dest_id))
     report.skipped[dest_id] = counts["skipped"]
     report.failed[dest_id] = 0
     if counts["failed"]:

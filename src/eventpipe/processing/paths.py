@@ -30,8 +30,9 @@ def pointer(path: tuple[str, ...]) -> str:
     return "".join("/" + k.replace("~", "~0").replace("/", "~1") for k in path)
 
 
-def _quoted(path: tuple[str, ...]) -> str:
-    return ".".join("`" + k.replace("`", "``") + "`" for k in path)
+def reference(path: tuple[str, ...]) -> Column:
+    """The column at ``path`` (keys quoted, so dots and backticks in keys are safe)."""
+    return F.col(".".join("`" + k.replace("`", "``") + "`" for k in path))
 
 
 def field_type(schema: StructType, path: tuple[str, ...]) -> DataType | None:
@@ -49,7 +50,7 @@ def field_type(schema: StructType, path: tuple[str, ...]) -> DataType | None:
 
 def column_at(schema: StructType, path: tuple[str, ...]) -> Column | None:
     """The column at ``path``, or None when the batch has no such field."""
-    return None if field_type(schema, path) is None else F.col(_quoted(path))
+    return None if field_type(schema, path) is None else reference(path)
 
 
 def set_path(
@@ -76,7 +77,7 @@ def set_path(
             return frame
     top = path[0]
     schema_top = field_type(frame.schema, (top,))
-    base = F.col(_quoted((top,))) if schema_top is not None else None
+    base = reference((top,)) if schema_top is not None else None
     return frame.withColumn(top, _set(base, schema_top, path[1:], value, condition))
 
 

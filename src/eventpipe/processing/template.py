@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, StructType
 
 from eventpipe.errors import ConfigError
+from eventpipe.processing.paths import field_type, reference
 from eventpipe.schema.naming import MAX_NAME_LENGTH, table_name
 
 _PLACEHOLDER = re.compile(
@@ -92,26 +93,10 @@ def java_date_pattern(strftime: str, *, where: str = "table_name_template") -> s
 
 def _field(schema: StructType, path: tuple[str, ...]) -> tuple[Column | None, bool]:
     """The column at ``path`` and whether it is a scalar; (None, True) when absent."""
-    node = schema
-    for i, key in enumerate(path):
-        field = next((f for f in node.fields if f.name == key), None)
-        if field is None:
-            return None, True
-        if i == len(path) - 1:
-            ref = F.col(".".join("`" + k.replace("`", "``") + "`" for k in path))
-            return ref, not isinstance(
-                field.dataType, StructType
-            ) and field.dataType.typeName() != "array"
-        if not isinstance(field.dataType, StructType):
-            return None, True
-        node = field.dataType
-    return None, True
-
-
-def compile_template(template: Template, schema: StructType) -> tuple[Column, Column]:
-    """(table name, error) columns for frames with ``schema`` (the nested, unflattened one)."""
-    text, error = render(template, schema)
-    return sanitize_table_name(text), error
+    found = field_type(schema, path)
+    if found is None:
+        return None, True
+    return reference(path), not isinstance(found, StructType | ArrayType)
 
 
 def table_names(frame: DataFrame, text: Column, *, limit: int = 1000) -> Column:

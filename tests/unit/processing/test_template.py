@@ -12,8 +12,8 @@ from pyspark.sql import functions as F
 from eventpipe.errors import ConfigError
 from eventpipe.processing.template import (
     Template,
-    compile_template,
     java_date_pattern,
+    render,
     sanitize_table_name,
     table_names,
 )
@@ -26,7 +26,8 @@ def _render(
     path = tmp_path / "seg.log"
     path.write_bytes(b"".join(orjson.dumps({"i": i, **e}) + b"\n" for i, e in enumerate(events)))
     frame = spark.read.json(str(path))
-    name, error = compile_template(Template.parse(template), frame.schema)
+    text, error = render(Template.parse(template), frame.schema)
+    name = sanitize_table_name(text)
     rows = frame.select("i", name.alias("t"), error.alias("e")).orderBy("i").collect()
     return [(r.t, r.e) for r in rows]
 
