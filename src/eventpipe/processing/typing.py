@@ -6,8 +6,10 @@ TIMESTAMP. A string column is TIMESTAMP in a table when every non-null value the
 the RFC 3339 shape *and* parses (so ``2026-02-30T00:00:00Z`` keeps a column STRING instead
 of becoming a null), else STRING.
 
-Types are per table (seed 1's BatchHeader), from one ``groupBy`` over the table column; a
-column with no value in a table is not part of that table's batch.
+Types are per table (seed 1's BatchHeader); a column with no value in a table is not part
+of that table's batch. Over a frame, one ``groupBy`` on the table column computes them
+(:func:`column_types`). Over the job's staged Parquet, partitioned by table, the files'
+footers answer most of it without reading values (:func:`staged_column_types`).
 
 Known gap (docs/pipeline.md): Spark merges a JSON bool and number in one field into a
 string, so such a column is STRING here where the lattice says INT64 or FLOAT64.
@@ -15,8 +17,12 @@ string, so such a column is STRING here where the lattice says INT64 or FLOAT64.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
@@ -31,6 +37,10 @@ _DIRECT: tuple[tuple[type[T.DataType], DataType], ...] = (
     (T.TimestampType, DataType.TIMESTAMP),
     (T.TimestampNTZType, DataType.TIMESTAMP),
 )
+
+
+def _direct(spark_type: T.DataType) -> DataType | None:
+    return next((t for cls, t in _DIRECT if isinstance(spark_type, cls)), None)
 
 
 def is_timestamp_text(column: Column) -> Column:
@@ -74,7 +84,7 @@ def column_types(
     for i, name in enumerate(columns):
         ref = F.col(f"`{name}`")
         aggregates.append(F.count(ref).alias(f"n{i}"))
-        direct = next((t for cls, t in _DIRECT if isinstance(spark_types[name], cls)), None)
+        direct = _direct(spark_types[name])
         if direct is None and name in known_text:
             direct = DataType.STRING
         if direct is None:  # strings (and anything else Spark gave us as text)
@@ -100,15 +110,149 @@ def column_types(
     return result
 
 
-def cast_to(column: Column, data_type: DataType) -> Column:
+SPARK_TYPES: dict[DataType, T.DataType] = {
+    DataType.BOOL: T.BooleanType(),
+    DataType.INT64: T.LongType(),
+    DataType.FLOAT64: T.DoubleType(),
+    DataType.STRING: T.StringType(),
+    DataType.TIMESTAMP: T.TimestampType(),
+}
+"""The Spark type that holds each lattice type's values as loaded."""
+
+ISO_TIMESTAMP = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
+
+
+def cast_to(column: Column, data_type: DataType, source: T.DataType | None = None) -> Column:
     """A column's values as ``data_type``; null where a value does not convert (ANSI casts
-    would raise), so that the caller can report exactly those values."""
+    would raise), so that the caller can report exactly those values.
+
+    ``source``, the column's Spark type when known: a timestamp becomes RFC 3339 text, and
+    never a number (that would silently be epoch seconds).
+    """
+    if isinstance(source, T.TimestampType | T.TimestampNTZType):
+        if data_type is DataType.STRING:
+            return F.date_format(column, ISO_TIMESTAMP)
+        if data_type is not DataType.TIMESTAMP:
+            return F.lit(None).cast(SPARK_TYPES[data_type])
     if data_type is DataType.TIMESTAMP:
         return F.try_to_timestamp(column.cast("string"))
-    spark_type = {
-        DataType.BOOL: T.BooleanType(),
-        DataType.INT64: T.LongType(),
-        DataType.FLOAT64: T.DoubleType(),
-        DataType.STRING: T.StringType(),
-    }[data_type]
-    return column.try_cast(spark_type)
+    return column.try_cast(SPARK_TYPES[data_type])
+
+
+_TIMESTAMP_SHAPE = re.compile(TIMESTAMP_PATTERN)
+
+
+@dataclass
+class _Footer:
+    """What the Parquet footers of one table's files say of one column."""
+
+    present: int = 0
+    """Non-null values."""
+    low: str | None = None
+    high: str | None = None
+    known: bool = True
+    """False when a file lacked a statistic that is needed (null count, or string bounds:
+    Parquet writers leave out bounds longer than 4 KB); the values must then be read."""
+
+    def add(self, rows: int, stats: Any, *, bounds: bool) -> None:
+        """One column chunk; ``bounds``: its smallest and largest text are needed."""
+        if stats is None or not stats.has_null_count or stats.null_count is None:
+            self.known = False
+            return
+        values = rows - stats.null_count
+        if not values:
+            return
+        self.present += values
+        if not bounds:
+            return
+        low, high = (stats.min, stats.max) if stats.has_min_max else (None, None)
+        if not isinstance(low, str) or not isinstance(high, str):
+            self.known = False
+            return
+        self.low = low if self.low is None else min(self.low, low)
+        self.high = high if self.high is None else max(self.high, high)
+
+    def maybe_timestamps(self) -> bool:
+        """False when the bounds prove that some value is not timestamp text: were every
+        value a timestamp, so would be the smallest and the largest."""
+        if not self.known:
+            return True
+        return all(v is not None and _TIMESTAMP_SHAPE.match(v) for v in (self.low, self.high))
+
+
+def _footers(
+    directory: Path, table_column: str, columns: Collection[str], texts: Collection[str]
+) -> dict[str, dict[str, _Footer]]:
+    """``{table: {column: _Footer}}`` from the footers of ``directory/<table_column>=<t>/``;
+    bounds are kept for the ``texts`` columns."""
+    import pyarrow.parquet as pq
+
+    wanted = set(columns)
+    found: dict[str, dict[str, _Footer]] = {}
+    for part in sorted(directory.glob(f"{table_column}=*")):
+        table = unquote(part.name.split("=", 1)[1])
+        by_column = found.setdefault(table, {})
+        for file in sorted(part.glob("*.parquet")):
+            metadata = pq.ParquetFile(file).metadata
+            for g in range(metadata.num_row_groups):
+                group = metadata.row_group(g)
+                for c in range(group.num_columns):
+                    chunk = group.column(c)
+                    name = chunk.path_in_schema
+                    if name in wanted:
+                        by_column.setdefault(name, _Footer()).add(
+                            group.num_rows, chunk.statistics, bounds=name in texts
+                        )
+    return found
+
+
+def staged_column_types(
+    directory: Path,
+    frame: DataFrame,
+    table_column: str,
+    columns: Sequence[str],
+    *,
+    known_text: Collection[str] = (),
+) -> dict[str, dict[str, DataType]]:
+    """:func:`column_types` of ``frame``, which Spark wrote under ``directory`` partitioned
+    by ``table_column``, mostly from the files' footers.
+
+    The footers give each table's non-null count of each column, and for a string column
+    its smallest and largest value. Only where those bounds both look like timestamps
+    (or a footer lacks a statistic) are the values read, for those tables and columns only:
+    a batch of ordinary strings is typed without reading a value.
+    """
+    spark_types = {f.name: f.dataType for f in frame.schema.fields}
+    direct: dict[str, DataType | None] = {}
+    for name in columns:
+        direct[name] = _direct(spark_types[name])
+        if direct[name] is None and name in known_text:
+            direct[name] = DataType.STRING
+    texts = {name for name, found in direct.items() if found is None}
+    types: dict[str, dict[str, DataType]] = {}
+    to_read: dict[str, set[str]] = {}
+    for table, footers in _footers(directory, table_column, columns, texts).items():
+        types[table] = {}
+        for name in columns:
+            footer = footers.get(name)
+            if footer is None:
+                continue  # not in this table's files
+            maybe_timestamps = name in texts and footer.present and footer.maybe_timestamps()
+            if not footer.known or maybe_timestamps:
+                to_read.setdefault(table, set()).add(name)
+            elif footer.present:
+                types[table][name] = direct[name] or DataType.STRING
+    if to_read:
+        tables = sorted(to_read)
+        read = column_types(
+            frame.filter(F.col(table_column).isin(tables)), table_column,
+            sorted(set().union(*to_read.values())), known_text=known_text,
+        )  # fmt: skip
+        for table, names in to_read.items():
+            for name in sorted(names):
+                if name in read.types.get(table, {}):
+                    types[table][name] = read.types[table][name]
+    order = {name: i for i, name in enumerate(columns)}
+    return {
+        t: dict(sorted(found.items(), key=lambda kv: order[kv[0]])) for t, found in types.items()
+    }

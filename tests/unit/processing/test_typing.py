@@ -1,4 +1,9 @@
-"""Typing per table on Spark: the lattice where Spark agrees, timestamps that really parse."""
+"""Typing per table on Spark: the lattice where Spark agrees, timestamps that really parse.
+
+Every case runs twice: over a frame (one aggregation) and over the same frame staged as
+Parquet partitioned by table, typed from the files' footers (the job's way); both must
+give the same answer.
+"""
 
 from __future__ import annotations
 
@@ -6,27 +11,34 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from eventpipe.processing.flatten import flatten
-from eventpipe.processing.typing import column_types
+from eventpipe.processing.typing import column_types, staged_column_types
 from eventpipe.schema.types import DataType
 
 S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
                  DataType.TIMESTAMP)  # fmt: skip
 
 
-def _types(
-    spark: Any, tmp_path: Path, events: list[dict[str, Any]]
-) -> dict[str, dict[str, DataType]]:
-    path = tmp_path / "seg.log"
-    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
-    frame = flatten(spark.read.json(str(path)))
-    columns = [c for c in frame.columns if c != "tbl"]
-    return column_types(frame, "tbl", columns).types
+@pytest.fixture(params=["frame", "staged"])
+def typed(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Any:
+    def types(events: list[dict[str, Any]]) -> dict[str, dict[str, DataType]]:
+        path = tmp_path / "seg.log"
+        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        frame = flatten(spark.read.json(str(path)))
+        columns = [c for c in frame.columns if c != "tbl"]
+        if request.param == "frame":
+            return column_types(frame, "tbl", columns).types
+        staged = tmp_path / "staged"
+        frame.write.partitionBy("tbl").parquet(str(staged))
+        return staged_column_types(staged, spark.read.parquet(str(staged)), "tbl", columns)
+
+    return types
 
 
-def test_each_json_type_and_promotions_spark_agrees_with(spark: Any, tmp_path: Path) -> None:
-    types = _types(spark, tmp_path, [
+def test_each_json_type_and_promotions_spark_agrees_with(typed: Any) -> None:
+    types = typed([
         {"tbl": "a", "b": True, "n": 1, "f": 1.5, "s": "x", "nf": 1, "ts": "2026-11-21T10:00:00Z",
          "arr": [1, 2], "o": {"k": 1}},
         {"tbl": "a", "b": False, "n": 2, "f": 2, "s": "y", "nf": 2.5, "ts": "2026-11-21 10:00:00",
@@ -36,8 +48,8 @@ def test_each_json_type_and_promotions_spark_agrees_with(spark: Any, tmp_path: P
                            "o_k": N}}  # fmt: skip
 
 
-def test_types_are_per_table_and_absent_columns_are_left_out(spark: Any, tmp_path: Path) -> None:
-    types = _types(spark, tmp_path, [
+def test_types_are_per_table_and_absent_columns_are_left_out(typed: Any) -> None:
+    types = typed([
         {"tbl": "a", "when": "2026-11-21T10:00:00Z", "only_a": 1},
         {"tbl": "b", "when": "yesterday"},
     ])  # fmt: skip
@@ -48,17 +60,35 @@ def test_types_are_per_table_and_absent_columns_are_left_out(spark: Any, tmp_pat
 
 
 def test_timestamp_shaped_strings_that_do_not_parse_keep_the_column_a_string(
-    spark: Any, tmp_path: Path
+    typed: Any,
 ) -> None:
-    types = _types(spark, tmp_path, [
+    types = typed([
         {"tbl": "a", "d": "2026-11-21T10:00:00Z"},
         {"tbl": "a", "d": "2026-02-30T10:00:00Z"},
     ])  # fmt: skip
     assert types["a"]["d"] is S
 
 
-def test_timestamps_mixed_with_numbers_are_strings(spark: Any, tmp_path: Path) -> None:
-    types = _types(spark, tmp_path, [
+def test_timestamps_mixed_with_numbers_are_strings(typed: Any) -> None:
+    types = typed([
         {"tbl": "a", "x": "2026-11-21T10:00:00Z"}, {"tbl": "a", "x": 5},
     ])  # fmt: skip
     assert types["a"]["x"] is S
+
+
+def test_timestamps_between_the_bounds_decide_too(typed: Any) -> None:
+    # The smallest and largest values are timestamps, one in between is not.
+    types = typed([
+        {"tbl": "a", "x": "2026-01-01T00:00:00Z"}, {"tbl": "a", "x": "2026-06-01 x"},
+        {"tbl": "a", "x": "2026-12-31T00:00:00Z"},
+    ])  # fmt: skip
+    assert types["a"]["x"] is S
+
+
+def test_values_too_long_for_footer_bounds_are_read(typed: Any) -> None:
+    # Parquet writers leave out bounds longer than 4 KB; the values are then read.
+    types = typed([
+        {"tbl": "a", "x": "2026-11-21T10:00:00Z", "long": "y" * 5000},
+        {"tbl": "b", "x": "text", "long": "2026-11-21T10:00:00Z"},
+    ])  # fmt: skip
+    assert types == {"a": {"long": S, "x": T}, "b": {"long": T, "x": S}}
