@@ -154,3 +154,13 @@ def test_one_pipeline_per_data_directory(start_collector: Any, spark: Any) -> No
     report = process_once(c.config, spark)
     assert report is not None
     assert report.loaded == {("warehouse", "events"): 1}
+
+
+def test_empty_keys_reach_the_table_as_unnamed_columns(start_collector: Any, spark: Any) -> None:
+    # Spark's JSON reader would drop them; the collector names them before logging.
+    c = start_collector()
+    _post(c, [{"": 1, "props": {"": "v", "_unnamed": "w"}, "event_id": "e"}], server=True)
+    _seal(c)
+    process_once(c.config, spark)
+    rows = _query(c, "SELECT _unnamed, props__unnamed, props__unnamed_1 FROM events")
+    assert rows == [(1, "w", "v")]

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 
+import orjson
 import pytest
 
 from eventpipe.collector.body import (
@@ -108,3 +109,20 @@ def test_reading_within_the_limit_returns_everything() -> None:
         yield b"1}"
 
     assert asyncio.run(read_limited(chunks(), 100)) == b'{"a":1}'
+
+
+def test_empty_keys_are_named_at_any_depth_and_never_collide() -> None:
+    body = b'[{"": 1, "a": {"" : "x", "_unnamed": 2, "_unnamed_1": 3}, "l": [{"": true}]}]'
+    items, _ = parse_events(body)
+    assert items == [{
+        "_unnamed": 1,
+        "a": {"_unnamed_2": "x", "_unnamed": 2, "_unnamed_1": 3},
+        "l": [{"_unnamed": True}],
+    }]  # fmt: skip
+    assert list(items[0]["a"]) == ["_unnamed_2", "_unnamed", "_unnamed_1"]  # order kept
+
+
+def test_empty_string_values_are_not_keys() -> None:
+    event = {"a": "", "b": ["", ""], "c": '"":', "": {"d": ""}}
+    items, _ = parse_events(orjson.dumps(event))
+    assert items == [{"a": "", "b": ["", ""], "c": '"":', "_unnamed": {"d": ""}}]

@@ -6,6 +6,11 @@
 * JSON: orjson, which rejects invalid UTF-8, lone surrogates, raw control characters, NaN
   and trailing content, and reports the position. An escaped ``\\u0000`` is valid JSON and
   is kept (destinations that cannot store NUL apply their own documented rule).
+* Empty keys: Spark's JSON reader drops a key named ``""`` when it infers a batch's
+  schema, so the collector names empty keys before they are logged: ``_unnamed`` (the
+  column name seed 1 gives an empty key), or ``_unnamed_1``, ``_unnamed_2``... when the
+  object already has that key. Only bodies that contain ``""`` followed by a colon are
+  walked.
 * Depth: orjson stops at 1,024 levels by itself (a 400 for the whole body);
   ``max_json_depth`` is checked per event by :mod:`eventpipe.collector.enrich` with
   :func:`deeper_than`, so that one deep item in an array is rejected alone.
@@ -13,10 +18,14 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+
+EMPTY_KEY_NAME = "_unnamed"
+_EMPTY_KEY = re.compile(rb'""\s*:')
 
 
 class BodyError(Exception):
@@ -69,6 +78,8 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
     except orjson.JSONDecodeError as exc:
         reason = "too_deep" if "depth" in str(exc) else "malformed_json"
         raise BodyError(400, reason, f"body is not valid JSON: {exc}") from None
+    if b'""' in body and _EMPTY_KEY.search(body):
+        document = _named(document)
     if isinstance(document, dict):
         return [document], False
     if isinstance(document, list):
@@ -78,6 +89,23 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
         "not_an_object",
         f"body is a JSON {type(document).__name__}; send an object or an array of objects",
     )
+
+
+def _named(node: Any) -> Any:
+    """``node`` with every key ``""`` renamed (see the module's docstring)."""
+    if isinstance(node, list):
+        return [_named(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    named: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "":
+            key, n = EMPTY_KEY_NAME, 0
+            while key in node:
+                n += 1
+                key = f"{EMPTY_KEY_NAME}_{n}"
+        named[key] = _named(value)
+    return named
 
 
 def deeper_than(document: Any, max_depth: int, *, base: int = 1) -> str | None:
