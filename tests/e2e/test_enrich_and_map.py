@@ -112,3 +112,35 @@ def test_columns_beyond_max_columns_go_to_unmapped_data(start_collector: Any, sp
     assert {k: v for k, v in data.items() if k.startswith("/f")} == {
         f"/f{i:02d}": i for i in range(2, 10)
     }
+
+
+def test_an_existing_columns_type_wins_over_a_cast(start_collector: Any, spark: Any) -> None:
+    import duckdb
+
+    c = start_collector(destinations={"warehouse": {"type": "duckdb", "mappings": {"fields": [
+        {"action": "cast", "src": "/when", "type": "timestamp"},
+        {"action": "cast", "src": "/n", "type": "bigint"},
+    ]}}})  # fmt: skip
+    # Tables made by hand, with other types than the casts say.
+    db = duckdb.connect(str(c.layout.warehouse))
+    db.execute("CREATE TABLE events (eventn_ctx_event_id VARCHAR, _timestamp VARCHAR, "
+               "\"when\" BIGINT, n VARCHAR)")  # fmt: skip
+    db.close()
+    _post(c, [
+        {"event_id": "a", "_timestamp": "2026-11-21T10:00:00Z", "n": "7"},
+        {"event_id": "b", "when": "2026-11-21T10:00:00Z"},  # a timestamp is not a number
+        {"event_id": "c", "n": "seven"},  # the cast itself fails
+    ], server=True)  # fmt: skip
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.failed == {"warehouse": 2}
+    assert _query(c, "SELECT eventn_ctx_event_id, _timestamp, n FROM events") == [
+        ("a", "2026-11-21T10:00:00.000000Z", "7")
+    ]  # fmt: skip
+    errors = {
+        e["event"]["event_id"]: e["error"]
+        for e in map(json.loads, c.layout.failed_destination("warehouse").read_text().splitlines())
+    }
+    assert errors["b"] == "column when (INT64) cannot take 2026-11-21 10:00:00"
+    assert errors["c"] == "column n (INT64) cannot take seven"
