@@ -164,3 +164,62 @@ def test_empty_keys_reach_the_table_as_unnamed_columns(start_collector: Any, spa
     process_once(c.config, spark)
     rows = _query(c, "SELECT _unnamed, props__unnamed, props__unnamed_1 FROM events")
     assert rows == [(1, "w", "v")]
+
+
+def test_bools_mixed_with_numbers_are_typed_by_the_lattice(
+    start_collector: Any, spark: Any
+) -> None:
+    # Spark reads a field that is a bool in some events and a number in others as text;
+    # the lattice says BOOL < INT64 < FLOAT64, and a string token makes it STRING.
+    c = start_collector(destinations={"warehouse": {
+        "type": "duckdb", "table_name_template": "{{ kind }}"}})  # fmt: skip
+    _post(c, [
+        {"kind": "a", "v": True, "event_id": "a1"}, {"kind": "a", "v": 2, "event_id": "a2"},
+        {"kind": "b", "v": "x", "event_id": "b1"},
+        {"kind": "c", "v": 1.5, "event_id": "c1"}, {"kind": "c", "v": False, "event_id": "c2"},
+        {"kind": "d", "v": "true", "event_id": "d1"}, {"kind": "d", "v": 3, "event_id": "d2"},
+    ], server=True)  # fmt: skip
+    _seal(c)
+    process_once(c.config, spark)
+
+    def typed(table: str) -> tuple[str, list[tuple[Any, ...]]]:
+        [(sql_type,)] = _query(c, "SELECT data_type FROM information_schema.columns WHERE "
+                                  f"table_name = '{table}' AND column_name = 'v'")  # fmt: skip
+        return sql_type, _query(c, f"SELECT v FROM {table} ORDER BY eventn_ctx_event_id")
+
+    assert typed("a") == ("BIGINT", [(1,), (2,)])
+    assert typed("b") == ("VARCHAR", [("x",)])
+    assert typed("c") == ("DOUBLE", [(1.5,), (0.0,)])
+    assert typed("d") == ("VARCHAR", [("true",), ("3",)])  # "true" was a string
+
+
+def test_a_resumed_run_writes_each_failed_event_once(
+    start_collector: Any, spark: Any, monkeypatch: Any
+) -> None:
+    import pytest
+
+    from eventpipe.processing import job
+
+    c = start_collector()
+    _post(c, [{"event_id": "ok"}, {"event_id": "bad", "_timestamp": "x"}], server=True)
+    _seal(c)
+    [segment] = c.layout.sealed_segments()
+    with segment.open("ab") as out:
+        out.write(b"not json\n")
+    real = job._load_files
+
+    def crash(*args: Any, **kwargs: Any) -> int:
+        raise RuntimeError("crash during the load")
+
+    monkeypatch.setattr(job, "_load_files", crash)
+    with pytest.raises(RuntimeError):
+        process_once(c.config, spark)
+    monkeypatch.setattr(job, "_load_files", real)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.resumed
+    assert (report.corrupt, report.failed) == (1, {"warehouse": 1})
+    [failed] = read_lines([c.layout.failed_destination("warehouse")])
+    assert failed["event"]["eventn_ctx"]["event_id"] == "bad"
+    assert len(read_lines([c.layout.failed_receiving("web")])) == 1
+    assert _query(c, "SELECT eventn_ctx_event_id FROM events") == [("ok",)]

@@ -40,7 +40,7 @@ def leaves(schema: StructType, prefix: tuple[str, ...] = ()) -> list[Leaf]:
         if isinstance(field.dataType, StructType):
             found.extend(leaves(field.dataType, path))
         else:
-            found.append(Leaf(path, field.dataType, _reference(path, field.dataType)))
+            found.append(Leaf(path, field.dataType, _reference(path, field.dataType), source=path))
     return found
 
 

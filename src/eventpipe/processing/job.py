@@ -23,7 +23,7 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -40,11 +40,24 @@ from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout, fsync_directory
 from eventpipe.processing import lookup
-from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped
+from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped, leaves
 from eventpipe.processing.mapping import Mapping
-from eventpipe.processing.paths import column_at, parse_pointer, pointer, reference, set_path
+from eventpipe.processing.paths import (
+    column_at,
+    parse_pointer,
+    pointer,
+    reference,
+    set_path,
+    with_type_at,
+)
 from eventpipe.processing.template import Template, render, table_names
-from eventpipe.processing.typing import SPARK_TYPES, cast_to, staged_column_types
+from eventpipe.processing.typing import (
+    SPARK_TYPES,
+    StagedTypes,
+    cast_to,
+    staged_column_types,
+    token_types,
+)
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
 from eventpipe.schema.types import DataType
@@ -87,6 +100,8 @@ class _Run:
     originals: DataFrame
     """(row id, the event's original JSON), computed only for rows that are asked for."""
     lookups: Lookups
+    paths: tuple[str, ...]
+    """The files the run reads (segments, or the events of a replay)."""
 
     @property
     def layout(self) -> DataLayout:
@@ -186,10 +201,13 @@ def _run_job(
     lookups = Lookups.plan(config)
     events = _stage_events(spark, config, run_id, paths, lookups)
     if CORRUPT_COLUMN in events.columns:
-        report.corrupt = _fail_corrupt(events, config.layout)
+        report.corrupt = _once(
+            config.layout.tmp / run_id / "failed.corrupt.done",
+            lambda: _fail_corrupt(events, config.layout),
+        )
     columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
     originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
-    shared = _Run(run_id, segments, config, state, report, originals, lookups)
+    shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths))
     for dest_id, dest in config.destinations.items():
         target = _Target(dest_id, dest, open_destination(dest_id, dest, config.layout))
         _process_destination(events, shared, target)
@@ -402,14 +420,17 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         batch = staged_column_types(
             where / "flat", staged, TABLE, columns, known_text=run.lookups.text_columns(dest_id)
         )  # fmt: skip
+    if batch.mixed:
+        with _step(f"{dest_id}: bool/number mixes in {len(batch.mixed)} table(s)"):
+            _type_mixes(batch, run, dest, event_schema, name)
     report.skipped[dest_id] = counts["skipped"]
     report.failed[dest_id] = 0
     if counts["failed"]:
-        report.failed[dest_id] = _write_failed(
+        report.failed[dest_id] = _once(where / "failed.processing.done", lambda: _write_failed(
             cast.filter(F.col(ERROR).isNotNull()), run, run.layout.failed_destination(dest_id),
             dest_id, table=None, stage=Stage.PROCESSING,
-        )  # fmt: skip
-    for table, types in sorted(batch.items()):
+        ))  # fmt: skip
+    for table, types in sorted(batch.types.items()):
         if run.state.table_ok(run.segments, dest_id, table):
             continue  # loaded by the interrupted attempt of this run
         rows = _load_table(_staged_table(staged, where, table), run, target, types, flat)
@@ -418,6 +439,43 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     run.state.record_destination_run(
         run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
     )
+
+
+def _type_mixes(
+    batch: StagedTypes, run: _Run, dest: DestinationConfig, schema: StructType, name: Column
+) -> None:
+    """Type the text columns that may be JSON bools mixed with numbers exactly.
+
+    Spark reads such a mix as text (``"true"``, ``"1"``), and so it reads ``"1"`` sent as
+    a string. For these few columns the run's files are read again with their fields
+    declared VARIANT, which keeps each value's token kind, and the tables' types of those
+    columns follow the lattice (typing.token_types). ``name`` gives each row its table.
+    """
+    from pyspark.sql.types import StringType, VariantType
+
+    mapping = Mapping.from_config(dest.mappings)
+    mapped, _ = mapping.apply(leaves(schema))
+    sources = {
+        column_name(leaf.path): leaf.source
+        for leaf in mapped
+        if leaf.source is not None and isinstance(leaf.spark_type, StringType)
+    }
+    wanted = {c for columns in batch.mixed.values() for c in columns if c in sources}
+    if not wanted:
+        return
+    probe = schema
+    for column in wanted:
+        probe = with_type_at(probe, sources[column], VariantType())
+    frame = run.originals.sparkSession.read.schema(probe).json(list(run.paths))
+    if dest.only_keys is not None:
+        frame = frame.filter(F.col("api_key").isin(list(dest.only_keys)))
+    frame = frame.withColumn(TABLE, name)
+    flat = flatten_mapped(frame, passthrough=(TABLE,), mapping=mapping).frame
+    found = token_types(flat.select(TABLE, *(_ref(c) for c in sorted(wanted))), TABLE, wanted)
+    for table, columns in batch.mixed.items():
+        for column in columns & wanted:
+            if column in found.get(table, {}):
+                batch.types[table][column] = found[table][column]
 
 
 def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, int]]:
@@ -532,10 +590,11 @@ def _load_table(
     ok = frame
     if problems:
         checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
-        report.failed[dest_id] += _write_failed(
-            checked.filter(F.col(ERROR) != ""), run, layout.failed_destination(dest_id),
-            dest_id, table=table, stage=Stage.LOADING,
-        )  # fmt: skip
+        report.failed[dest_id] += _once(staging.with_name(f"failed.{table}.done"), lambda: (
+            _write_failed(checked.filter(F.col(ERROR) != ""), run,
+                          layout.failed_destination(dest_id), dest_id, table=table,
+                          stage=Stage.LOADING)
+        ))  # fmt: skip
         ok = checked.filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
         ok.select(*(value.alias(c) for c, value in converted.items())).write.mode(
@@ -566,10 +625,12 @@ def _load_files(
                 )
             )
     except TerminalError as exc:
-        report.failed[dest_id] += _write_failed(
-            ok.withColumn(ERROR, F.lit(exc.message)), run,
+        marker = layout.tmp / run_id / f"dst={dest_id}" / f"failed.{table}.load.done"
+        message = exc.message
+        report.failed[dest_id] += _once(marker, lambda: _write_failed(
+            ok.withColumn(ERROR, F.lit(message)), run,
             layout.failed_destination(dest_id), dest_id, table=table, stage=Stage.LOADING,
-        )  # fmt: skip
+        ))  # fmt: skip
         return 0
     report.loaded[(dest_id, table)] = result.rows
     log.info("%s.%s: %d rows%s", dest_id, table, result.rows,
@@ -614,6 +675,20 @@ def _with_overflow(frame: DataFrame, overflow: list[str], pointers: dict[str, st
         .when(packed == F.lit("{}"), current)
         .otherwise(merged)
     )
+
+
+def _once(marker: Path, write: Callable[[], int]) -> int:
+    """``write()`` (which appends failed events and returns how many) once per run: a
+    resumed run finds ``marker`` and does not append the same EventErrors again. (A crash
+    between the append and the marker still repeats them: a window of one file write.)"""
+    if marker.exists():
+        return int(marker.read_text())
+    count = write()
+    marker.parent.mkdir(parents=True, exist_ok=True)
+    partial = marker.with_name(marker.name + ".partial")
+    partial.write_text(str(count))
+    os.replace(partial, marker)
+    return count
 
 
 def _write_failed(

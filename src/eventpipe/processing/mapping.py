@@ -75,6 +75,8 @@ class Leaf:
     column: Column
     mapped: bool = False
     """Touched by a rule: survives ``keep_unmapped: false``."""
+    source: tuple[str, ...] | None = None
+    """The path it was read from, when it was (a ``move`` changes ``path`` only)."""
 
 
 @dataclass(frozen=True)

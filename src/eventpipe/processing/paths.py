@@ -11,7 +11,7 @@ import logging
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructType
+from pyspark.sql.types import DataType, StructField, StructType
 
 from eventpipe.errors import ConfigError
 
@@ -46,6 +46,22 @@ def field_type(schema: StructType, path: tuple[str, ...]) -> DataType | None:
             return None
         node = field.dataType
     return node
+
+
+def with_type_at(schema: StructType, path: tuple[str, ...], data_type: DataType) -> StructType:
+    """``schema`` with the field at ``path`` (which exists) declared as ``data_type``."""
+    fields = []
+    for field in schema.fields:
+        if field.name == path[0]:
+            inner = field.dataType
+            new = (
+                data_type
+                if len(path) == 1 or not isinstance(inner, StructType)
+                else with_type_at(inner, path[1:], data_type)
+            )
+            field = StructField(field.name, new, field.nullable)
+        fields.append(field)
+    return StructType(fields)
 
 
 def column_at(schema: StructType, path: tuple[str, ...]) -> Column | None:

@@ -11,8 +11,11 @@ of that table's batch. Over a frame, one ``groupBy`` on the table column compute
 (:func:`column_types`). Over the job's staged Parquet, partitioned by table, the files'
 footers answer most of it without reading values (:func:`staged_column_types`).
 
-Known gap (docs/pipeline.md): Spark merges a JSON bool and number in one field into a
-string, so such a column is STRING here where the lattice says INT64 or FLOAT64.
+Spark reads a field whose JSON type is a bool in some events and a number in others as
+text. Where a text column's bounds say it may be such a mix, the job reads those fields
+again as VARIANT (which keeps each value's token kind) and :func:`token_types` types them
+by the lattice. A table whose values of a field are all numbers while another table of
+the batch has text there stays STRING (documented in docs/pipeline.md).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from eventpipe.schema.types import TIMESTAMP_PATTERN, DataType
+from eventpipe.schema.types import TIMESTAMP_PATTERN, DataType, promote_all
 
 _DIRECT: tuple[tuple[type[T.DataType], DataType], ...] = (
     (T.BooleanType, DataType.BOOL),
@@ -136,10 +139,20 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
             return F.lit(None).cast(SPARK_TYPES[data_type])
     if data_type is DataType.TIMESTAMP:
         return F.try_to_timestamp(column.cast("string"))
-    return column.try_cast(SPARK_TYPES[data_type])
+    converted = column.try_cast(SPARK_TYPES[data_type])
+    if isinstance(source, T.StringType) and data_type in (DataType.INT64, DataType.FLOAT64):
+        # JSON bools that Spark read into a text column (typing's bool/number mixes).
+        return (
+            F.when(column == F.lit("true"), F.lit(1).cast(SPARK_TYPES[data_type]))
+            .when(column == F.lit("false"), F.lit(0).cast(SPARK_TYPES[data_type]))
+            .otherwise(converted)
+        )
+    return converted
 
 
 _TIMESTAMP_SHAPE = re.compile(TIMESTAMP_PATTERN)
+_TOKEN = re.compile(r"^(true|false|-?\d+(\.\d+)?([eE][+-]?\d+)?)$")
+"""The text Spark gives a JSON bool or number token it read into a text column."""
 
 
 @dataclass
@@ -171,6 +184,14 @@ class _Footer:
             return
         self.low = low if self.low is None else min(self.low, low)
         self.high = high if self.high is None else max(self.high, high)
+
+    def maybe_bool_mix(self) -> bool:
+        """Whether the values may be JSON bools mixed with numbers, which Spark reads as
+        text (``"true"``, ``"1"``): the largest is a bool and the smallest a bool or a
+        number (text sorts digits and ``-`` before ``false`` before ``true``)."""
+        if not self.known or self.low is None or self.high is None:
+            return False
+        return self.high in ("true", "false") and bool(_TOKEN.match(self.low))
 
     def maybe_timestamps(self) -> bool:
         """False when the bounds prove that some value is not timestamp text: were every
@@ -206,6 +227,15 @@ def _footers(
     return found
 
 
+@dataclass(frozen=True)
+class StagedTypes:
+    types: dict[str, dict[str, DataType]]
+    """``{table: {column: type}}``."""
+    mixed: dict[str, set[str]]
+    """``{table: columns}`` typed STRING here that may hold JSON bools mixed with numbers
+    (see :func:`token_types`)."""
+
+
 def staged_column_types(
     directory: Path,
     frame: DataFrame,
@@ -213,14 +243,15 @@ def staged_column_types(
     columns: Sequence[str],
     *,
     known_text: Collection[str] = (),
-) -> dict[str, dict[str, DataType]]:
+) -> StagedTypes:
     """:func:`column_types` of ``frame``, which Spark wrote under ``directory`` partitioned
     by ``table_column``, mostly from the files' footers.
 
     The footers give each table's non-null count of each column, and for a string column
     its smallest and largest value. Only where those bounds both look like timestamps
     (or a footer lacks a statistic) are the values read, for those tables and columns only:
-    a batch of ordinary strings is typed without reading a value.
+    a batch of ordinary strings is typed without reading a value. Text columns whose
+    bounds say they may be bools mixed with numbers are listed in ``mixed``.
     """
     spark_types = {f.name: f.dataType for f in frame.schema.fields}
     direct: dict[str, DataType | None] = {}
@@ -231,6 +262,7 @@ def staged_column_types(
     texts = {name for name, found in direct.items() if found is None}
     types: dict[str, dict[str, DataType]] = {}
     to_read: dict[str, set[str]] = {}
+    mixed: dict[str, set[str]] = {}
     for table, footers in _footers(directory, table_column, columns, texts).items():
         types[table] = {}
         for name in columns:
@@ -242,6 +274,8 @@ def staged_column_types(
                 to_read.setdefault(table, set()).add(name)
             elif footer.present:
                 types[table][name] = direct[name] or DataType.STRING
+                if name in texts and footer.maybe_bool_mix():
+                    mixed.setdefault(table, set()).add(name)
     if to_read:
         tables = sorted(to_read)
         read = column_types(
@@ -253,6 +287,46 @@ def staged_column_types(
                 if name in read.types.get(table, {}):
                     types[table][name] = read.types[table][name]
     order = {name: i for i, name in enumerate(columns)}
-    return {
+    ordered = {
         t: dict(sorted(found.items(), key=lambda kv: order[kv[0]])) for t, found in types.items()
     }
+    return StagedTypes(ordered, mixed)
+
+
+def token_types(
+    frame: DataFrame, table_column: str, columns: Collection[str]
+) -> dict[str, dict[str, DataType]]:
+    """The lattice type per table of ``columns``, which ``frame`` holds as VARIANT (Spark's
+    JSON reader keeps each value's token kind there): bools, integers and decimals promote
+    along the lattice; any string, object or array makes the column STRING."""
+    aggregates: list[Column] = []
+    for i, name in enumerate(sorted(columns)):
+        kind = F.schema_of_variant(F.col(f"`{name}`"))
+        aggregates += [
+            F.count_if(kind.isNotNull() & (kind != F.lit("VOID"))).alias(f"n{i}"),
+            F.count_if(kind == F.lit("BOOLEAN")).alias(f"b{i}"),
+            F.count_if(kind.isin("TINYINT", "SMALLINT", "INT", "BIGINT")).alias(f"i{i}"),
+            F.count_if(kind.startswith("DECIMAL") | kind.isin("FLOAT", "DOUBLE")).alias(f"f{i}"),
+        ]
+    found: dict[str, dict[str, DataType]] = {}
+    for row in frame.groupBy(table_column).agg(*aggregates).collect():
+        table = row[table_column]
+        if not table:
+            continue
+        types = found.setdefault(table, {})
+        for i, name in enumerate(sorted(columns)):
+            present, bools, ints, floats = (row[f"{x}{i}"] for x in "nbif")
+            if not present:
+                continue
+            if bools + ints + floats < present:
+                types[name] = DataType.STRING
+            else:
+                types[name] = (
+                    promote_all(
+                        [DataType.BOOL] * bool(bools)
+                        + [DataType.INT64] * bool(ints)
+                        + [DataType.FLOAT64] * bool(floats)
+                    )
+                    or DataType.STRING
+                )
+    return found

@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from eventpipe.processing.flatten import flatten
-from eventpipe.processing.typing import column_types, staged_column_types
+from eventpipe.processing.typing import column_types, staged_column_types, token_types
 from eventpipe.schema.types import DataType
 
 S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
@@ -32,7 +32,7 @@ def typed(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Any:
             return column_types(frame, "tbl", columns).types
         staged = tmp_path / "staged"
         frame.write.partitionBy("tbl").parquet(str(staged))
-        return staged_column_types(staged, spark.read.parquet(str(staged)), "tbl", columns)
+        return staged_column_types(staged, spark.read.parquet(str(staged)), "tbl", columns).types
 
     return types
 
@@ -92,3 +92,35 @@ def test_values_too_long_for_footer_bounds_are_read(typed: Any) -> None:
         {"tbl": "b", "x": "text", "long": "2026-11-21T10:00:00Z"},
     ])  # fmt: skip
     assert types == {"a": {"long": S, "x": T}, "b": {"long": T, "x": S}}
+
+
+def test_footers_name_the_text_columns_that_may_be_bools_mixed_with_numbers(
+    spark: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "seg.log"
+    events = [{"tbl": "a", "m": True, "ids": "12"}, {"tbl": "a", "m": 3, "ids": "13"},
+              {"tbl": "b", "m": "x", "ids": "x"}]  # fmt: skip
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    frame = flatten(spark.read.json(str(path)))
+    frame.write.partitionBy("tbl").parquet(str(tmp_path / "staged"))
+    staged = spark.read.parquet(str(tmp_path / "staged"))
+    typed = staged_column_types(tmp_path / "staged", staged, "tbl", ["m", "ids"])
+    assert typed.types == {"a": {"m": S, "ids": S}, "b": {"m": S, "ids": S}}
+    assert typed.mixed == {"a": {"m"}}  # "12" and "13" are numbers sent as text: not asked
+
+
+def test_token_types_promote_bools_and_numbers_along_the_lattice(
+    spark: Any, tmp_path: Path
+) -> None:
+    from pyspark.sql.types import StringType, StructField, StructType, VariantType
+
+    path = tmp_path / "seg.log"
+    events = [{"tbl": "a", "v": True}, {"tbl": "a", "v": 2}, {"tbl": "b", "v": 2},
+              {"tbl": "b", "v": 2.5}, {"tbl": "c", "v": False}, {"tbl": "d", "v": "1"},
+              {"tbl": "d", "v": 1}, {"tbl": "e", "v": {"o": 1}}, {"tbl": "e", "v": 1},
+              {"tbl": "f", "v": None}]  # fmt: skip
+    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    schema = StructType([StructField("tbl", StringType()), StructField("v", VariantType())])
+    found = token_types(spark.read.schema(schema).json(str(path)), "tbl", ["v"])
+    assert found == {"a": {"v": N}, "b": {"v": F}, "c": {"v": B}, "d": {"v": S},
+                     "e": {"v": S}, "f": {}}  # fmt: skip
