@@ -313,7 +313,6 @@ class Lookups:
     @classmethod
     def plan(cls, config: Config) -> Lookups:
         database = str(config.enrichment.ip_database or lookup.default_ip_database())
-        lookup.check_ip_database(database)
         rules: list[LookupRule] = []
         if config.enrichment.browser_rules:
             rules += [LookupRule(name, src, dst, None) for name, src, dst in IMPLICIT_RULES]
@@ -322,6 +321,8 @@ class Lookups:
                 src = parse_pointer(rule.source, where="enrichment.from")
                 dst = parse_pointer(rule.to, where="enrichment.to")
                 rules.append(LookupRule(rule.name, src, dst, frozenset({dest_id})))
+        if any(rule.name == "ip_lookup" for rule in rules):
+            lookup.check_ip_database(database)  # a bad path: a config error, not a failed run
         return cls(database, tuple(rules))
 
     def computed(self, schema: StructType) -> dict[str, Column]:

@@ -120,3 +120,22 @@ def test_set_path_creates_parents_and_respects_the_condition(spark: Any) -> None
     # A field that already holds something else is left alone, not overwritten.
     same = set_path(frame, ("ctx", "a", "deeper"), F.lit("y"))
     assert same.collect() == frame.collect()
+
+
+def test_the_ip_database_is_checked_only_when_a_rule_reads_it(tmp_path: Path) -> None:
+    from eventpipe.config import parse_config
+    from eventpipe.processing.job import Lookups
+
+    def config(browser_rules: bool, rules: list[dict[str, str]]) -> Any:
+        return parse_config({
+            "data_dir": str(tmp_path), "enrichment": {
+                "ip_database": str(tmp_path / "missing.mmdb"), "browser_rules": browser_rules},
+            "destinations": {"w": {"type": "duckdb", "enrichment": rules}},
+        }, source="test")  # fmt: skip
+
+    ua = {"name": "user_agent_parse", "from": "/ua", "to": "/parsed"}
+    assert [r.name for r in Lookups.plan(config(False, [ua])).rules] == ["user_agent_parse"]
+    with pytest.raises(ConfigError, match="ip_database"):
+        Lookups.plan(config(True, []))
+    with pytest.raises(ConfigError, match="ip_database"):
+        Lookups.plan(config(False, [{"name": "ip_lookup", "from": "/ip", "to": "/geo"}]))
