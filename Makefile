@@ -6,12 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint bench setup java clean
+.PHONY: run test lint bench setup java postgres clean
 
 run: $(STAMP) java
 	$(BIN)/eventpipe run
 
-test: $(STAMP) java lint
+test: $(STAMP) java postgres lint
 	$(BIN)/pytest
 
 lint: $(STAMP)
@@ -29,6 +29,10 @@ setup: $(STAMP) java
 
 java:
 	@scripts/ensure-java.sh
+
+# The PostgreSQL destination's tests start a throwaway server of their own (tests/postgres.py).
+postgres:
+	@scripts/ensure-apt.sh postgresql
 
 $(STAMP): pyproject.toml scripts/setup-venv.sh
 	PYTHON=$(PYTHON) scripts/setup-venv.sh $(VENV)

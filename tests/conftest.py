@@ -146,3 +146,25 @@ def geo_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("geo") / "test-city.mmdb"
     writer.to_db_file(str(path))
     return path
+
+
+@pytest.fixture(scope="session")
+def postgres_dsn() -> Iterator[str]:
+    """A throwaway PostgreSQL server for the whole run (tests/postgres.py)."""
+    from tests.postgres import postgres_server
+
+    with postgres_server() as dsn:
+        yield dsn
+
+
+@pytest.fixture
+def postgres_schema(postgres_dsn: str) -> Iterator[str]:
+    """A schema of its own for one test, dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    yield schema
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

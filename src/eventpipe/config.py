@@ -214,15 +214,29 @@ class MappingConfig(_Model):
     """Rules, applied in order."""
 
 
-class DestinationConfig(_Model):
-    """Where events go. Built so far: ``type: duckdb`` in ``mode: batch``."""
+_SQL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
-    type: Literal["duckdb"]
-    """Destination type: ``duckdb`` (postgres, parquet and http are being built)."""
+
+class DestinationConfig(_Model):
+    """Where events go. Built so far: ``type: duckdb`` and ``type: postgres``, in
+    ``mode: batch``."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True,
+        populate_by_name=True,
+    )  # fmt: skip
+
+    type: Literal["duckdb", "postgres"]
+    """Destination type: ``duckdb`` or ``postgres`` (parquet and http are being built)."""
     mode: Literal["batch"] = "batch"
     """``batch``: loaded by ``eventpipe process`` from sealed segments (stream: planned)."""
     path: Path | None = None
     """duckdb: the database file (default ``<data_dir>/warehouse.duckdb``)."""
+    dsn: str | None = Field(default=None, repr=False)
+    """postgres: the connection string, ``postgresql://user:${PGPASSWORD}@host:5432/db``
+    (put secrets in environment variables; the DSN is never logged)."""
+    db_schema: str = Field(default="public", alias="schema")
+    """postgres: the schema eventpipe creates its tables in (created if missing)."""
     only_keys: tuple[SafeKeyId, ...] | None = None
     """API key ids whose events go here. Absent: all keys."""
     table_name_template: str = "events"
@@ -237,6 +251,21 @@ class DestinationConfig(_Model):
     max_columns: int = Field(default=1000, ge=2)
     """Columns per table at most; further fields of an event go into its
     ``_unmapped_data`` JSON column, never dropped."""
+
+    @model_validator(mode="after")
+    def _settings_for_type(self) -> DestinationConfig:
+        if self.type == "postgres":
+            if not self.dsn:
+                raise ValueError("type postgres needs dsn: postgresql://user@host:5432/db")
+            if self.path is not None:
+                raise ValueError("path is for duckdb; postgres takes dsn")
+            if not _SQL_NAME.match(self.db_schema):
+                raise ValueError(
+                    f"schema {self.db_schema!r}: use letters, digits and _ (at most 63)"
+                )
+        elif self.dsn is not None:
+            raise ValueError(f"dsn is for postgres; {self.type} does not take it")
+        return self
 
 
 _SPARK_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")

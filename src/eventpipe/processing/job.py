@@ -118,6 +118,11 @@ class _Target:
 
 
 def open_destination(dest_id: str, dest: DestinationConfig, layout: DataLayout) -> Destination:
+    if dest.type == "postgres":
+        from eventpipe.destinations.postgres import PostgresDestination
+
+        assert dest.dsn is not None  # checked by the config model
+        return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
     return DuckDBDestination(dest_id, dest.path or layout.warehouse, layout.locks)
 
 

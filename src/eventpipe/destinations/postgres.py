@@ -1,0 +1,308 @@
+"""PostgreSQL (``type: postgres``): the same contract as DuckDB, on a server.
+
+* Identifiers are always quoted, and everything eventpipe creates (tables, its
+  ``_eventpipe_loads`` record) is inside the configured ``schema``.
+* Patching runs under a transaction-scoped advisory lock keyed by destination, schema and
+  table, so that two pipelines (on any machines) patching the same table wait for each
+  other; the table is read again under the lock. Types are seed 1's Postgres column
+  (schema.dialects.POSTGRES).
+* A load is one transaction under the same lock: the batch's Parquet files are streamed
+  with ``COPY ... FROM STDIN (FORMAT csv)`` (pyarrow writes the CSV) into a temporary
+  table, moved into the table with one ``INSERT ... SELECT``, and ``batch_id`` is recorded
+  in ``_eventpipe_loads``; a retried batch finds its record and loads nothing twice.
+  With ``primary_key`` the move is ``INSERT ... ON CONFLICT DO UPDATE`` in which the
+  newest ``_timestamp`` wins, within the batch too.
+* Text cannot hold NUL in PostgreSQL: a NUL character is stored as U+FFFD (the
+  replacement character), so the load never fails on it and the value shows that
+  something was there. Lone surrogates never reach a destination (the collector's JSON
+  parser refuses them).
+* Errors: a lost connection, a serialisation failure, a deadlock or a server shutting
+  down are transient (the run is retried); data errors are terminal for the batch.
+* The DSN is never logged: messages name the host, port and database only.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
+
+from eventpipe.destinations.base import LoadRequest, LoadResult
+from eventpipe.errors import TerminalError, TransientError
+from eventpipe.schema.dialects import POSTGRES
+from eventpipe.schema.diff import Table, TablePatch
+from eventpipe.schema.types import DataType
+
+if TYPE_CHECKING:
+    import psycopg
+
+LOADS_TABLE = "_eventpipe_loads"
+
+# PostgreSQL types back to the lattice, for tables eventpipe did not create itself.
+_LATTICE = {
+    "text": DataType.STRING,
+    "character varying": DataType.STRING,
+    "character": DataType.STRING,
+    "json": DataType.STRING,
+    "jsonb": DataType.STRING,
+    "uuid": DataType.STRING,
+    "numeric": DataType.FLOAT64,
+    "double precision": DataType.FLOAT64,
+    "real": DataType.FLOAT64,
+    "bigint": DataType.INT64,
+    "integer": DataType.INT64,
+    "smallint": DataType.INT64,
+    "boolean": DataType.BOOL,
+    "timestamp without time zone": DataType.TIMESTAMP,
+    "timestamp with time zone": DataType.TIMESTAMP,
+}
+
+_ARROW = {
+    DataType.STRING: pa.string(),
+    DataType.FLOAT64: pa.float64(),
+    DataType.INT64: pa.int64(),
+    DataType.BOOL: pa.bool_(),
+    DataType.TIMESTAMP: pa.timestamp("us", tz="UTC"),
+}
+
+# SQLSTATE classes and codes that a retry can cure.
+_TRANSIENT_CLASSES = ("08", "53", "57")  # connection, resources, operator intervention
+_TRANSIENT_CODES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock timeout
+
+
+def redacted(dsn: str) -> str:
+    """``host:port/dbname`` of a DSN, for messages: never its password or options."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - an unparseable DSN is shown as nothing of it
+        return "(unreadable dsn)"
+    host, port, name = (
+        parts.get("host", "localhost"),
+        parts.get("port", "5432"),
+        parts.get("dbname", ""),
+    )
+    return f"{host}:{port}/{name}"
+
+
+class PostgresDestination:
+    dialect = POSTGRES
+
+    def __init__(self, destination_id: str, dsn: str, schema: str = "public") -> None:
+        self.id = destination_id
+        self.dsn = dsn
+        self.schema = schema
+
+    def _name(self, table: str) -> str:
+        q = self.dialect.quote
+        return f"{q(self.schema)}.{q(table)}"
+
+    @contextmanager
+    def _connect(self, table: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+        import psycopg
+
+        try:
+            connection = psycopg.connect(self.dsn, connect_timeout=10, application_name="eventpipe")
+        except psycopg.OperationalError as exc:
+            raise TransientError(
+                f"postgres {redacted(self.dsn)}: cannot connect: {_first_line(exc)}",
+                fix="check that the server is up and the dsn is right",
+            ) from None
+        try:
+            yield connection
+        except psycopg.Error as exc:
+            raise _classified(exc, self.id, table) from exc
+        finally:
+            connection.close()
+
+    def _lock(self, db: psycopg.Connection[Any], table: str) -> None:
+        """The advisory lock of this destination's table, until the transaction ends."""
+        key = f"eventpipe:{self.id}:{self.schema}.{table}"
+        db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+
+    def describe(self, table: str) -> Table | None:
+        with self._connect() as db:
+            return self._describe(db, table)
+
+    def _describe(self, db: psycopg.Connection[Any], table: str) -> Table | None:
+        rows = db.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+            [self.schema, table],
+        ).fetchall()
+        if not rows:
+            return None
+        key = db.execute(
+            "SELECT a.attname FROM pg_index i "
+            "JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = ANY(i.indkey) "
+            "WHERE i.indrelid = to_regclass(%s) AND i.indisprimary "
+            "ORDER BY array_position(i.indkey, a.attnum)",
+            [self._name(table)],
+        ).fetchall()
+        columns = {name: _LATTICE.get(sql_type, DataType.STRING) for name, sql_type in rows}
+        return Table(table, columns, tuple(name for (name,) in key))
+
+    def patch(self, patch: TablePatch) -> None:
+        if patch.empty:
+            return
+        q = self.dialect.quote
+        with self._connect(patch.table) as db, db.transaction():
+            self._lock(db, patch.table)
+            db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.schema)}")
+            current = self._describe(db, patch.table)  # again, under the lock
+            name = self._name(patch.table)
+            if current is None:
+                columns = ", ".join(
+                    f"{q(c)} {self.dialect.sql_type(t)}" for c, t in patch.add_columns
+                )
+                key = patch.set_primary_key
+                key_sql = f", PRIMARY KEY ({', '.join(q(c) for c in key)})" if key else ""
+                db.execute(f"CREATE TABLE {name} ({columns}{key_sql})")
+                return
+            for column, data_type in patch.add_columns:
+                if column not in current.columns:
+                    db.execute(
+                        f"ALTER TABLE {name} ADD COLUMN {q(column)} "
+                        f"{self.dialect.sql_type(data_type)}"
+                    )
+            if patch.set_primary_key and not current.primary_key:
+                columns = ", ".join(q(c) for c in patch.set_primary_key)
+                db.execute(f"ALTER TABLE {name} ADD PRIMARY KEY ({columns})")
+
+    def load(self, request: LoadRequest) -> LoadResult:
+        q = self.dialect.quote
+        loads = self._name(LOADS_TABLE)
+        with self._connect(request.table) as db:
+            with db.transaction():
+                db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                           [f"eventpipe:{self.schema}.{LOADS_TABLE}"])  # fmt: skip
+                db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.schema)}")
+                db.execute(
+                    f"CREATE TABLE IF NOT EXISTS {loads} (batch_id text, tbl text, "
+                    "rows bigint, loaded_at timestamptz DEFAULT now(), "
+                    "PRIMARY KEY (batch_id, tbl))"
+                )
+            with db.transaction():
+                self._lock(db, request.table)
+                done = db.execute(
+                    f"SELECT rows FROM {loads} WHERE batch_id = %s AND tbl = %s",
+                    [request.batch_id, request.table],
+                ).fetchone()
+                if done is not None:
+                    return LoadResult(rows=int(done[0]), already_loaded=True)
+                columns = list(request.columns)
+                listed = ", ".join(q(c) for c in columns)
+                db.execute(
+                    f"CREATE TEMP TABLE eventpipe_stage ON COMMIT DROP AS "
+                    f"SELECT {listed} FROM {self._name(request.table)} WITH NO DATA"
+                )
+                with db.cursor().copy(
+                    f"COPY eventpipe_stage ({listed}) FROM STDIN (FORMAT csv)"
+                ) as copy:
+                    for chunk in _csv_chunks(request):
+                        copy.write(chunk)
+                rows = self._move(db, request, listed)
+                db.execute(
+                    f"INSERT INTO {loads} (batch_id, tbl, rows) VALUES (%s, %s, %s)",
+                    [request.batch_id, request.table, rows],
+                )
+        return LoadResult(rows=rows)
+
+    def _move(self, db: psycopg.Connection[Any], request: LoadRequest, listed: str) -> int:
+        """Rows of the temporary table into the table; returns the batch's row count
+        (with a primary key: its distinct keys)."""
+        q = self.dialect.quote
+        target = self._name(request.table)
+        if not request.primary_key:
+            cursor = db.execute(
+                f"INSERT INTO {target} ({listed}) SELECT {listed} FROM eventpipe_stage"
+            )
+            return cursor.rowcount
+        key = ", ".join(q(c) for c in request.primary_key)
+        has_ts = "_timestamp" in request.columns
+        order = f"{key}, {q('_timestamp')} DESC NULLS LAST" if has_ts else key
+        updates = ", ".join(
+            f"{q(c)} = excluded.{q(c)}" for c in request.columns if c not in request.primary_key
+        )
+        newer = (
+            f" WHERE excluded.{q('_timestamp')} >= {target}.{q('_timestamp')}"
+            f" OR {target}.{q('_timestamp')} IS NULL"
+            if has_ts
+            else ""
+        )
+        action = f"DO UPDATE SET {updates}{newer}" if updates else "DO NOTHING"
+        db.execute(
+            f"INSERT INTO {target} ({listed}) SELECT DISTINCT ON ({key}) {listed} "
+            f"FROM eventpipe_stage ORDER BY {order} ON CONFLICT ({key}) {action}"
+        )
+        row = db.execute(
+            f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM eventpipe_stage) k"
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run SQL in a read-only transaction and return column names and rows."""
+        with self._connect() as db:
+            db.execute("SET TRANSACTION READ ONLY")
+            db.execute(f"SET search_path TO {self.dialect.quote(self.schema)}")
+            cursor = db.execute(sql)
+            names = [d.name for d in cursor.description or []]
+            rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+            db.rollback()
+            return names, rows
+
+
+def _csv_chunks(request: LoadRequest) -> Iterator[bytes]:
+    """The request's files as CSV for COPY, in the order of ``request.columns``.
+
+    Nulls are unquoted empty fields and strings are always quoted, so COPY's CSV format
+    tells a null from an empty string. Columns a file lacks are nulls.
+    """
+    columns = list(request.columns)
+    options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+    for path in request.files:
+        parquet = pq.ParquetFile(path)
+        present = set(parquet.schema_arrow.names)
+        for batch in parquet.iter_batches(
+            batch_size=65_536, columns=[c for c in columns if c in present]
+        ):
+            arrays = []
+            for name in columns:
+                data_type = request.columns[name]
+                if name in present:
+                    array = batch.column(name)
+                    if data_type is DataType.STRING and pa.types.is_string(array.type):
+                        array = pc.replace_substring(array, "\x00", "\ufffd")
+                else:
+                    array = pa.nulls(batch.num_rows, _ARROW[data_type])
+                arrays.append(array)
+            sink = io.BytesIO()
+            pacsv.write_csv(pa.RecordBatch.from_arrays(arrays, names=columns), sink, options)
+            yield sink.getvalue()
+
+
+def _first_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _classified(exc: Exception, destination_id: str, table: str | None) -> Exception:
+    """A psycopg error as eventpipe's TransientError or TerminalError."""
+    import psycopg
+
+    state = getattr(exc, "sqlstate", None) or ""
+    where = f"{destination_id}.{table}" if table else destination_id
+    message = f"postgres ({where}): {_first_line(exc)}"
+    if (
+        (isinstance(exc, psycopg.OperationalError) and not state)
+        or state[:2] in _TRANSIENT_CLASSES
+        or state in _TRANSIENT_CODES
+    ):
+        return TransientError(message, table=table)
+    return TerminalError(message, table=table)

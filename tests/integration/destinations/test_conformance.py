@@ -1,0 +1,138 @@
+"""One conformance suite for every destination: the same cases against real DuckDB files
+and a real PostgreSQL server (tests/postgres.py): patch, concurrent patchers, atomic and
+idempotent loads, upserts, values a column cannot take."""
+
+from __future__ import annotations
+
+import threading
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eventpipe.destinations.base import Destination, LoadRequest
+from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.destinations.postgres import PostgresDestination
+from eventpipe.errors import TerminalError
+from eventpipe.schema.diff import Table, diff
+from eventpipe.schema.types import DataType
+
+S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
+                 DataType.TIMESTAMP)  # fmt: skip
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
+    if request.param == "duckdb":
+        return DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+    dsn = request.getfixturevalue("postgres_dsn")
+    return PostgresDestination("warehouse", dsn, request.getfixturevalue("postgres_schema"))
+
+
+def _parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+def _rows(dest: Destination, sql: str) -> list[tuple[Any, ...]]:
+    return dest.query(sql)[1]
+
+
+def _ensure(dest: Destination, table: Table) -> None:
+    dest.patch(diff(dest.describe(table.name), table))
+
+
+EVENTS = Table("events", {"id": S, "n": N, "price": F, "ok": B, "_timestamp": T})
+
+
+def test_patch_creates_then_adds_columns_and_describe_reads_them(dest: Destination) -> None:
+    assert dest.describe("events") is None
+    _ensure(dest, EVENTS)
+    assert dest.describe("events") == EVENTS
+    _ensure(dest, Table("events", {"id": S, "new col": S, "select": N}))
+    described = dest.describe("events")
+    assert described is not None
+    assert described.columns == {**EVENTS.columns, "new col": S, "select": N}
+
+
+def test_concurrent_patchers_of_one_table_do_not_collide(dest: Destination) -> None:
+    errors: list[BaseException] = []
+
+    def patch() -> None:
+        try:
+            _ensure(dest, Table("events", {"a": S, "b": N}))
+        except BaseException as exc:  # noqa: BLE001 - collected, asserted empty below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=patch) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert dest.describe("events") == Table("events", {"a": S, "b": N})
+
+
+def test_a_retried_batch_is_loaded_once(dest: Destination, tmp_path: Path) -> None:
+    _ensure(dest, EVENTS)
+    ts = datetime(2026, 11, 21, 10, 0, 0)
+    rows = [{"id": "e1", "n": 1, "price": 1.5, "ok": True, "_timestamp": ts},
+            {"id": "e2", "n": 2, "price": None, "ok": False, "_timestamp": ts}]  # fmt: skip
+    request = LoadRequest(
+        "events", "batch-1", (_parquet(tmp_path / "a.parquet", rows),), EVENTS.columns
+    )
+    first = dest.load(request)
+    again = dest.load(request)
+    assert (first.rows, first.already_loaded) == (2, False)
+    assert (again.rows, again.already_loaded) == (2, True)
+    assert _rows(dest, "SELECT id, n, price, ok FROM events ORDER BY id") == [
+        ("e1", 1, 1.5, True),
+        ("e2", 2, None, False),
+    ]
+    other = LoadRequest("events", "batch-2", request.files, EVENTS.columns)
+    assert dest.load(other).rows == 2
+    assert _rows(dest, "SELECT count(*) FROM events") == [(4,)]
+
+
+def test_a_load_that_fails_midway_leaves_nothing(dest: Destination, tmp_path: Path) -> None:
+    _ensure(dest, EVENTS)
+    good = _parquet(tmp_path / "good.parquet", [{"id": "e1", "n": 1}])
+    broken = tmp_path / "broken.parquet"
+    broken.write_bytes(b"PAR1 this is not parquet")
+    request = LoadRequest("events", "batch-1", (good, broken), {"id": S, "n": N})
+    with pytest.raises(Exception):  # noqa: B017, PT011 - any: the file is not Parquet
+        dest.load(request)
+    assert _rows(dest, "SELECT count(*) FROM events") == [(0,)]
+    assert _rows(dest, "SELECT count(*) FROM _eventpipe_loads") == [(0,)]
+    fixed = LoadRequest("events", "batch-1", (good,), {"id": S, "n": N})
+    assert dest.load(fixed).rows == 1
+
+
+def test_upsert_keeps_the_newest_timestamp(dest: Destination, tmp_path: Path) -> None:
+    table = Table("users", {"id": S, "name": S, "_timestamp": T}, primary_key=("id",))
+    _ensure(dest, table)
+    assert dest.describe("users") == table
+    t1, t2, t3 = (datetime(2026, 11, 21, h) for h in (1, 2, 3))
+    first = _parquet(tmp_path / "1.parquet", [
+        {"id": "u1", "name": "old", "_timestamp": t2},
+        {"id": "u1", "name": "older", "_timestamp": t1},  # same batch: the newest wins
+        {"id": "u2", "name": "b", "_timestamp": t2},
+    ])  # fmt: skip
+    dest.load(LoadRequest("users", "b1", (first,), table.columns, ("id",)))
+    second = _parquet(tmp_path / "2.parquet", [
+        {"id": "u1", "name": "new", "_timestamp": t3},
+        {"id": "u2", "name": "stale", "_timestamp": t1},  # older than what is there
+    ])  # fmt: skip
+    dest.load(LoadRequest("users", "b2", (second,), table.columns, ("id",)))
+    assert _rows(dest, "SELECT id, name FROM users ORDER BY id") == [("u1", "new"), ("u2", "b")]
+
+
+def test_values_the_column_cannot_take_are_terminal(dest: Destination, tmp_path: Path) -> None:
+    _ensure(dest, Table("events", {"n": N}))
+    bad = _parquet(tmp_path / "bad.parquet", [{"n": "not a number"}])
+    with pytest.raises(TerminalError, match="events"):
+        dest.load(LoadRequest("events", "b1", (bad,), {"n": S}))
+    assert _rows(dest, "SELECT count(*) FROM events") == [(0,)]
