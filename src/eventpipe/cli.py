@@ -222,20 +222,28 @@ def status(config_path: Path | None) -> None:
 @cli.command()
 @config_option
 @click.argument("sql")
-@click.option("--destination", "destination_id", default=None, help="A duckdb destination id.")
+@click.option(
+    "--destination", "destination_id", default=None,
+    help="A duckdb or postgres destination id (default: the first one).",
+)  # fmt: skip
 def query(config_path: Path | None, sql: str, destination_id: str | None) -> None:
-    """Run SQL on the embedded DuckDB warehouse and print a table."""
-    from eventpipe.destinations.duckdb import DuckDBDestination
+    """Run SQL on a destination's warehouse (DuckDB, or PostgreSQL in its schema) and
+    print a table. Read-only."""
+    from eventpipe.processing.job import open_destination
 
     config = _load(config_path).config
-    candidates = {k: d for k, d in config.destinations.items() if d.type == "duckdb"}
+    candidates = {k: d for k, d in config.destinations.items() if d.type in ("duckdb", "postgres")}
     chosen = destination_id or next(iter(candidates), None)
     if chosen is None or chosen not in candidates:
-        raise ConfigError(f"no duckdb destination {destination_id or ''} in the config".strip())
-    path = candidates[chosen].path or config.layout.warehouse
-    if not path.exists():
-        raise EventpipeError(f"{path} does not exist yet", fix="run `eventpipe process --once`")
-    names, rows = DuckDBDestination(chosen, path, config.layout.locks).query(sql)
+        raise ConfigError(
+            f"no duckdb or postgres destination {destination_id or ''} in the config".strip()
+        )
+    dest = candidates[chosen]
+    if dest.type == "duckdb":
+        path = dest.path or config.layout.warehouse
+        if not path.exists():
+            raise EventpipeError(f"{path} does not exist yet", fix="run `eventpipe process --once`")
+    names, rows = open_destination(chosen, dest, config.layout).query(sql)
     _print_table(names, rows)
 
 

@@ -153,3 +153,25 @@ def test_replay_names_an_unknown_destination(tmp_path: Path) -> None:
     result = run("replay", "failed", "--destination", "nope", "-c", str(config))
     assert result.returncode == 2
     assert "no destination 'nope' (configured: warehouse)" in result.stderr
+
+
+def test_query_reads_a_postgres_destination_in_its_schema(
+    tmp_path: Path, postgres_dsn: str, postgres_schema: str
+) -> None:
+    from eventpipe.destinations.postgres import PostgresDestination
+    from eventpipe.schema.diff import Table, diff
+    from eventpipe.schema.types import DataType
+
+    dest = PostgresDestination("pg", postgres_dsn, postgres_schema)
+    dest.patch(diff(None, Table("events", {"kind": DataType.STRING})))
+    config = write_config(tmp_path / "eventpipe.yaml", tmp_path / "data", free_port(),
+                          destinations={"pg": {"type": "postgres", "dsn": postgres_dsn,
+                                               "schema": postgres_schema}})  # fmt: skip
+    result = run("query", "-c", str(config), "SELECT count(*) AS n FROM events")
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[0].strip() == "n"
+    assert "(1 row)" in result.stdout
+    # Read-only: a write is refused, with PostgreSQL's reason.
+    refused = run("query", "-c", str(config), "INSERT INTO events VALUES ('x')")
+    assert refused.returncode != 0
+    assert "read-only" in refused.stderr

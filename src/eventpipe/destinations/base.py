@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from eventpipe.paths import check_safe_id
 from eventpipe.schema.dialects import Dialect
@@ -54,6 +54,10 @@ class Destination(Protocol):
     def patch(self, patch: TablePatch) -> None: ...
 
     def load(self, request: LoadRequest) -> LoadResult: ...
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run SQL read-only (``eventpipe query``): column names and rows."""
+        ...
 
 
 @contextmanager
