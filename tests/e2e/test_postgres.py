@@ -86,3 +86,24 @@ def test_an_unreachable_server_is_transient_and_the_password_is_not_shown(
         dest.describe("events")
     assert f"127.0.0.1:{port}/db" in str(raised.value)
     assert "s3cret" not in str(raised.value)
+
+
+def test_a_poison_row_goes_to_failed_and_the_rest_loads(
+    start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
+) -> None:
+    import json
+
+    c = start_collector(destinations={"pg": {
+        "type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema}})  # fmt: skip
+    _post(c, [{"event_id": "ok", "price": 1.5}, {"event_id": "huge", "price": 1e25}],
+          server=True)  # fmt: skip
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("pg", "events"): 1}
+    assert report.failed == {"pg": 1}
+    [line] = c.layout.failed_destination("pg").read_text().splitlines()
+    failed = json.loads(line)
+    assert failed["event"]["eventn_ctx"]["event_id"] == "huge"
+    assert "numeric field overflow" in failed["error"]
+    assert failed["table"] == "events"

@@ -43,6 +43,9 @@ class LoadRequest:
 class LoadResult:
     rows: int
     already_loaded: bool = False
+    rejected: tuple[tuple[int, str], ...] = ()
+    """Rows the destination could not store, left out of the load: (position across
+    ``files`` in order, from 0; the database's reason). The rest of the batch loaded."""
 
 
 class Destination(Protocol):

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -99,7 +100,6 @@ class DuckDBDestination:
             db.execute("COMMIT")
 
     def load(self, request: LoadRequest) -> LoadResult:
-        q = self.dialect.quote
         files = [str(f) for f in request.files]
         with table_lock(self.lock_dir, self.id, request.table), self._connect() as db:
             db.execute(
@@ -107,36 +107,65 @@ class DuckDBDestination:
                 "rows BIGINT, loaded_at TIMESTAMP DEFAULT current_timestamp, "
                 "PRIMARY KEY (batch_id, tbl))"
             )
-            db.execute("BEGIN")
+            db.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rejected VARCHAR")
             try:
-                done = db.execute(
-                    f"SELECT rows FROM {LOADS_TABLE} WHERE batch_id = ? AND tbl = ?",
-                    [request.batch_id, request.table],
-                ).fetchone()
-                if done is not None:
-                    db.execute("ROLLBACK")
-                    return LoadResult(rows=int(done[0]), already_loaded=True)
-                columns = ", ".join(q(c) for c in request.columns)
-                source = f"SELECT {columns} FROM read_parquet(?, union_by_name = true)"
-                if request.primary_key:
-                    rows = _upsert(db, request, source, files)
-                else:
-                    inserted = db.execute(
-                        f"INSERT INTO {q(request.table)} ({columns}) {source}", [files]
-                    ).fetchone()
-                    rows = int(inserted[0]) if inserted else 0  # DuckDB returns the count
-                db.execute(
-                    f"INSERT INTO {LOADS_TABLE} (batch_id, tbl, rows) VALUES (?, ?, ?)",
-                    [request.batch_id, request.table, rows],
-                )
-                db.execute("COMMIT")
+                return self._load_once(db, request, files, ())
             except duckdb.ConversionException as exc:
+                # Values the table's columns cannot take: those rows are left out, and
+                # the rest loads (TRY_CAST finds them, without a second failure).
+                rejected = _unconvertible(db, request, files)
+                if not rejected:
+                    raise TerminalError(f"{request.table}: {exc}", table=request.table) from exc
+                return self._load_once(db, request, files, rejected)
+
+    def _load_once(
+        self,
+        db: duckdb.DuckDBPyConnection,
+        request: LoadRequest,
+        files: list[str],
+        rejected: tuple[tuple[int, str], ...],
+    ) -> LoadResult:
+        """One transaction: the rows (but the ``rejected`` positions) and the batch's
+        record, or nothing."""
+        q = self.dialect.quote
+        db.execute("BEGIN")
+        try:
+            done = db.execute(
+                f"SELECT rows, rejected FROM {LOADS_TABLE} WHERE batch_id = ? AND tbl = ?",
+                [request.batch_id, request.table],
+            ).fetchone()
+            if done is not None:  # loaded before; what it left out is remembered too
                 db.execute("ROLLBACK")
-                raise TerminalError(f"{request.table}: {exc}", table=request.table) from exc
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-        return LoadResult(rows=rows)
+                left_out = tuple((int(i), str(why)) for i, why in json.loads(done[1] or "[]"))
+                return LoadResult(rows=int(done[0]), already_loaded=True, rejected=left_out)
+            columns = ", ".join(q(c) for c in request.columns)
+            source = f"SELECT {columns} FROM read_parquet($files, union_by_name = true"
+            params: dict[str, Any] = {"files": files}
+            if rejected:
+                keys = _row_keys(files, [position for position, _ in rejected])
+                source += (
+                    ", filename = true, file_row_number = true) WHERE NOT "
+                    "list_contains($skip, filename || '#' || file_row_number::VARCHAR)"
+                )
+                params["skip"] = keys
+            else:
+                source += ")"
+            if request.primary_key:
+                rows = _upsert(db, request, source, params)
+            else:
+                inserted = db.execute(
+                    f"INSERT INTO {q(request.table)} ({columns}) {source}", params
+                ).fetchone()
+                rows = int(inserted[0]) if inserted else 0  # DuckDB returns the count
+            db.execute(
+                f"INSERT INTO {LOADS_TABLE} (batch_id, tbl, rows, rejected) VALUES (?, ?, ?, ?)",
+                [request.batch_id, request.table, rows, json.dumps([list(r) for r in rejected])],
+            )
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        return LoadResult(rows=rows, rejected=rejected)
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL read-only and return column names and rows (``eventpipe query``)."""
@@ -167,7 +196,7 @@ def _describe(db: duckdb.DuckDBPyConnection, table: str) -> Table | None:
 
 
 def _upsert(
-    db: duckdb.DuckDBPyConnection, request: LoadRequest, source: str, files: list[str]
+    db: duckdb.DuckDBPyConnection, request: LoadRequest, source: str, params: dict[str, Any]
 ) -> int:
     """Insert or update by primary key; the newest ``_timestamp`` wins, also within the batch."""
     q = DUCKDB.quote
@@ -191,7 +220,59 @@ def _upsert(
     db.execute(
         f"INSERT INTO {q(request.table)} ({', '.join(q(c) for c in columns)}) {newest} "
         f"ON CONFLICT ({key}) {action}",
-        [files],
+        params,
     )
-    row = db.execute(f"SELECT count(*) FROM ({newest})", [files]).fetchone()
+    row = db.execute(f"SELECT count(*) FROM ({newest})", params).fetchone()
     return int(row[0]) if row else 0
+
+
+def _unconvertible(
+    db: duckdb.DuckDBPyConnection, request: LoadRequest, files: list[str]
+) -> tuple[tuple[int, str], ...]:
+    """The rows of ``files`` with a value their table's column cannot take: (position
+    across the files, from 0; which column, its type and the value)."""
+    q = DUCKDB.quote
+    sql_types = dict(
+        db.execute(
+            "SELECT column_name, data_type FROM information_schema.columns "
+            "WHERE table_schema = 'main' AND table_name = ?",
+            [request.table],
+        ).fetchall()
+    )
+    problems = [
+        f"CASE WHEN {q(c)} IS NOT NULL AND TRY_CAST({q(c)} AS {sql_types[c]}) IS NULL "
+        f"THEN 'column {c} ({sql_types[c]}) cannot take ' || CAST({q(c)} AS VARCHAR) END"
+        for c in request.columns
+        if c in sql_types
+    ]
+    if not problems:
+        return ()
+    found = db.execute(
+        f"SELECT filename, file_row_number, concat_ws('; ', {', '.join(problems)}) AS why "
+        "FROM read_parquet($files, union_by_name = true, filename = true, "
+        "file_row_number = true) WHERE why <> ''",
+        {"files": files},
+    ).fetchall()
+    offsets = _file_offsets(files)
+    return tuple(sorted((offsets[name] + int(row), f"duckdb: {why}") for name, row, why in found))
+
+
+def _file_offsets(files: list[str]) -> dict[str, int]:
+    """Each file's first position across ``files``."""
+    import pyarrow.parquet as pq
+
+    offsets, position = {}, 0
+    for name in files:
+        offsets[name] = position
+        position += pq.ParquetFile(name).metadata.num_rows
+    return offsets
+
+
+def _row_keys(files: list[str], positions: list[int]) -> list[str]:
+    """``filename#row`` keys (DuckDB's read_parquet columns) of positions across files."""
+    offsets = sorted(_file_offsets(files).items(), key=lambda kv: kv[1])
+    keys = []
+    for position in positions:
+        name, start = next((n, o) for n, o in reversed(offsets) if o <= position)
+        keys.append(f"{name}#{position - start}")
+    return keys

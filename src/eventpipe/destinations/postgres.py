@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import io
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -177,6 +178,8 @@ class PostgresDestination:
                 db.execute(f"ALTER TABLE {name} ADD PRIMARY KEY ({columns})")
 
     def load(self, request: LoadRequest) -> LoadResult:
+        import psycopg
+
         q = self.dialect.quote
         loads = self._name(LOADS_TABLE)
         with self._connect(request.table) as db:
@@ -186,34 +189,56 @@ class PostgresDestination:
                 db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.schema)}")
                 db.execute(
                     f"CREATE TABLE IF NOT EXISTS {loads} (batch_id text, tbl text, "
-                    "rows bigint, loaded_at timestamptz DEFAULT now(), "
+                    "rows bigint, rejected jsonb, loaded_at timestamptz DEFAULT now(), "
                     "PRIMARY KEY (batch_id, tbl))"
                 )
-            with db.transaction():
-                self._lock(db, request.table)
-                done = db.execute(
-                    f"SELECT rows FROM {loads} WHERE batch_id = %s AND tbl = %s",
-                    [request.batch_id, request.table],
-                ).fetchone()
-                if done is not None:
-                    return LoadResult(rows=int(done[0]), already_loaded=True)
-                columns = list(request.columns)
-                listed = ", ".join(q(c) for c in columns)
-                db.execute(
-                    f"CREATE TEMP TABLE eventpipe_stage ON COMMIT DROP AS "
-                    f"SELECT {listed} FROM {self._name(request.table)} WITH NO DATA"
-                )
-                with db.cursor().copy(
-                    f"COPY eventpipe_stage ({listed}) FROM STDIN (FORMAT csv)"
-                ) as copy:
-                    for chunk in _csv_chunks(request):
-                        copy.write(chunk)
-                rows = self._move(db, request, listed)
-                db.execute(
-                    f"INSERT INTO {loads} (batch_id, tbl, rows) VALUES (%s, %s, %s)",
-                    [request.batch_id, request.table, rows],
-                )
-        return LoadResult(rows=rows)
+            rejected: dict[int, str] = {}
+            while True:
+                try:
+                    return self._load_once(db, request, rejected)
+                except psycopg.errors.DataError as exc:
+                    # A value this server cannot store (numeric overflow, say): the row
+                    # is left out and the load runs again without it.
+                    line = _copy_line(exc)
+                    if line is None or len(rejected) >= MAX_REJECTED_ROWS:
+                        raise
+                    rejected[_position(line, rejected)] = _reason(exc)
+
+    def _load_once(
+        self, db: psycopg.Connection[Any], request: LoadRequest, rejected: dict[int, str]
+    ) -> LoadResult:
+        """One attempt, one transaction: stage by COPY (without the ``rejected`` rows),
+        move into the table, record the batch (and what it left out)."""
+        from psycopg.types.json import Jsonb
+
+        q = self.dialect.quote
+        loads = self._name(LOADS_TABLE)
+        with db.transaction():
+            self._lock(db, request.table)
+            done = db.execute(
+                f"SELECT rows, rejected FROM {loads} WHERE batch_id = %s AND tbl = %s",
+                [request.batch_id, request.table],
+            ).fetchone()
+            if done is not None:  # loaded before; what it left out is remembered too
+                left_out = tuple((int(i), str(why)) for i, why in done[1] or [])
+                return LoadResult(rows=int(done[0]), already_loaded=True, rejected=left_out)
+            listed = ", ".join(q(c) for c in request.columns)
+            db.execute(
+                f"CREATE TEMP TABLE eventpipe_stage ON COMMIT DROP AS "
+                f"SELECT {listed} FROM {self._name(request.table)} WITH NO DATA"
+            )
+            with db.cursor().copy(
+                f"COPY eventpipe_stage ({listed}) FROM STDIN (FORMAT csv)"
+            ) as copy:
+                for chunk in _csv_chunks(request, skip=set(rejected)):
+                    copy.write(chunk)
+            rows = self._move(db, request, listed)
+            left_out = tuple(sorted(rejected.items()))
+            db.execute(
+                f"INSERT INTO {loads} (batch_id, tbl, rows, rejected) VALUES (%s, %s, %s, %s)",
+                [request.batch_id, request.table, rows, Jsonb([list(r) for r in left_out])],
+            )
+        return LoadResult(rows=rows, rejected=left_out)
 
     def _move(self, db: psycopg.Connection[Any], request: LoadRequest, listed: str) -> int:
         """Rows of the temporary table into the table; returns the batch's row count
@@ -259,20 +284,26 @@ class PostgresDestination:
             return names, rows
 
 
-def _csv_chunks(request: LoadRequest) -> Iterator[bytes]:
-    """The request's files as CSV for COPY, in the order of ``request.columns``.
+def _csv_chunks(request: LoadRequest, skip: set[int]) -> Iterator[bytes]:
+    """The request's files as CSV for COPY, in the order of ``request.columns``, without
+    the rows at the ``skip`` positions (across the files, from 0).
 
     Nulls are unquoted empty fields and strings are always quoted, so COPY's CSV format
     tells a null from an empty string. Columns a file lacks are nulls.
     """
     columns = list(request.columns)
     options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
+    position = 0
     for path in request.files:
         parquet = pq.ParquetFile(path)
         present = set(parquet.schema_arrow.names)
         for batch in parquet.iter_batches(
             batch_size=65_536, columns=[c for c in columns if c in present]
         ):
+            start, position = position, position + batch.num_rows
+            if skip and any(start <= s < position for s in skip):
+                keep = [i for i in range(batch.num_rows) if start + i not in skip]
+                batch = batch.take(pa.array(keep, type=pa.int64()))
             arrays = []
             for name in columns:
                 data_type = request.columns[name]
@@ -286,6 +317,37 @@ def _csv_chunks(request: LoadRequest) -> Iterator[bytes]:
             sink = io.BytesIO()
             pacsv.write_csv(pa.RecordBatch.from_arrays(arrays, names=columns), sink, options)
             yield sink.getvalue()
+
+
+MAX_REJECTED_ROWS = 100
+"""Rows a load leaves out, one attempt each, before the whole batch is given up."""
+
+_COPY_LINE = re.compile(r"^COPY \S+, line (\d+)")
+
+
+def _copy_line(exc: Exception) -> int | None:
+    """The line (from 1) of the COPY input that an error is about, if it says."""
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    found = _COPY_LINE.search(context)
+    return int(found.group(1)) if found else None
+
+
+def _position(line: int, rejected: dict[int, str]) -> int:
+    """The position across the files of the ``line``-th row sent (rejected rows are not
+    sent)."""
+    position = line - 1
+    for skipped in sorted(rejected):
+        if skipped > position:
+            break
+        position += 1
+    return position
+
+
+def _reason(exc: Exception) -> str:
+    """The database's message, with where (column and value) when it says."""
+    context = getattr(getattr(exc, "diag", None), "context", None) or ""
+    where = context.split(", ", 1)[1].split(", ", 1)[1] if context.count(", ") >= 2 else ""
+    return f"postgres: {_first_line(exc)}" + (f" ({where.splitlines()[0]})" if where else "")
 
 
 def _first_line(exc: BaseException) -> str:

@@ -603,7 +603,8 @@ def _load_table(
         ))  # fmt: skip
         ok = checked.filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
-        ok.select(*(value.alias(c) for c, value in converted.items())).write.mode(
+        # With the row ids: rows a destination rejects are found by them (_load_files).
+        ok.select(ROW, *(value.alias(c) for c, value in converted.items())).write.mode(
             "overwrite"
         ).parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
@@ -641,7 +642,28 @@ def _load_files(
     report.loaded[(dest_id, table)] = result.rows
     log.info("%s.%s: %d rows%s", dest_id, table, result.rows,
              " (already loaded)" if result.already_loaded else "")  # fmt: skip
+    if result.rejected:  # rows the destination could not store; the rest loaded
+        ids = _row_ids(staged.files)
+        rejected = ok.sparkSession.createDataFrame(
+            [(ids[position], why) for position, why in result.rejected],
+            f"{ROW} long, {ERROR} string",
+        )
+        marker = layout.tmp / run_id / f"dst={dest_id}" / f"failed.{table}.rejected.done"
+        report.failed[dest_id] += _once(marker, lambda: _write_failed(
+            rejected, run, layout.failed_destination(dest_id), dest_id, table=table,
+            stage=Stage.LOADING,
+        ))  # fmt: skip
     return result.rows
+
+
+def _row_ids(files: Sequence[Path]) -> list[int]:
+    """The row id of each row of ``files``, in order (their ``__row`` column)."""
+    import pyarrow.parquet as pq
+
+    ids: list[int] = []
+    for file in files:
+        ids += pq.read_table(file, columns=[ROW]).column(ROW).to_pylist()
+    return ids
 
 
 def _within_max_columns(

@@ -16,7 +16,6 @@ import pytest
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.destinations.postgres import PostgresDestination
-from eventpipe.errors import TerminalError
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
 
@@ -130,9 +129,38 @@ def test_upsert_keeps_the_newest_timestamp(dest: Destination, tmp_path: Path) ->
     assert _rows(dest, "SELECT id, name FROM users ORDER BY id") == [("u1", "new"), ("u2", "b")]
 
 
-def test_values_the_column_cannot_take_are_terminal(dest: Destination, tmp_path: Path) -> None:
-    _ensure(dest, Table("events", {"n": N}))
-    bad = _parquet(tmp_path / "bad.parquet", [{"n": "not a number"}])
-    with pytest.raises(TerminalError, match="events"):
-        dest.load(LoadRequest("events", "b1", (bad,), {"n": S}))
-    assert _rows(dest, "SELECT count(*) FROM events") == [(0,)]
+def test_a_poison_row_is_left_out_with_its_reason_and_the_rest_loads(
+    dest: Destination, tmp_path: Path
+) -> None:
+    _ensure(dest, Table("events", {"id": S, "n": N}))
+    good = _parquet(tmp_path / "1.parquet", [{"id": "a", "n": "1"}])
+    mixed = _parquet(tmp_path / "2.parquet", [{"id": "b", "n": "not a number"},
+                                              {"id": "c", "n": "3"}])  # fmt: skip
+    request = LoadRequest("events", "b1", (good, mixed), {"id": S, "n": S})
+    result = dest.load(request)
+    assert result.rows == 2
+    [(position, why)] = result.rejected
+    assert position == 1
+    assert "not a number" in why
+    assert _rows(dest, "SELECT id, n FROM events ORDER BY id") == [("a", 1), ("c", 3)]
+    again = dest.load(request)  # a retry: nothing loads twice, the reasons are remembered
+    assert (again.already_loaded, again.rejected) == (True, result.rejected)
+
+
+def test_postgres_leaves_out_rows_it_cannot_store_and_loads_the_rest(
+    postgres_dsn: str, postgres_schema: str, tmp_path: Path
+) -> None:
+    dest = PostgresDestination("pg", postgres_dsn, postgres_schema)
+    table = Table("events", {"id": S, "price": F})
+    _ensure(dest, table)
+    rows = [{"id": "a", "price": 1.5}, {"id": "b", "price": 1e25},  # numeric(38,18) overflow
+            {"id": "c", "price": 2.0}, {"id": "d", "price": -1e30}]  # fmt: skip
+    files = (_parquet(tmp_path / "1.parquet", rows[:2]), _parquet(tmp_path / "2.parquet", rows[2:]))
+    request = LoadRequest("events", "b1", files, table.columns)
+    result = dest.load(request)
+    assert result.rows == 2
+    assert [position for position, _ in result.rejected] == [1, 3]
+    assert all("numeric field overflow" in why and "price" in why for _, why in result.rejected)
+    assert _rows(dest, "SELECT id FROM events ORDER BY id") == [("a",), ("c",)]
+    again = dest.load(request)  # a retry: nothing loads twice, the reasons are remembered
+    assert (again.already_loaded, again.rejected) == (True, result.rejected)
