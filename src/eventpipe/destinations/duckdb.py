@@ -79,24 +79,16 @@ class DuckDBDestination:
     def patch(self, patch: TablePatch) -> None:
         if patch.empty:
             return
-        q = self.dialect.quote
+        d = self.dialect
         with table_lock(self.lock_dir, self.id, patch.table), self._connect() as db:
             current = _describe(db, patch.table)  # again, under the lock
             db.execute("BEGIN")
             if current is None:
-                columns = ", ".join(
-                    f"{q(name)} {self.dialect.sql_type(t)}" for name, t in patch.add_columns
-                )
-                key = patch.set_primary_key
-                key_sql = f", PRIMARY KEY ({', '.join(q(c) for c in key)})" if key else ""
-                db.execute(f"CREATE TABLE {q(patch.table)} ({columns}{key_sql})")
+                db.execute(d.create_table(patch.table, patch.add_columns, patch.set_primary_key))
             else:
                 for name, data_type in patch.add_columns:
                     if name not in current.columns:
-                        db.execute(
-                            f"ALTER TABLE {q(patch.table)} ADD COLUMN {q(name)} "
-                            f"{self.dialect.sql_type(data_type)}"
-                        )
+                        db.execute(d.add_column(patch.table, name, data_type))
             db.execute("COMMIT")
 
     def load(self, request: LoadRequest) -> LoadResult:

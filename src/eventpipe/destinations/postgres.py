@@ -158,24 +158,16 @@ class PostgresDestination:
             self._lock(db, patch.table)
             db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.schema)}")
             current = self._describe(db, patch.table)  # again, under the lock
-            name = self._name(patch.table)
+            d, table, schema = self.dialect, patch.table, self.schema
             if current is None:
-                columns = ", ".join(
-                    f"{q(c)} {self.dialect.sql_type(t)}" for c, t in patch.add_columns
-                )
-                key = patch.set_primary_key
-                key_sql = f", PRIMARY KEY ({', '.join(q(c) for c in key)})" if key else ""
-                db.execute(f"CREATE TABLE {name} ({columns}{key_sql})")
+                db.execute(d.create_table(table, patch.add_columns, patch.set_primary_key, schema))
                 return
             for column, data_type in patch.add_columns:
                 if column not in current.columns:
-                    db.execute(
-                        f"ALTER TABLE {name} ADD COLUMN {q(column)} "
-                        f"{self.dialect.sql_type(data_type)}"
-                    )
-            if patch.set_primary_key and not current.primary_key:
-                columns = ", ".join(q(c) for c in patch.set_primary_key)
-                db.execute(f"ALTER TABLE {name} ADD PRIMARY KEY ({columns})")
+                    db.execute(d.add_column(table, column, data_type, schema))
+            key_sql = d.add_primary_key(table, patch.set_primary_key, schema)
+            if patch.set_primary_key and not current.primary_key and key_sql:
+                db.execute(key_sql)
 
     def load(self, request: LoadRequest) -> LoadResult:
         import psycopg

@@ -11,11 +11,17 @@
 Arrays are JSON text, so they take the STRING type. Timestamps are stored in UTC without
 a zone (the seed is silent; every event's ``_timestamp`` is UTC). An explicit cast in a
 mapping rule gives its own SQL type and wins over this table.
+
+Each dialect also writes the DDL eventpipe patches tables with (``create_table``,
+``add_column``, ``add_primary_key``): identifiers always quoted; BigQuery keys are
+``NOT ENFORCED``; ClickHouse columns are ``Nullable`` and a table needs an engine
+(``ReplacingMergeTree(_timestamp)`` ordered by the key when there is one, so the newest
+row wins on merge; ``MergeTree`` otherwise).
 """  # noqa: E501
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
 
@@ -27,6 +33,10 @@ class Dialect:
     name: str
     types: Mapping[DataType, str]
     quote_char: str = '"'
+    primary_key: str = "PRIMARY KEY ({})"
+    """The table constraint naming the key columns; empty: the engine keys by ORDER BY."""
+    nullable: str = "{}"
+    """A nullable column's type (ClickHouse columns are NOT NULL unless wrapped)."""
 
     def sql_type(self, data_type: DataType) -> str:
         return self.types[data_type]
@@ -35,6 +45,49 @@ class Dialect:
         """Quote an identifier, doubling the quote character inside it."""
         q = self.quote_char
         return q + identifier.replace(q, q + q) + q
+
+    def name_of(self, table: str, namespace: str | None = None) -> str:
+        """``namespace.table`` (schema, dataset or database), quoted."""
+        return f"{self.quote(namespace)}.{self.quote(table)}" if namespace else self.quote(table)
+
+    def column(self, name: str, data_type: DataType) -> str:
+        return f"{self.quote(name)} {self.nullable.format(self.sql_type(data_type))}"
+
+    def create_table(
+        self,
+        table: str,
+        columns: Sequence[tuple[str, DataType]],
+        primary_key: Sequence[str] = (),
+        namespace: str | None = None,
+    ) -> str:
+        """``CREATE TABLE`` with ``columns`` in order, and the primary key if any."""
+        parts = [self.column(name, data_type) for name, data_type in columns]
+        keys = ", ".join(self.quote(c) for c in primary_key)
+        if primary_key and self.primary_key:
+            parts.append(self.primary_key.format(keys))
+        sql = f"CREATE TABLE {self.name_of(table, namespace)} ({', '.join(parts)})"
+        if self.name == "clickhouse":  # an engine is required; a key means replacing
+            if primary_key:
+                version = f"({self.quote('_timestamp')})" if "_timestamp" in dict(columns) else ""
+                return f"{sql} ENGINE = ReplacingMergeTree{version} ORDER BY ({keys})"
+            return f"{sql} ENGINE = MergeTree ORDER BY tuple()"
+        return sql
+
+    def add_column(
+        self, table: str, name: str, data_type: DataType, namespace: str | None = None
+    ) -> str:
+        column = self.column(name, data_type)
+        return f"ALTER TABLE {self.name_of(table, namespace)} ADD COLUMN {column}"
+
+    def add_primary_key(
+        self, table: str, primary_key: Sequence[str], namespace: str | None = None
+    ) -> str | None:
+        """``ALTER TABLE ... ADD PRIMARY KEY``, or None where a key cannot be added to an
+        existing table (ClickHouse: the sorting key is fixed at creation)."""
+        if not self.primary_key:
+            return None
+        keys = ", ".join(self.quote(c) for c in primary_key)
+        return f"ALTER TABLE {self.name_of(table, namespace)} ADD {self.primary_key.format(keys)}"
 
 
 def _types(string: str, double: str, integer: str, boolean: str, ts: str) -> Mapping[DataType, str]:
@@ -55,12 +108,17 @@ REDSHIFT = Dialect(
     _types("character varying(65535)", "numeric(38,18)", "bigint", "boolean", "timestamp"),
 )
 BIGQUERY = Dialect(
-    "bigquery", _types("string", "float", "integer", "boolean", "timestamp"), quote_char="`"
+    "bigquery",
+    _types("string", "float", "integer", "boolean", "timestamp"),
+    quote_char="`",
+    primary_key="PRIMARY KEY ({}) NOT ENFORCED",  # BigQuery keys are informational
 )
 CLICKHOUSE = Dialect(
     "clickhouse",
     _types("String", "Float64", "Int64", "UInt8", "DateTime64(6, 'UTC')"),
     quote_char="`",
+    primary_key="",
+    nullable="Nullable({})",
 )
 SNOWFLAKE = Dialect(
     "snowflake", _types("text", "numeric(38,18)", "bigint", "boolean", "timestamp_ntz")

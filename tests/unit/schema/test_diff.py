@@ -68,3 +68,52 @@ def test_identifiers_are_quoted_with_quotes_doubled() -> None:
     assert POSTGRES.quote("select") == '"select"'
     assert POSTGRES.quote('a"b') == '"a""b"'
     assert DIALECTS["bigquery"].quote("a`b") == "`a``b`"
+
+
+@pytest.mark.parametrize(
+    ("dialect", "create", "add"),
+    [
+        ("postgres",
+         'CREATE TABLE "s"."t" ("id" text, "n" bigint, "_timestamp" timestamp, PRIMARY KEY ("id"))',
+         'ALTER TABLE "s"."t" ADD COLUMN "x y" numeric(38,18)'),
+        ("redshift",
+         'CREATE TABLE "s"."t" ("id" character varying(65535), "n" bigint, "_timestamp" '
+         'timestamp, PRIMARY KEY ("id"))',
+         'ALTER TABLE "s"."t" ADD COLUMN "x y" numeric(38,18)'),
+        ("bigquery",
+         "CREATE TABLE `s`.`t` (`id` string, `n` integer, `_timestamp` timestamp, "
+         "PRIMARY KEY (`id`) NOT ENFORCED)",
+         "ALTER TABLE `s`.`t` ADD COLUMN `x y` float"),
+        ("clickhouse",
+         "CREATE TABLE `s`.`t` (`id` Nullable(String), `n` Nullable(Int64), `_timestamp` "
+         "Nullable(DateTime64(6, 'UTC'))) ENGINE = ReplacingMergeTree(`_timestamp`) "
+         "ORDER BY (`id`)",
+         "ALTER TABLE `s`.`t` ADD COLUMN `x y` Nullable(Float64)"),
+        ("snowflake",
+         'CREATE TABLE "s"."t" ("id" text, "n" bigint, "_timestamp" timestamp_ntz, '
+         'PRIMARY KEY ("id"))',
+         'ALTER TABLE "s"."t" ADD COLUMN "x y" numeric(38,18)'),
+        ("duckdb",
+         'CREATE TABLE "s"."t" ("id" VARCHAR, "n" BIGINT, "_timestamp" TIMESTAMP, '
+         'PRIMARY KEY ("id"))',
+         'ALTER TABLE "s"."t" ADD COLUMN "x y" DOUBLE'),
+    ],
+)  # fmt: skip
+def test_each_dialect_writes_its_ddl(dialect: str, create: str, add: str) -> None:
+    d = DIALECTS[dialect]
+    columns = [("id", S), ("n", N), ("_timestamp", T)]
+    assert d.create_table("t", columns, ("id",), namespace="s") == create
+    assert d.add_column("t", "x y", F, namespace="s") == add
+
+
+def test_ddl_quotes_hostile_names_and_clickhouse_needs_an_engine_without_a_key() -> None:
+    assert POSTGRES.create_table('a"; DROP TABLE x; --', [("select", S)]) == (
+        'CREATE TABLE "a""; DROP TABLE x; --" ("select" text)'
+    )
+    assert DIALECTS["clickhouse"].create_table("t", [("a", B)]) == (
+        "CREATE TABLE `t` (`a` Nullable(UInt8)) ENGINE = MergeTree ORDER BY tuple()"
+    )
+    assert POSTGRES.add_primary_key("t", ["id", "day"], "s") == (
+        'ALTER TABLE "s"."t" ADD PRIMARY KEY ("id", "day")'
+    )
+    assert DIALECTS["clickhouse"].add_primary_key("t", ["id"]) is None
