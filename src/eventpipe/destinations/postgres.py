@@ -24,7 +24,9 @@
 from __future__ import annotations
 
 import io
+import queue
 import re
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -215,16 +217,22 @@ class PostgresDestination:
                 left_out = tuple((int(i), str(why)) for i, why in done[1] or [])
                 return LoadResult(rows=int(done[0]), already_loaded=True, rejected=left_out)
             listed = ", ".join(q(c) for c in request.columns)
-            db.execute(
-                f"CREATE TEMP TABLE eventpipe_stage ON COMMIT DROP AS "
-                f"SELECT {listed} FROM {self._name(request.table)} WITH NO DATA"
-            )
-            with db.cursor().copy(
-                f"COPY eventpipe_stage ({listed}) FROM STDIN (FORMAT csv)"
-            ) as copy:
-                for chunk in _csv_chunks(request, skip=set(rejected)):
+            # Without a key, COPY goes straight into the table: the transaction makes it
+            # atomic. An upsert stages in a temporary table first.
+            into = self._name(request.table)
+            if request.primary_key:
+                into = "eventpipe_stage"
+                db.execute(
+                    f"CREATE TEMP TABLE eventpipe_stage ON COMMIT DROP AS "
+                    f"SELECT {listed} FROM {self._name(request.table)} WITH NO DATA"
+                )
+            rows = 0
+            with db.cursor().copy(f"COPY {into} ({listed}) FROM STDIN (FORMAT csv)") as copy:
+                for chunk, count in _ahead(_csv_chunks(request, skip=set(rejected))):
                     copy.write(chunk)
-            rows = self._move(db, request, listed)
+                    rows += count
+            if request.primary_key:
+                rows = self._upsert(db, request, listed)
             left_out = tuple(sorted(rejected.items()))
             db.execute(
                 f"INSERT INTO {loads} (batch_id, tbl, rows, rejected) VALUES (%s, %s, %s, %s)",
@@ -232,16 +240,11 @@ class PostgresDestination:
             )
         return LoadResult(rows=rows, rejected=left_out)
 
-    def _move(self, db: psycopg.Connection[Any], request: LoadRequest, listed: str) -> int:
-        """Rows of the temporary table into the table; returns the batch's row count
-        (with a primary key: its distinct keys)."""
+    def _upsert(self, db: psycopg.Connection[Any], request: LoadRequest, listed: str) -> int:
+        """Rows of the temporary table into the table by key, the newest ``_timestamp``
+        winning; returns the batch's distinct keys."""
         q = self.dialect.quote
         target = self._name(request.table)
-        if not request.primary_key:
-            cursor = db.execute(
-                f"INSERT INTO {target} ({listed}) SELECT {listed} FROM eventpipe_stage"
-            )
-            return cursor.rowcount
         key = ", ".join(q(c) for c in request.primary_key)
         has_ts = "_timestamp" in request.columns
         order = f"{key}, {q('_timestamp')} DESC NULLS LAST" if has_ts else key
@@ -276,9 +279,10 @@ class PostgresDestination:
             return names, rows
 
 
-def _csv_chunks(request: LoadRequest, skip: set[int]) -> Iterator[bytes]:
+def _csv_chunks(request: LoadRequest, skip: set[int]) -> Iterator[tuple[bytes, int]]:
     """The request's files as CSV for COPY, in the order of ``request.columns``, without
-    the rows at the ``skip`` positions (across the files, from 0).
+    the rows at the ``skip`` positions (across the files, from 0); with each chunk, its
+    row count.
 
     Nulls are unquoted empty fields and strings are always quoted, so COPY's CSV format
     tells a null from an empty string. Columns a file lacks are nulls.
@@ -308,7 +312,44 @@ def _csv_chunks(request: LoadRequest, skip: set[int]) -> Iterator[bytes]:
                 arrays.append(array)
             sink = io.BytesIO()
             pacsv.write_csv(pa.RecordBatch.from_arrays(arrays, names=columns), sink, options)
-            yield sink.getvalue()
+            yield sink.getvalue(), batch.num_rows
+
+
+def _ahead(chunks: Iterator[tuple[bytes, int]], depth: int = 2) -> Iterator[tuple[bytes, int]]:
+    """``chunks``, made in a thread of their own up to ``depth`` ahead: pyarrow writes
+    the next CSV chunk (without the GIL) while the server takes this one."""
+    results: queue.Queue[tuple[bytes, int] | BaseException | None] = queue.Queue(depth)
+    stop = threading.Event()
+
+    def put(item: tuple[bytes, int] | BaseException | None) -> bool:
+        """False once the consumer is gone (it stopped early)."""
+        while not stop.is_set():
+            try:
+                results.put(item, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def produce() -> None:
+        try:
+            for chunk in chunks:
+                if not put(chunk):
+                    return
+            put(None)
+        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
+            put(exc)
+
+    thread = threading.Thread(target=produce, name="eventpipe-csv", daemon=True)
+    thread.start()
+    try:
+        while (item := results.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
 
 
 MAX_REJECTED_ROWS = 100

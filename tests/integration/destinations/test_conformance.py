@@ -164,3 +164,20 @@ def test_postgres_leaves_out_rows_it_cannot_store_and_loads_the_rest(
     assert _rows(dest, "SELECT id FROM events ORDER BY id") == [("a",), ("c",)]
     again = dest.load(request)  # a retry: nothing loads twice, the reasons are remembered
     assert (again.already_loaded, again.rejected) == (True, result.rejected)
+
+
+def test_csv_chunks_made_ahead_stop_with_their_consumer_and_pass_on_errors() -> None:
+    from eventpipe.destinations.postgres import _ahead
+
+    def chunks(fail_at: int | None = None) -> Any:
+        for i in range(100):
+            if i == fail_at:
+                raise ValueError("bad file")
+            yield b"x", i
+
+    assert [n for _, n in _ahead(chunks())] == list(range(100))
+    taken = _ahead(chunks())
+    assert next(taken)[1] == 0
+    taken.close()  # the consumer stops early: the thread ends instead of blocking
+    with pytest.raises(ValueError, match="bad file"):
+        list(_ahead(chunks(fail_at=5)))
