@@ -20,10 +20,11 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP) java
-	scripts/ensure-apt.sh wrk
+	scripts/ensure-apt.sh wrk postgresql libpostgresql-jdbc-java
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/batch.py
+	$(BIN)/python bench/postgres.py
 
 setup: $(STAMP) java
 
