@@ -107,3 +107,4 @@ def test_a_poison_row_goes_to_failed_and_the_rest_loads(
     assert failed["event"]["eventn_ctx"]["event_id"] == "huge"
     assert "numeric field overflow" in failed["error"]
     assert failed["table"] == "events"
+    assert failed["api_key"] == "web"

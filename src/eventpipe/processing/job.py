@@ -727,13 +727,14 @@ def _write_failed(
 
     when = utc_now()
     with_originals = frame.select(ROW, ERROR).join(run.originals, ROW).select(RAW, ERROR)
-    lines = [
-        event_error_line(
-            event=orjson.loads(row[0]), error=row[1], stage=stage, when=when,
-            destination=dest_id, table=table,
-        )
-        for row in with_originals.toLocalIterator()
-    ]  # fmt: skip
+    lines = []
+    for row in with_originals.toLocalIterator():
+        event = orjson.loads(row[0])
+        key = event.get("api_key") if isinstance(event, dict) else None
+        lines.append(event_error_line(
+            event=event, error=row[1], stage=stage, when=when, destination=dest_id,
+            table=table, api_key=key if isinstance(key, str) else None,
+        ))  # fmt: skip
     if lines:
         _append(path, b"".join(lines))
     return len(lines)
