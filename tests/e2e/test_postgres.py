@@ -108,3 +108,23 @@ def test_a_poison_row_goes_to_failed_and_the_rest_loads(
     assert "numeric field overflow" in failed["error"]
     assert failed["table"] == "events"
     assert failed["api_key"] == "web"
+
+
+def test_tables_load_in_parallel_and_their_failures_add_up(
+    start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
+) -> None:
+    import json
+
+    c = start_collector(destinations={"pg": {
+        "type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
+        "table_name_template": "{{ kind }}"}})  # fmt: skip
+    events = [{"kind": k, "price": 1.5, "event_id": f"{k}{i}"} for k in "abcd" for i in range(3)]
+    events += [{"kind": k, "price": 1e25, "event_id": f"{k}-huge"} for k in "bd"]
+    _post(c, events, server=True)
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("pg", k): 3 for k in "abcd"}
+    assert report.failed == {"pg": 2}
+    lines = [json.loads(x) for x in c.layout.failed_destination("pg").read_text().splitlines()]
+    assert sorted(x["event"]["eventn_ctx"]["event_id"] for x in lines) == ["b-huge", "d-huge"]

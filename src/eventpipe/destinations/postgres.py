@@ -97,6 +97,9 @@ def redacted(dsn: str) -> str:
 
 class PostgresDestination:
     dialect = POSTGRES
+    parallel_loads = 2
+    """Tables of a batch loaded at once, each on a connection of its own (the job reads
+    this; DuckDB takes one writer at a time and loads one by one)."""
 
     def __init__(self, destination_id: str, dsn: str, schema: str = "public") -> None:
         self.id = destination_id
@@ -130,6 +133,16 @@ class PostgresDestination:
         key = f"eventpipe:{self.id}:{self.schema}.{table}"
         db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
+    def _ensure_schema(self, db: psycopg.Connection[Any]) -> None:
+        """Create the schema if missing. ``CREATE SCHEMA IF NOT EXISTS`` races with
+        itself (two sessions can both find it missing), so it runs under a lock of its
+        own, held to the end of the transaction."""
+        found = db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [self.schema])
+        if found.fetchone() is None:
+            key = f"eventpipe:schema:{self.schema}"
+            db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+            db.execute(f"CREATE SCHEMA IF NOT EXISTS {self.dialect.quote(self.schema)}")
+
     def describe(self, table: str) -> Table | None:
         with self._connect() as db:
             return self._describe(db, table)
@@ -155,10 +168,9 @@ class PostgresDestination:
     def patch(self, patch: TablePatch) -> None:
         if patch.empty:
             return
-        q = self.dialect.quote
         with self._connect(patch.table) as db, db.transaction():
             self._lock(db, patch.table)
-            db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.schema)}")
+            self._ensure_schema(db)
             current = self._describe(db, patch.table)  # again, under the lock
             d, table, schema = self.dialect, patch.table, self.schema
             if current is None:
@@ -174,13 +186,12 @@ class PostgresDestination:
     def load(self, request: LoadRequest) -> LoadResult:
         import psycopg
 
-        q = self.dialect.quote
         loads = self._name(LOADS_TABLE)
         with self._connect(request.table) as db:
             with db.transaction():
                 db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
                            [f"eventpipe:{self.schema}.{LOADS_TABLE}"])  # fmt: skip
-                db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.schema)}")
+                self._ensure_schema(db)
                 db.execute(
                     f"CREATE TABLE IF NOT EXISTS {loads} (batch_id text, tbl text, "
                     "rows bigint, rejected jsonb, loaded_at timestamptz DEFAULT now(), "

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -436,11 +437,24 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
             cast.filter(F.col(ERROR).isNotNull()), run, run.layout.failed_destination(dest_id),
             dest_id, table=None, stage=Stage.PROCESSING,
         ))  # fmt: skip
-    for table, types in sorted(batch.types.items()):
-        if run.state.table_ok(run.segments, dest_id, table):
-            continue  # loaded by the interrupted attempt of this run
-        rows = _load_table(_staged_table(staged, where, table), run, target, types, flat)
-        run.state.record(run.segments, dest_id, table, ok=True, rows=rows, run_id=run.run_id)
+    pending = [
+        (table, types)
+        for table, types in sorted(batch.types.items())
+        if not run.state.table_ok(run.segments, dest_id, table)  # else loaded by an earlier try
+    ]
+
+    def load(item: tuple[str, dict[str, DataType]]) -> int:
+        table, types = item
+        return _load_table(_staged_table(staged, where, table), run, target, types, flat)
+
+    # Tables are independent batches: a destination that takes loads in parallel gets
+    # them on that many threads (their Spark work and their connections). The state
+    # store is written here, in order, by this thread only.
+    parallel = getattr(target.destination, "parallel_loads", 1)
+    tables = f"{dest_id}: {len(pending)} table(s) on {parallel} thread(s)"
+    with _step(tables), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
+            run.state.record(run.segments, dest_id, table, ok=True, rows=rows, run_id=run.run_id)
     run.state.record(run.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
     run.state.record_destination_run(
         run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
@@ -596,11 +610,11 @@ def _load_table(
     ok = frame
     if problems:
         checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
-        report.failed[dest_id] += _once(staging.with_name(f"failed.{table}.done"), lambda: (
+        _add_failed(report, dest_id, _once(staging.with_name(f"failed.{table}.done"), lambda: (
             _write_failed(checked.filter(F.col(ERROR) != ""), run,
                           layout.failed_destination(dest_id), dest_id, table=table,
                           stage=Stage.LOADING)
-        ))  # fmt: skip
+        )))  # fmt: skip
         ok = checked.filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (_load_files).
@@ -634,10 +648,10 @@ def _load_files(
     except TerminalError as exc:
         marker = layout.tmp / run_id / f"dst={dest_id}" / f"failed.{table}.load.done"
         message = exc.message
-        report.failed[dest_id] += _once(marker, lambda: _write_failed(
+        _add_failed(report, dest_id, _once(marker, lambda: _write_failed(
             ok.withColumn(ERROR, F.lit(message)), run,
             layout.failed_destination(dest_id), dest_id, table=table, stage=Stage.LOADING,
-        ))  # fmt: skip
+        )))  # fmt: skip
         return 0
     report.loaded[(dest_id, table)] = result.rows
     log.info("%s.%s: %d rows%s", dest_id, table, result.rows,
@@ -649,10 +663,10 @@ def _load_files(
             f"{ROW} long, {ERROR} string",
         )
         marker = layout.tmp / run_id / f"dst={dest_id}" / f"failed.{table}.rejected.done"
-        report.failed[dest_id] += _once(marker, lambda: _write_failed(
+        _add_failed(report, dest_id, _once(marker, lambda: _write_failed(
             rejected, run, layout.failed_destination(dest_id), dest_id, table=table,
             stage=Stage.LOADING,
-        ))  # fmt: skip
+        )))  # fmt: skip
     return result.rows
 
 
@@ -703,6 +717,16 @@ def _with_overflow(frame: DataFrame, overflow: list[str], pointers: dict[str, st
         .when(packed == F.lit("{}"), current)
         .otherwise(merged)
     )
+
+
+_COUNTS = threading.Lock()
+"""Tables of a destination may load on several threads: shared counts and files change
+under this lock."""
+
+
+def _add_failed(report: RunReport, dest_id: str, count: int) -> None:
+    with _COUNTS:
+        report.failed[dest_id] += count
 
 
 def _once(marker: Path, write: Callable[[], int]) -> int:
@@ -765,7 +789,7 @@ def _fail_corrupt(raw: DataFrame, layout: DataLayout) -> int:
 
 def _append(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("ab") as out:
+    with _COUNTS, path.open("ab") as out:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())

@@ -181,3 +181,24 @@ def test_csv_chunks_made_ahead_stop_with_their_consumer_and_pass_on_errors() -> 
     taken.close()  # the consumer stops early: the thread ends instead of blocking
     with pytest.raises(ValueError, match="bad file"):
         list(_ahead(chunks(fail_at=5)))
+
+
+def test_patchers_of_different_tables_create_the_schema_once(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    # Found by the benchmark: CREATE SCHEMA IF NOT EXISTS races with itself.
+    errors: list[BaseException] = []
+
+    def patch(table: str) -> None:
+        try:
+            dest = PostgresDestination("pg", postgres_dsn, postgres_schema)
+            _ensure(dest, Table(table, {"a": S}))
+        except BaseException as exc:  # noqa: BLE001 - collected, asserted empty below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=patch, args=(f"t{i}",)) for i in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
