@@ -126,27 +126,46 @@ ISO_TIMESTAMP = "yyyy-MM-dd'T'HH:mm:ss.SSSSSSXXX"
 
 
 def cast_to(column: Column, data_type: DataType, source: T.DataType | None = None) -> Column:
-    """A column's values as ``data_type``; null where a value does not convert (ANSI casts
-    would raise), so that the caller can report exactly those values.
+    """A column's values as ``data_type`` where the conversion is exact; null where it is
+    not (ANSI casts would raise), so that the caller can report exactly those values.
 
-    ``source``, the column's Spark type when known: a timestamp becomes RFC 3339 text, and
-    never a number (that would silently be epoch seconds).
+    ``source`` is the column's Spark type. Exact means: any value as text (a timestamp as
+    RFC 3339); bools as 1 and 0, and ``true``/``false`` text as bools or as 1 and 0 (JSON
+    bools that Spark read into text); integers as floats; a float as an integer only when
+    it has no fraction; 0 and 1 as bools; text as a number or timestamp when it parses.
+    Never: a timestamp as a number (that would silently be epoch seconds), a number as a
+    timestamp, a fraction truncated, 5 as ``true``.
     """
+    target = SPARK_TYPES[data_type]
+    if source is not None and source == target:
+        return column
     if isinstance(source, T.TimestampType | T.TimestampNTZType):
         if data_type is DataType.STRING:
             return F.date_format(column, ISO_TIMESTAMP)
-        if data_type is not DataType.TIMESTAMP:
-            return F.lit(None).cast(SPARK_TYPES[data_type])
+        return F.lit(None).cast(target)
+    if data_type is DataType.STRING:
+        return column.try_cast(target)
+    text = isinstance(source, T.StringType)
+    numeric = isinstance(source, T.NumericType)
     if data_type is DataType.TIMESTAMP:
-        return F.try_to_timestamp(column.cast("string"))
-    converted = column.try_cast(SPARK_TYPES[data_type])
-    if isinstance(source, T.StringType) and data_type in (DataType.INT64, DataType.FLOAT64):
-        # JSON bools that Spark read into a text column (typing's bool/number mixes).
+        return F.try_to_timestamp(column) if text or source is None else F.lit(None).cast(target)
+    if data_type is DataType.BOOL:
+        if text:
+            truth = F.when(column == F.lit("true"), True).when(column == F.lit("false"), False)
+            return truth.cast(target)
+        if numeric:
+            return F.when(column == 1, True).when(column == 0, False).cast(target)
+        return column.try_cast(target)
+    # INT64 or FLOAT64
+    if text:
         return (
-            F.when(column == F.lit("true"), F.lit(1).cast(SPARK_TYPES[data_type]))
-            .when(column == F.lit("false"), F.lit(0).cast(SPARK_TYPES[data_type]))
-            .otherwise(converted)
+            F.when(column == F.lit("true"), F.lit(1).cast(target))
+            .when(column == F.lit("false"), F.lit(0).cast(target))
+            .otherwise(column.try_cast(target))
         )
+    converted = column.try_cast(target)
+    if data_type is DataType.INT64 and isinstance(source, T.FractionalType):
+        return F.when(converted.cast("double") == column, converted)  # no fraction lost
     return converted
 
 

@@ -124,3 +124,37 @@ def test_token_types_promote_bools_and_numbers_along_the_lattice(
     found = token_types(spark.read.schema(schema).json(str(path)), "tbl", ["v"])
     assert found == {"a": {"v": N}, "b": {"v": F}, "c": {"v": B}, "d": {"v": S},
                      "e": {"v": S}, "f": {}}  # fmt: skip
+
+
+def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
+    from datetime import datetime
+
+    from pyspark.sql import functions as fn
+
+    from eventpipe.processing.typing import cast_to
+
+    frame = spark.createDataFrame(
+        [(True, 5, 1.5, "x", datetime(2026, 11, 21, 10)),
+         (False, 1, 2.0, "7", None),
+         (None, 0, 1e30, "true", None),
+         (None, None, None, "2026-11-21T10:00:00Z", None)],
+        "b boolean, n long, f double, s string, t timestamp",
+    )  # fmt: skip
+    schema = {f.name: f.dataType for f in frame.schema.fields}
+
+    def converted(column: str, to: DataType) -> list[Any]:
+        out = frame.select(cast_to(fn.col(column), to, schema[column]).alias("v"))
+        return [row["v"] for row in out.collect()]
+
+    assert converted("b", N) == [1, 0, None, None]
+    assert converted("b", S) == ["true", "false", None, None]
+    assert converted("n", B) == [None, True, False, None]  # 5 is not a bool
+    assert converted("n", F) == [5.0, 1.0, 0.0, None]
+    assert converted("n", T) == [None, None, None, None]  # a number is not a timestamp
+    assert converted("f", N) == [None, 2, None, None]  # no fraction dropped, no overflow
+    assert converted("s", N) == [None, 7, 1, None]
+    assert converted("s", B) == [None, None, True, None]
+    assert converted("s", T)[3] == datetime(2026, 11, 21, 10)
+    assert converted("s", T)[:3] == [None, None, None]
+    assert converted("t", S)[0] == "2026-11-21T10:00:00.000000Z"
+    assert converted("t", N) == [None, None, None, None]  # never epoch seconds
