@@ -202,3 +202,65 @@ def test_patchers_of_different_tables_create_the_schema_once(
     for thread in threads:
         thread.join()
     assert errors == []
+
+
+_CHILD = """
+import sys, time
+from pathlib import Path
+from eventpipe.destinations import duckdb as duck, postgres as pg
+from eventpipe.destinations.base import LoadRequest
+from eventpipe.schema.types import DataType
+kind, where, extra, file = sys.argv[1:5]
+module = duck if kind == "duckdb" else pg
+if kind == "duckdb":
+    dest = duck.DuckDBDestination("warehouse", Path(where), Path(extra))
+    original = duck._upsert
+    def upsert(*args, **kwargs):
+        rows = original(*args, **kwargs)
+        print("midway", flush=True)  # the rows are in, the transaction is not committed
+        time.sleep(60)
+    duck._upsert = upsert
+else:
+    dest = pg.PostgresDestination("warehouse", where, extra)
+    original = pg.PostgresDestination._upsert
+    def upsert(self, *args, **kwargs):
+        rows = original(self, *args, **kwargs)
+        print("midway", flush=True)
+        time.sleep(60)
+    pg.PostgresDestination._upsert = upsert
+columns = {"id": DataType.STRING, "n": DataType.INT64}
+dest.load(LoadRequest("events", "batch-1", (Path(file),), columns, ("id",)))
+"""
+
+
+def test_a_load_killed_midway_then_run_again_gives_the_clean_result(
+    dest: Destination, tmp_path: Path
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    table = Table("events", {"id": S, "n": N}, primary_key=("id",))
+    _ensure(dest, table)
+    rows = 50_000
+    big = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"id": [f"e{i}" for i in range(rows)], "n": list(range(rows))}), big)
+    if isinstance(dest, DuckDBDestination):
+        args = ["duckdb", str(dest.path), str(dest.lock_dir)]
+    else:
+        assert isinstance(dest, PostgresDestination)
+        args = ["postgres", dest.dsn, dest.schema]
+    child = subprocess.Popen([sys.executable, "-c", _CHILD, *args, str(big)],
+                             stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "midway"  # rows written, not committed
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    assert _rows(dest, "SELECT count(*) FROM events") == [(0,)]  # nothing half-loaded
+    result = dest.load(LoadRequest("events", "batch-1", (big,), table.columns, ("id",)))
+    assert result.rows == rows
+    assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
+        (rows, rows, rows * (rows - 1) // 2)
+    ]
