@@ -214,7 +214,10 @@ def _upsert(
         f"ON CONFLICT ({key}) {action}",
         params,
     )
-    row = db.execute(f"SELECT count(*) FROM ({newest})", params).fetchone()
+    # The batch's rows after deduplication: its distinct keys (reads the key columns only).
+    row = db.execute(
+        f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM ({source}))", params
+    ).fetchone()
     return int(row[0]) if row else 0
 
 
