@@ -114,6 +114,7 @@ def process(config_path: Path | None, once: bool) -> None:
     import signal
     import time
 
+    from eventpipe.errors import retry_transient
     from eventpipe.processing.job import PipelineBusyError, process_once
     from eventpipe.processing.spark import start_session
 
@@ -122,15 +123,22 @@ def process(config_path: Path | None, once: bool) -> None:
     # SIGTERM (from `eventpipe run`, or an init system) stops between runs, or aborts the
     # current one, which then resumes with the same segments next time.
     signal.signal(signal.SIGTERM, _interrupt)
+    period = config.processing.batch_period_seconds
+    log = logging.getLogger("eventpipe.processing")
     try:
         while True:
             try:
-                report = process_once(config, spark)
+                # A destination that is down, a lost connection: the run stops and resumes
+                # with the same segments, after 1 s, 2 s, 4 s... (--once: 3 attempts).
+                report = retry_transient(
+                    lambda: process_once(config, spark), attempts=3 if once else None,
+                    max_delay=max(period, 1.0), log=log, unless=(PipelineBusyError,),
+                )  # fmt: skip
             except PipelineBusyError as exc:
                 if once:
                     raise
-                logging.getLogger("eventpipe.processing").warning("%s; next try later", exc)
-                time.sleep(config.processing.batch_period_seconds)
+                log.warning("%s; next try later", exc)
+                time.sleep(period)
                 continue
             if report is None:
                 click.echo("nothing to process: no sealed segment")
@@ -138,7 +146,7 @@ def process(config_path: Path | None, once: bool) -> None:
                 _print_report(report)
             if once:
                 return
-            time.sleep(config.processing.batch_period_seconds)
+            time.sleep(period)
     finally:
         spark.stop()
 

@@ -7,7 +7,12 @@ or :class:`TerminalError` (the event goes to ``failed/`` with the reason); nothi
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 class EventpipeError(Exception):
@@ -49,3 +54,34 @@ class DataDirLockedError(EventpipeError):
     """Another collector already owns this data directory."""
 
     name = "data_dir_locked"
+
+
+def retry_transient(
+    call: Callable[[], T],
+    *,
+    attempts: int | None,
+    first_delay: float = 1.0,
+    max_delay: float = 60.0,
+    sleep: Callable[[float], Any] = time.sleep,
+    log: logging.Logger | None = None,
+    unless: tuple[type[TransientError], ...] = (),
+) -> T:
+    """``call()``, again after each TransientError, waiting ``first_delay`` seconds and
+    doubling up to ``max_delay``; ``attempts`` in all (None: until it succeeds). The last
+    TransientError is raised when the attempts run out; other errors, and the ``unless``
+    kinds, at once."""
+    delay = first_delay
+    attempt = 1
+    while True:
+        try:
+            return call()
+        except TransientError as exc:
+            if isinstance(exc, unless) or (attempts is not None and attempt >= attempts):
+                raise
+            (log or logging.getLogger("eventpipe")).warning(
+                "%s; retrying in %.0f s (attempt %d%s)", exc.message, delay, attempt + 1,
+                f" of {attempts}" if attempts else "",
+            )  # fmt: skip
+            sleep(delay)
+            delay = min(delay * 2, max_delay)
+            attempt += 1
