@@ -7,6 +7,8 @@
   retried batch finds its record and loads nothing twice.
 * With ``primary_key``, the load is an upsert in which the newest ``_timestamp`` wins
   (ties: the row loaded last).
+* A row with a value its column cannot take is left out with the reason
+  (``LoadResult.rejected``, found with ``TRY_CAST``), and the rest loads.
 """
 
 from __future__ import annotations

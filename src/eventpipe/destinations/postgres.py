@@ -7,17 +7,20 @@
   other; the table is read again under the lock. Types are seed 1's Postgres column
   (schema.dialects.POSTGRES).
 * A load is one transaction under the same lock: the batch's Parquet files are streamed
-  with ``COPY ... FROM STDIN (FORMAT csv)`` (pyarrow writes the CSV) into a temporary
-  table, moved into the table with one ``INSERT ... SELECT``, and ``batch_id`` is recorded
-  in ``_eventpipe_loads``; a retried batch finds its record and loads nothing twice.
-  With ``primary_key`` the move is ``INSERT ... ON CONFLICT DO UPDATE`` in which the
+  into the table with ``COPY ... FROM STDIN (FORMAT csv)`` (pyarrow writes the CSV, a
+  chunk ahead, in a thread), and ``batch_id`` is recorded in ``_eventpipe_loads``; a
+  retried batch finds its record and loads nothing twice. With ``primary_key`` the COPY
+  goes into a temporary table, then ``INSERT ... ON CONFLICT DO UPDATE`` in which the
   newest ``_timestamp`` wins, within the batch too.
+* A row the server cannot store (a data error that COPY names by line) is left out and
+  the load runs again without it (``LoadResult.rejected``), at most
+  ``MAX_REJECTED_ROWS`` times.
 * Text cannot hold NUL in PostgreSQL: a NUL character is stored as U+FFFD (the
   replacement character), so the load never fails on it and the value shows that
   something was there. Lone surrogates never reach a destination (the collector's JSON
   parser refuses them).
 * Errors: a lost connection, a serialisation failure, a deadlock or a server shutting
-  down are transient (the run is retried); data errors are terminal for the batch.
+  down are transient (the run is retried); other errors are terminal for the batch.
 * The DSN is never logged: messages name the host, port and database only.
 """
 
@@ -212,8 +215,9 @@ class PostgresDestination:
     def _load_once(
         self, db: psycopg.Connection[Any], request: LoadRequest, rejected: dict[int, str]
     ) -> LoadResult:
-        """One attempt, one transaction: stage by COPY (without the ``rejected`` rows),
-        move into the table, record the batch (and what it left out)."""
+        """One attempt, one transaction: COPY the rows (but the ``rejected`` ones) into
+        the table, or into a temporary table and upsert from there when there is a key;
+        record the batch and what it left out."""
         from psycopg.types.json import Jsonb
 
         q = self.dialect.quote
