@@ -232,20 +232,18 @@ def status(config_path: Path | None) -> None:
 @click.argument("sql")
 @click.option(
     "--destination", "destination_id", default=None,
-    help="A duckdb or postgres destination id (default: the first one).",
+    help="A destination id (default: the first one).",
 )  # fmt: skip
 def query(config_path: Path | None, sql: str, destination_id: str | None) -> None:
-    """Run SQL on a destination's warehouse (DuckDB, or PostgreSQL in its schema) and
-    print a table. Read-only."""
+    """Run SQL on a destination (DuckDB; PostgreSQL in its schema; Parquet tables as
+    DuckDB views) and print a table. Read-only."""
     from eventpipe.processing.job import open_destination
 
     config = _load(config_path).config
-    candidates = {k: d for k, d in config.destinations.items() if d.type in ("duckdb", "postgres")}
+    candidates = dict(config.destinations)
     chosen = destination_id or next(iter(candidates), None)
     if chosen is None or chosen not in candidates:
-        raise ConfigError(
-            f"no duckdb or postgres destination {destination_id or ''} in the config".strip()
-        )
+        raise ConfigError(f"no destination {destination_id or ''} in the config".strip())
     dest = candidates[chosen]
     if dest.type == "duckdb":
         path = dest.path or config.layout.warehouse

@@ -226,12 +226,15 @@ class DestinationConfig(_Model):
         populate_by_name=True,
     )  # fmt: skip
 
-    type: Literal["duckdb", "postgres"]
-    """Destination type: ``duckdb`` or ``postgres`` (parquet and http are being built)."""
+    type: Literal["duckdb", "postgres", "parquet"]
+    """Destination type: ``duckdb``, ``postgres`` or ``parquet`` (http is being built)."""
     mode: Literal["batch"] = "batch"
     """``batch``: loaded by ``eventpipe process`` from sealed segments (stream: planned)."""
     path: Path | None = None
-    """duckdb: the database file (default ``<data_dir>/warehouse.duckdb``)."""
+    """duckdb: the database file (default ``<data_dir>/warehouse.duckdb``); parquet: the
+    directory of the tables (default ``<data_dir>/parquet``)."""
+    partition_by: Literal["day", "none"] = "day"
+    """parquet: ``day`` (of ``_timestamp``, Hive-style ``day=YYYY-MM-DD``) or ``none``."""
     dsn: str | None = Field(default=None, repr=False)
     """postgres: the connection string, ``postgresql://user:${PGPASSWORD}@host:5432/db``
     (put secrets in environment variables; the DSN is never logged)."""
@@ -265,6 +268,8 @@ class DestinationConfig(_Model):
                 )
         elif self.dsn is not None:
             raise ValueError(f"dsn is for postgres; {self.type} does not take it")
+        if self.type == "parquet" and self.primary_key:
+            raise ValueError("primary_key: parquet files cannot upsert; use duckdb or postgres")
         return self
 
 

@@ -133,17 +133,7 @@ class DuckDBDestination:
                 left_out = tuple((int(i), str(why)) for i, why in json.loads(done[1] or "[]"))
                 return LoadResult(rows=int(done[0]), already_loaded=True, rejected=left_out)
             columns = ", ".join(q(c) for c in request.columns)
-            source = f"SELECT {columns} FROM read_parquet($files, union_by_name = true"
-            params: dict[str, Any] = {"files": files}
-            if rejected:
-                keys = _row_keys(files, [position for position, _ in rejected])
-                source += (
-                    ", filename = true, file_row_number = true) WHERE NOT "
-                    "list_contains($skip, filename || '#' || file_row_number::VARCHAR)"
-                )
-                params["skip"] = keys
-            else:
-                source += ")"
+            source, params = rows_of(columns, files, rejected)
             if request.primary_key:
                 rows = _upsert(db, request, source, params)
             else:
@@ -228,7 +218,6 @@ def _unconvertible(
 ) -> tuple[tuple[int, str], ...]:
     """The rows of ``files`` with a value their table's column cannot take: (position
     across the files, from 0; which column, its type and the value)."""
-    q = DUCKDB.quote
     sql_types = dict(
         db.execute(
             "SELECT column_name, data_type FROM information_schema.columns "
@@ -236,6 +225,18 @@ def _unconvertible(
             [request.table],
         ).fetchall()
     )
+    return unconvertible_rows(db, request, files, sql_types)
+
+
+def unconvertible_rows(
+    db: duckdb.DuckDBPyConnection,
+    request: LoadRequest,
+    files: list[str],
+    sql_types: dict[str, str],
+) -> tuple[tuple[int, str], ...]:
+    """The rows of ``files`` with a value that ``TRY_CAST`` to its column's DuckDB type in
+    ``sql_types`` cannot take (position across the files, from 0; the reason)."""
+    q = DUCKDB.quote
     problems = [
         f"CASE WHEN {q(c)} IS NOT NULL AND TRY_CAST({q(c)} AS {sql_types[c]}) IS NULL "
         f"THEN 'column {c} ({sql_types[c]}) cannot take ' || CAST({q(c)} AS VARCHAR) END"
@@ -273,3 +274,20 @@ def _row_keys(files: list[str], positions: list[int]) -> list[str]:
         name, start = next((n, o) for n, o in reversed(offsets) if o <= position)
         keys.append(f"{name}#{position - start}")
     return keys
+
+
+def rows_of(
+    select: str, files: list[str], rejected: tuple[tuple[int, str], ...]
+) -> tuple[str, dict[str, Any]]:
+    """A query of ``select`` over ``files`` (by column name), without the ``rejected``
+    positions, and its parameters."""
+    source = f"SELECT {select} FROM read_parquet($files, union_by_name = true"
+    params: dict[str, Any] = {"files": files}
+    if not rejected:
+        return source + ")", params
+    params["skip"] = _row_keys(files, [position for position, _ in rejected])
+    source += (
+        ", filename = true, file_row_number = true) WHERE NOT "
+        "list_contains($skip, filename || '#' || file_row_number::VARCHAR)"
+    )
+    return source, params

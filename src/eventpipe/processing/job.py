@@ -124,6 +124,11 @@ def open_destination(dest_id: str, dest: DestinationConfig, layout: DataLayout) 
 
         assert dest.dsn is not None  # checked by the config model
         return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
+    if dest.type == "parquet":
+        from eventpipe.destinations.parquet import ParquetDestination
+
+        root = dest.path or layout.root / "parquet"
+        return ParquetDestination(dest_id, root, layout.locks, dest.partition_by)
     return DuckDBDestination(dest_id, dest.path or layout.warehouse, layout.locks)
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.destinations.parquet import ParquetDestination
 from eventpipe.destinations.postgres import PostgresDestination
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
@@ -23,12 +24,24 @@ S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOO
                  DataType.TIMESTAMP)  # fmt: skip
 
 
-@pytest.fixture(params=["duckdb", "postgres"])
-def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
-    if request.param == "duckdb":
+def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
+    if kind == "duckdb":
         return DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+    if kind == "parquet":
+        return ParquetDestination("warehouse", tmp_path / "lake", tmp_path / "locks")
     dsn = request.getfixturevalue("postgres_dsn")
     return PostgresDestination("warehouse", dsn, request.getfixturevalue("postgres_schema"))
+
+
+@pytest.fixture(params=["duckdb", "postgres", "parquet"])
+def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
+    return _destination(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
+    """Destinations that take a primary key (Parquet files cannot upsert)."""
+    return _destination(request.param, request, tmp_path)
 
 
 def _parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
@@ -110,7 +123,8 @@ def test_a_load_that_fails_midway_leaves_nothing(dest: Destination, tmp_path: Pa
     assert dest.load(fixed).rows == 1
 
 
-def test_upsert_keeps_the_newest_timestamp(dest: Destination, tmp_path: Path) -> None:
+def test_upsert_keeps_the_newest_timestamp(keyed: Destination, tmp_path: Path) -> None:
+    dest = keyed
     table = Table("users", {"id": S, "name": S, "_timestamp": T}, primary_key=("id",))
     _ensure(dest, table)
     assert dest.describe("users") == table
@@ -234,8 +248,9 @@ dest.load(LoadRequest("events", "batch-1", (Path(file),), columns, ("id",)))
 
 
 def test_a_load_killed_midway_then_run_again_gives_the_clean_result(
-    dest: Destination, tmp_path: Path
+    keyed: Destination, tmp_path: Path
 ) -> None:
+    dest = keyed
     import os
     import signal
     import subprocess

@@ -1,0 +1,47 @@
+"""From an HTTP post to Parquet files that other readers (pyarrow, DuckDB) read."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+import pyarrow.dataset as ds
+
+from eventpipe.processing.job import open_destination, process_once
+from tests.e2e.test_batch_pipeline import _post, _seal
+
+
+def test_batches_become_day_partitioned_files_with_new_columns_in_new_files(
+    start_collector: Any, spark: Any
+) -> None:
+    c = start_collector(destinations={"lake": {
+        "type": "parquet", "table_name_template": "{{ event_type }}"}})  # fmt: skip
+    _post(c, [
+        {"event_type": "click", "n": 1, "_timestamp": "2026-11-20T23:59:00Z"},
+        {"event_type": "click", "n": 2, "_timestamp": "2026-11-21T00:01:00Z"},
+        {"event_type": "view", "url": "/a", "_timestamp": "2026-11-21T10:00:00Z"},
+    ], server=True)  # fmt: skip
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("lake", "click"): 2, ("lake", "view"): 1}
+    root = c.layout.root / "parquet"
+    days = sorted(p.name for p in (root / "click").glob("day=*"))
+    assert days == ["day=2026-11-20", "day=2026-11-21"]
+    # A second batch brings a new column: it appears in the new files only.
+    _post(c, [{"event_type": "click", "n": 3, "color": "red",
+               "_timestamp": "2026-11-21T12:00:00Z"}], server=True)  # fmt: skip
+    _seal(c)
+    process_once(c.config, spark)
+    merged = duckdb.sql(
+        f"SELECT n, color, day FROM read_parquet('{root}/click/**/*.parquet', "
+        "hive_partitioning = true, union_by_name = true) ORDER BY n"
+    ).fetchall()
+    assert [(n, color, str(day)) for n, color, day in merged] == [
+        (1, None, "2026-11-20"), (2, None, "2026-11-21"), (3, "red", "2026-11-21")
+    ]  # fmt: skip
+    dataset = ds.dataset(str(root / "view"), format="parquet", partitioning="hive")
+    assert dataset.to_table(columns=["url"]).column("url").to_pylist() == ["/a"]
+    lake = open_destination("lake", c.config.destinations["lake"], c.layout)
+    assert lake.query("SELECT count(*) FROM click")[1] == [(3,)]
+    assert not any((root / ".staging").glob("*"))  # nothing half-written left behind
