@@ -279,3 +279,64 @@ def test_a_load_killed_midway_then_run_again_gives_the_clean_result(
     assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
         (rows, rows, rows * (rows - 1) // 2)
     ]
+
+
+_PARQUET_CHILD = """
+import sys, time
+from pathlib import Path
+from eventpipe.destinations import parquet
+from eventpipe.destinations.base import LoadRequest
+from eventpipe.schema.types import DataType
+root, locks, file, where = sys.argv[1:5]
+dest = parquet.ParquetDestination("warehouse", Path(root), Path(locks))
+if where == "staged":  # rows written to .staging, nothing renamed
+    original = parquet.ParquetDestination._write
+    def write(self, *args):
+        result = original(self, *args)
+        print("midway", flush=True)
+        time.sleep(60)
+    parquet.ParquetDestination._write = write
+else:  # every file renamed into its partition, the batch's record not written
+    def record(path, text):
+        print("midway", flush=True)
+        time.sleep(60)
+    parquet._write_atomically = record
+columns = {"id": DataType.STRING, "n": DataType.INT64, "_timestamp": DataType.TIMESTAMP}
+dest.load(LoadRequest("events", "batch-1", (Path(file),), columns))
+"""
+
+
+@pytest.mark.parametrize("where", ["staged", "renamed"])
+def test_a_parquet_load_killed_midway_then_run_again_gives_the_clean_result(
+    tmp_path: Path, where: str
+) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    dest = ParquetDestination("warehouse", tmp_path / "lake", tmp_path / "locks")
+    columns = {"id": S, "n": N, "_timestamp": T}
+    _ensure(dest, Table("events", columns))
+    rows = 20_000
+    days = [datetime(2026, 11, 20 + i % 3, 12) for i in range(rows)]  # three partitions
+    big = tmp_path / "big.parquet"
+    pq.write_table(pa.table({"id": [f"e{i}" for i in range(rows)], "n": list(range(rows)),
+                             "_timestamp": days}), big)  # fmt: skip
+    child = subprocess.Popen(
+        [sys.executable, "-c", _PARQUET_CHILD, str(dest.root), str(dest.lock_dir), str(big),
+         where], stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == "midway"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    visible = list((dest.root / "events").glob("day=*/*.parquet"))
+    assert len(visible) == (3 if where == "renamed" else 0)
+    result = dest.load(LoadRequest("events", "batch-1", (big,), columns))
+    assert result.rows == rows
+    assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
+        (rows, rows, rows * (rows - 1) // 2)
+    ]
+    assert len(list((dest.root / "events").glob("day=*/*.parquet"))) == 3
