@@ -51,6 +51,8 @@ class LoadResult:
 class Destination(Protocol):
     id: str
     dialect: Dialect
+    parallel_loads: int
+    """Tables of a batch the job may load at once (each load on its own connection)."""
 
     def describe(self, table: str) -> Table | None: ...
 

@@ -52,6 +52,7 @@ def _lattice(sql_type: str) -> DataType:
 
 class DuckDBDestination:
     dialect = DUCKDB
+    parallel_loads = 1  # DuckDB takes one writing process at a time
 
     def __init__(self, destination_id: str, path: Path, lock_dir: Path) -> None:
         self.id = destination_id

@@ -133,8 +133,7 @@ class PostgresDestination:
 
     def _lock(self, db: psycopg.Connection[Any], table: str) -> None:
         """The advisory lock of this destination's table, until the transaction ends."""
-        key = f"eventpipe:{self.id}:{self.schema}.{table}"
-        db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+        _advisory_lock(db, f"eventpipe:{self.id}:{self.schema}.{table}")
 
     def _ensure_schema(self, db: psycopg.Connection[Any]) -> None:
         """Create the schema if missing. ``CREATE SCHEMA IF NOT EXISTS`` races with
@@ -142,8 +141,7 @@ class PostgresDestination:
         own, held to the end of the transaction."""
         found = db.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", [self.schema])
         if found.fetchone() is None:
-            key = f"eventpipe:schema:{self.schema}"
-            db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
+            _advisory_lock(db, f"eventpipe:schema:{self.schema}")
             db.execute(f"CREATE SCHEMA IF NOT EXISTS {self.dialect.quote(self.schema)}")
 
     def describe(self, table: str) -> Table | None:
@@ -192,8 +190,7 @@ class PostgresDestination:
         loads = self._name(LOADS_TABLE)
         with self._connect(request.table) as db:
             with db.transaction():
-                db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
-                           [f"eventpipe:{self.schema}.{LOADS_TABLE}"])  # fmt: skip
+                _advisory_lock(db, f"eventpipe:{self.schema}.{LOADS_TABLE}")
                 self._ensure_schema(db)
                 db.execute(
                     f"CREATE TABLE IF NOT EXISTS {loads} (batch_id text, tbl text, "
@@ -292,6 +289,11 @@ class PostgresDestination:
             rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
             db.rollback()
             return names, rows
+
+
+def _advisory_lock(db: psycopg.Connection[Any], key: str) -> None:
+    """A transaction-scoped advisory lock on ``key``, held until the transaction ends."""
+    db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
 
 def _csv_chunks(request: LoadRequest, skip: set[int]) -> Iterator[tuple[bytes, int]]:

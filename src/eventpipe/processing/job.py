@@ -402,13 +402,19 @@ def _browser(schema: StructType) -> Column:
     return F.col("src").isNull() | (F.col("src").cast("string") != F.lit("api"))
 
 
+def _multiplexed(frame: DataFrame, dest: DestinationConfig) -> DataFrame:
+    """The events of the destination's keys (``only_keys``; absent: all)."""
+    if dest.only_keys is None:
+        return frame
+    return frame.filter(F.col("api_key").isin(list(dest.only_keys)))
+
+
 def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     dest_id, dest, report = target.id, target.config, run.report
     frame = events
     if CORRUPT_COLUMN in frame.columns:
         frame = frame.filter(F.col(CORRUPT_COLUMN).isNull())
-    if dest.only_keys is not None:  # multiplex
-        frame = frame.filter(F.col("api_key").isin(list(dest.only_keys)))
+    frame = _multiplexed(frame, dest)
     lookup_columns = [c for c in frame.columns if c.startswith("__lookup_")]
     event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT_COLUMN).schema
     text, error = render(Template.parse(dest.table_name_template), event_schema)
@@ -438,10 +444,8 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     report.skipped[dest_id] = counts["skipped"]
     report.failed[dest_id] = 0
     if counts["failed"]:
-        report.failed[dest_id] = _once(where / "failed.processing.done", lambda: _write_failed(
-            cast.filter(F.col(ERROR).isNotNull()), run, run.layout.failed_destination(dest_id),
-            dest_id, table=None, stage=Stage.PROCESSING,
-        ))  # fmt: skip
+        _fail_once(cast.filter(F.col(ERROR).isNotNull()), run, dest_id, "processing",
+                   table=None, stage=Stage.PROCESSING)  # fmt: skip
     pending = [
         (table, types)
         for table, types in sorted(batch.types.items())
@@ -455,7 +459,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     # Tables are independent batches: a destination that takes loads in parallel gets
     # them on that many threads (their Spark work and their connections). The state
     # store is written here, in order, by this thread only.
-    parallel = getattr(target.destination, "parallel_loads", 1)
+    parallel = target.destination.parallel_loads
     tables = f"{dest_id}: {len(pending)} table(s) on {parallel} thread(s)"
     with _step(tables), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
@@ -491,9 +495,7 @@ def _type_mixes(
     probe = schema
     for column in wanted:
         probe = with_type_at(probe, sources[column], VariantType())
-    frame = run.originals.sparkSession.read.schema(probe).json(list(run.paths))
-    if dest.only_keys is not None:
-        frame = frame.filter(F.col("api_key").isin(list(dest.only_keys)))
+    frame = _multiplexed(run.originals.sparkSession.read.schema(probe).json(list(run.paths)), dest)
     frame = frame.withColumn(TABLE, name)
     flat = flatten_mapped(frame, passthrough=(TABLE,), mapping=mapping).frame
     found = token_types(flat.select(TABLE, *(_ref(c) for c in sorted(wanted))), TABLE, wanted)
@@ -516,7 +518,7 @@ def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, int]
     if not (out / "_SUCCESS").exists() or not counts_file.exists():
         observed = Observation("counts")
         table = F.col(TABLE)
-        with _step(f"{where.name}: table names, enrich, map, flatten and stage"):
+        with _step(f"{where.name}: enrich, map, flatten and stage"):
             flat.observe(
                 observed,
                 F.count_if(table == F.lit("")).alias("skipped"),
@@ -581,7 +583,7 @@ def _load_table(
     flat: Flat,
 ) -> int:
     dest_id, dest, destination = target.id, target.config, target.destination
-    layout, report, run_id = run.layout, run.report, run.run_id
+    layout, run_id = run.layout, run.run_id
     table, frame = staged.name, staged.frame
 
     existing = destination.describe(table)
@@ -615,11 +617,8 @@ def _load_table(
     ok = frame
     if problems:
         checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
-        _add_failed(report, dest_id, _once(staging.with_name(f"failed.{table}.done"), lambda: (
-            _write_failed(checked.filter(F.col(ERROR) != ""), run,
-                          layout.failed_destination(dest_id), dest_id, table=table,
-                          stage=Stage.LOADING)
-        )))  # fmt: skip
+        _fail_once(checked.filter(F.col(ERROR) != ""), run, dest_id, f"table={table}",
+                   table=table, stage=Stage.LOADING)  # fmt: skip
         ok = checked.filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (_load_files).
@@ -641,7 +640,7 @@ def _load_files(
     """Patch the table (as ``existing``) for ``targets`` and load ``staged.files``; on a
     terminal error the events of ``ok`` go to failed/ with it."""
     dest_id, dest, destination = target.id, target.config, target.destination
-    layout, report, run_id, table = run.layout, run.report, run.run_id, staged.name
+    report, run_id, table = run.report, run.run_id, staged.name
     destination.patch(diff(existing, Table(table, targets, dest.primary_key)))
     try:
         with _step(f"{dest_id}.{table}: load"):
@@ -651,12 +650,8 @@ def _load_files(
                 )
             )
     except TerminalError as exc:
-        marker = layout.tmp / run_id / f"dst={dest_id}" / f"failed.{table}.load.done"
-        message = exc.message
-        _add_failed(report, dest_id, _once(marker, lambda: _write_failed(
-            ok.withColumn(ERROR, F.lit(message)), run,
-            layout.failed_destination(dest_id), dest_id, table=table, stage=Stage.LOADING,
-        )))  # fmt: skip
+        _fail_once(ok.withColumn(ERROR, F.lit(exc.message)), run, dest_id,
+                   f"table={table}.load", table=table, stage=Stage.LOADING)  # fmt: skip
         return 0
     report.loaded[(dest_id, table)] = result.rows
     log.info("%s.%s: %d rows%s", dest_id, table, result.rows,
@@ -667,11 +662,8 @@ def _load_files(
             [(ids[position], why) for position, why in result.rejected],
             f"{ROW} long, {ERROR} string",
         )
-        marker = layout.tmp / run_id / f"dst={dest_id}" / f"failed.{table}.rejected.done"
-        _add_failed(report, dest_id, _once(marker, lambda: _write_failed(
-            rejected, run, layout.failed_destination(dest_id), dest_id, table=table,
-            stage=Stage.LOADING,
-        )))  # fmt: skip
+        _fail_once(rejected, run, dest_id, f"table={table}.rejected", table=table,
+                   stage=Stage.LOADING)  # fmt: skip
     return result.rows
 
 
@@ -729,9 +721,15 @@ _COUNTS = threading.Lock()
 under this lock."""
 
 
-def _add_failed(report: RunReport, dest_id: str, count: int) -> None:
+def _fail_once(
+    frame: DataFrame, run: _Run, dest_id: str, what: str, *, table: str | None, stage: Stage
+) -> None:
+    """Write the failed events of ``frame`` (with their ERROR) to the destination's
+    failed/ file once per run (``what`` names the write), and count them."""
+    marker = run.layout.tmp / run.run_id / f"dst={dest_id}" / f"failed.{what}.done"
+    count = _once(marker, lambda: _write_failed(frame, run, dest_id, table=table, stage=stage))
     with _COUNTS:
-        report.failed[dest_id] += count
+        run.report.failed[dest_id] += count
 
 
 def _once(marker: Path, write: Callable[[], int]) -> int:
@@ -749,9 +747,10 @@ def _once(marker: Path, write: Callable[[], int]) -> int:
 
 
 def _write_failed(
-    frame: DataFrame, run: _Run, path: Path, dest_id: str, *, table: str | None, stage: Stage
+    frame: DataFrame, run: _Run, dest_id: str, *, table: str | None, stage: Stage
 ) -> int:
-    """Append each row's original event as an EventError line to ``path``; returns count."""
+    """Append each row's original event as an EventError line to the destination's
+    failed/ file; returns the count."""
     import orjson
 
     when = utc_now()
@@ -765,7 +764,7 @@ def _write_failed(
             table=table, api_key=key if isinstance(key, str) else None,
         ))  # fmt: skip
     if lines:
-        _append(path, b"".join(lines))
+        _append(run.layout.failed_destination(dest_id), b"".join(lines))
     return len(lines)
 
 
