@@ -246,10 +246,10 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
         raise ConfigError(f"no destination {destination_id or ''} in the config".strip())
     dest = candidates[chosen]
     if dest.type == "duckdb":
-        path = dest.path or config.layout.warehouse
+        path = Path(dest.path) if dest.path else config.layout.warehouse
         if not path.exists():
             raise EventpipeError(f"{path} does not exist yet", fix="run `eventpipe process --once`")
-    names, rows = open_destination(chosen, dest, config.layout).query(sql)
+    names, rows = open_destination(chosen, dest, config).query(sql)
     _print_table(names, rows)
 
 

@@ -35,7 +35,7 @@ from pydantic import (
 )
 
 from eventpipe.errors import ConfigError
-from eventpipe.paths import DataLayout, check_safe_id
+from eventpipe.paths import DataLayout, check_safe_id, is_uri
 
 DEFAULT_CONFIG_PATH = Path("eventpipe.yaml")
 
@@ -230,9 +230,10 @@ class DestinationConfig(_Model):
     """Destination type: ``duckdb``, ``postgres`` or ``parquet`` (http is being built)."""
     mode: Literal["batch"] = "batch"
     """``batch``: loaded by ``eventpipe process`` from sealed segments (stream: planned)."""
-    path: Path | None = None
+    path: str | None = None
     """duckdb: the database file (default ``<data_dir>/warehouse.duckdb``); parquet: the
-    directory of the tables (default ``<data_dir>/parquet``)."""
+    directory of the tables (default ``<data_dir>/parquet``), or a Hadoop-compatible URI
+    Spark writes (``s3a://bucket/lake``, ``hdfs://nn/lake``)."""
     partition_by: Literal["day", "none"] = "day"
     """parquet: ``day`` (of ``_timestamp``, Hive-style ``day=YYYY-MM-DD``) or ``none``."""
     dsn: str | None = Field(default=None, repr=False)
@@ -268,6 +269,8 @@ class DestinationConfig(_Model):
                 )
         elif self.dsn is not None:
             raise ValueError(f"dsn is for postgres; {self.type} does not take it")
+        if self.type == "duckdb" and self.path is not None and is_uri(self.path):
+            raise ValueError("path: duckdb takes a local file, not a URI")
         if self.type == "parquet" and self.primary_key:
             raise ValueError("primary_key: parquet files cannot upsert; use duckdb or postgres")
         return self

@@ -158,6 +158,14 @@ class DataLayout:
         )
 
 
+_URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+def is_uri(location: str | Path) -> bool:
+    """``scheme://...`` (a Hadoop FileSystem URI), as opposed to a local path."""
+    return bool(_URI.match(str(location)))
+
+
 def fsync_directory(directory: Path) -> None:
     """Make a rename or a new file in ``directory`` durable (fsync of the directory)."""
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)

@@ -47,7 +47,7 @@ def test_every_value_type_into_every_column_type(
     _seal(c)
     report = process_once(c.config, spark)
     assert report is not None
-    dest = open_destination("w", c.config.destinations["w"], c.layout)
+    dest = open_destination("w", c.config.destinations["w"], c.config)
     described = dest.describe("events")
     assert described is not None
     assert {k: described.columns[k].value for k in COLUMNS} == {

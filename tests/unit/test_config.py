@@ -193,3 +193,13 @@ def test_spark_settings_pass_through_with_the_spark_prefix() -> None:
 def test_spark_settings_must_be_scalars_with_sane_names() -> None:
     assert "expected a string, number or boolean" in _error({"spark": {"x.y": [1]}})
     assert "not a Spark setting name" in _error({"spark": {"bad key": 1}})
+
+
+def test_a_parquet_path_may_be_a_uri_and_a_duckdb_path_may_not() -> None:
+    lake = {"type": "parquet", "path": "s3a://bucket/lake"}
+    config = parse_config({"destinations": {"lake": lake}}, source="eventpipe.yaml", env={})
+    assert config.destinations["lake"].path == "s3a://bucket/lake"  # not collapsed to s3a:/
+    message = _error({"destinations": {"w": {"type": "duckdb", "path": "s3a://b/w.duckdb"}}})
+    assert "duckdb takes a local file, not a URI" in message
+    message = _error({"destinations": {"lake": {**lake, "primary_key": ["id"]}}})
+    assert "parquet files cannot upsert" in message

@@ -252,11 +252,11 @@ def unconvertible_rows(
         "file_row_number = true) WHERE why <> ''",
         {"files": files},
     ).fetchall()
-    offsets = _file_offsets(files)
+    offsets = file_offsets(files)
     return tuple(sorted((offsets[name] + int(row), f"duckdb: {why}") for name, row, why in found))
 
 
-def _file_offsets(files: list[str]) -> dict[str, int]:
+def file_offsets(files: list[str]) -> dict[str, int]:
     """Each file's first position across ``files``."""
     import pyarrow.parquet as pq
 
@@ -269,7 +269,7 @@ def _file_offsets(files: list[str]) -> dict[str, int]:
 
 def _row_keys(files: list[str], positions: list[int]) -> list[str]:
     """``filename#row`` keys (DuckDB's read_parquet columns) of positions across files."""
-    offsets = sorted(_file_offsets(files).items(), key=lambda kv: kv[1])
+    offsets = sorted(file_offsets(files).items(), key=lambda kv: kv[1])
     keys = []
     for position in positions:
         name, start = next((n, o) for n, o in reversed(offsets) if o <= position)

@@ -1,10 +1,13 @@
 """Parquet files (``type: parquet``): a data lake that Spark, DuckDB, Trino and pandas read.
 
-Layout, per table, Hive-style partitions by the day of ``_timestamp`` (``partition_by:
-day``, the default) or none (``partition_by: none``)::
+``path`` is a local directory, or any Hadoop-compatible URI the Spark session can write
+(``hdfs://``, ``s3a://``, ``abfss://``, ``gs://``, ``file://``). Layout, per table,
+Hive-style partitions by the day of ``_timestamp`` (``partition_by: day``, the default) or
+none (``partition_by: none``)::
 
     <path>/<table>/day=2026-11-21/part-<batch>-0.parquet
-    <path>/<table>/_eventpipe/table.json          columns and lattice types
+    <path>/<table>/_eventpipe/schema/000001.json  columns and lattice types, one file per
+                                                  patch (the last one holds)
     <path>/<table>/_eventpipe/loads/<batch>.json  one record per loaded batch
     <path>/.staging/                              batches being written
 
@@ -12,41 +15,53 @@ Readers skip the ``_eventpipe`` directory (Spark and Hive ignore names starting 
 ``_``; it holds no Parquet). New columns appear in new files: read with schema merging
 (Spark ``mergeSchema``, DuckDB ``union_by_name``) to see them all.
 
-* A load converts the staged rows to the table's types with DuckDB (``TRY_CAST``: a row
-  that does not convert is left out with its reason, like the other destinations),
-  writes them with DuckDB's partitioned ``COPY`` into ``<path>/.staging/``, then renames
-  each file into its partition and writes the batch's record last.
-  A file appears whole or not at all; a batch that spans several days appears day by
-  day, microseconds apart.
+* A load converts the staged rows to the table's types: a row that does not convert is
+  left out with its reason, like the other destinations. It writes them partitioned
+  into ``<path>/.staging/``, then renames each file into its partition and writes the
+  batch's record last. A file appears whole or not at all; a batch that spans several
+  days appears day by day, microseconds apart (plain files have no multi-file
+  transaction).
 * Idempotent: file names carry the batch's key. A retried batch with a record loads
   nothing; without one (a crash before the record) its own files are removed first, so
   it never adds twice.
-* Local paths only for now (``path`` a directory); Hadoop-compatible URIs written by
-  Spark are not built yet. No primary key: plain files cannot upsert.
+* Local directories are written by DuckDB (in memory) and queried through DuckDB views;
+  URIs are written by Spark's own Parquet writer and queried with Spark SQL, through the
+  Hadoop FileSystem (eventpipe.destinations.storage). The layout is the same.
+* No primary key: plain files cannot upsert. Table locks are flocks in the data
+  directory: one eventpipe data directory writes a given lake.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import shutil
+import posixpath
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import cached_property, reduce
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import duckdb
 
 from eventpipe.destinations.base import LoadRequest, LoadResult, table_lock
-from eventpipe.destinations.duckdb import rows_of, unconvertible_rows
-from eventpipe.paths import fsync_directory
+from eventpipe.destinations.duckdb import file_offsets, rows_of, unconvertible_rows
+from eventpipe.destinations.storage import HadoopStorage, LocalStorage, Storage, join
+from eventpipe.errors import TransientError
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
 
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
 META = "_eventpipe"
+Rejected = tuple[tuple[int, str], ...]
 
 
 class ParquetDestination:
+    """Parquet tables in a local directory, written by DuckDB."""
+
     dialect = DUCKDB  # types and quoting of the DuckDB that writes and queries the files
     parallel_loads = 2
 
@@ -58,90 +73,115 @@ class ParquetDestination:
         self.lock_dir = lock_dir
         self.partition_by = partition_by
 
-    def _meta(self, table: str) -> Path:
-        return self.root / table / META
+    @cached_property
+    def storage(self) -> Storage:
+        return LocalStorage(self.root)
+
+    def _meta(self, table: str, *parts: str) -> str:
+        return join(self.storage.root, table, META, *parts)
 
     def describe(self, table: str) -> Table | None:
-        path = self._meta(table) / "table.json"
-        if not path.exists():
+        versions = [n for n in self.storage.names(self._meta(table, "schema")) if _is_json(n)]
+        if not versions:
             return None
-        columns = json.loads(path.read_text())["columns"]
+        text = self.storage.read_text(self._meta(table, "schema", versions[-1]))
+        assert text is not None  # schema files are never removed
+        columns = json.loads(text)["columns"]
         return Table(table, {name: DataType(t) for name, t in columns.items()})
 
     def patch(self, patch: TablePatch) -> None:
         if patch.empty:
             return
         with table_lock(self.lock_dir, self.id, patch.table):
+            versions = [
+                n for n in self.storage.names(self._meta(patch.table, "schema")) if _is_json(n)
+            ]
             current = self.describe(patch.table)  # again, under the lock
             columns = {**(current.columns if current else {}), **dict(patch.add_columns)}
-            _write_atomically(
-                self._meta(patch.table) / "table.json",
+            # A new file per patch, never a file rewritten in place: object stores cannot
+            # replace a file atomically, and the history shows when each column came.
+            self.storage.create_text(
+                self._meta(patch.table, "schema", f"{len(versions) + 1:06d}.json"),
                 json.dumps({"columns": {c: t.value for c, t in columns.items()}}, indent=1),
             )
 
     def load(self, request: LoadRequest) -> LoadResult:
         key = hashlib.sha1(request.batch_id.encode()).hexdigest()[:16]
-        table_dir = self.root / request.table
-        record = self._meta(request.table) / "loads" / f"{key}.json"
+        storage = self.storage
+        table_dir = join(storage.root, request.table)
+        record = self._meta(request.table, "loads", f"{key}.json")
         # Outside every table directory, so that no reader's glob finds half a batch.
-        staging = self.root / ".staging" / f"{request.table}-{key}"
+        staging = join(storage.root, ".staging", f"{request.table}-{key}")
         with table_lock(self.lock_dir, self.id, request.table):
-            if record.exists():
-                done = json.loads(record.read_text())
-                rejected = tuple((int(i), str(why)) for i, why in done["rejected"])
-                return LoadResult(rows=done["rows"], already_loaded=True, rejected=rejected)
+            done = storage.read_text(record)
+            if done is not None:
+                loaded = json.loads(done)
+                rejected = tuple((int(i), str(why)) for i, why in loaded["rejected"])
+                return LoadResult(rows=loaded["rows"], already_loaded=True, rejected=rejected)
             # A crashed attempt of this batch may have left files: remove them first.
-            shutil.rmtree(staging, ignore_errors=True)
-            for leftover in table_dir.glob(f"*/part-{key}-*.parquet"):
-                leftover.unlink()
-            for leftover in table_dir.glob(f"part-{key}-*.parquet"):
-                leftover.unlink()
-            rows, rejected = self._write(request, key, staging)
-            for file in sorted(staging.rglob("*.parquet")):
-                target = table_dir / file.relative_to(staging)
-                target.parent.mkdir(parents=True, exist_ok=True)
-                os.replace(file, target)
-                fsync_directory(target.parent)
-            shutil.rmtree(staging, ignore_errors=True)
-            _write_atomically(
+            storage.delete(staging)
+            for leftover in storage.files(table_dir, ".parquet"):
+                if posixpath.basename(leftover).startswith(f"part-{key}-"):
+                    storage.delete(join(table_dir, leftover))
+            table = self.describe(request.table)
+            known = table.columns if table else {}
+            # The table's types (as patched) win, as a database table's columns do.
+            types = {c: known.get(c, t) for c, t in request.columns.items()}
+            rows, rejected = self._write(request, types, staging)
+            for n, written in enumerate(storage.files(staging, ".parquet")):
+                partition = posixpath.dirname(written)
+                name = f"part-{key}-{n}.parquet"
+                storage.move(join(staging, written), join(table_dir, partition, name))
+            storage.delete(staging)
+            storage.create_text(
                 record,
                 json.dumps({"batch_id": request.batch_id, "rows": rows,
                             "rejected": [list(r) for r in rejected]}),
             )  # fmt: skip
         return LoadResult(rows=rows, rejected=rejected)
 
+    def _partitioned(self, request: LoadRequest) -> bool:
+        return self.partition_by == "day" and "_timestamp" in request.columns
+
     def _write(
-        self, request: LoadRequest, key: str, staging: Path
-    ) -> tuple[int, tuple[tuple[int, str], ...]]:
-        """The batch's rows as the table's types, written under ``staging`` in partition
-        directories; (rows written, rows left out)."""
+        self, request: LoadRequest, types: dict[str, DataType], staging: str
+    ) -> tuple[int, Rejected]:
+        """The batch's rows as ``types``, written under ``staging`` (in partition
+        directories); (rows written, rows left out)."""
         q = DUCKDB.quote
         files = [str(f) for f in request.files]
-        # The table's types (as patched) win, as a database table's columns do.
-        table = self.describe(request.table)
-        known = table.columns if table else {}
-        sql_types = {c: DUCKDB.sql_type(known.get(c, t)) for c, t in request.columns.items()}
+        sql_types = {c: DUCKDB.sql_type(t) for c, t in types.items()}
         db = duckdb.connect()
         try:
             db.execute("SET TimeZone = 'UTC'")
             rejected = unconvertible_rows(db, request, files, sql_types)
             select = ", ".join(f"CAST({q(c)} AS {t}) AS {q(c)}" for c, t in sql_types.items())
             partition = ""
-            if self.partition_by == "day" and "_timestamp" in request.columns:
-                select += f", strftime(CAST({q('_timestamp')} AS TIMESTAMP), '%Y-%m-%d') AS day"
+            if self._partitioned(request):
+                select += f", strftime(TRY_CAST({q('_timestamp')} AS TIMESTAMP), '%Y-%m-%d') AS day"
                 partition = ", PARTITION_BY (day)"
             source, params = rows_of(select, files, rejected)
-            staging.mkdir(parents=True, exist_ok=True)
-            target = staging if partition else staging / f"part-{key}-0.parquet"
-            pattern = f", FILENAME_PATTERN 'part-{key}-{{i}}'" if partition else ""
+            Path(staging).mkdir(parents=True, exist_ok=True)
+            target = staging if partition else join(staging, "part-0.parquet")
             row = db.execute(
-                f"COPY ({source}) TO '{_sql_text(str(target))}' "
-                f"(FORMAT parquet{partition}{pattern})",
-                params,
+                f"COPY ({source}) TO '{_sql_text(target)}' (FORMAT parquet{partition})", params
             ).fetchone()
             return (int(row[0]) if row else 0), rejected
         finally:
             db.close()
+
+    def _tables(self) -> list[str]:
+        root = self.storage.root
+        return [n for n in self.storage.names(root) if META in self.storage.names(join(root, n))]
+
+    def _records(self) -> list[str]:
+        """Every table's batch records."""
+        return [
+            self._meta(table, "loads", name)
+            for table in self._tables()
+            for name in self.storage.names(self._meta(table, "loads"))
+            if _is_json(name)
+        ]
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL on the tables (one DuckDB view per table directory) and the batch
@@ -149,26 +189,28 @@ class ParquetDestination:
         db = duckdb.connect()
         try:
             q = DUCKDB.quote
-            for table_dir in sorted(p for p in self.root.glob("*") if (p / META).is_dir()):
-                files = f"{_sql_text(str(table_dir))}/**/*.parquet"
-                if any(table_dir.rglob("*.parquet")):
+            for table in self._tables():
+                table_dir = join(self.storage.root, table)
+                if self.storage.files(table_dir, ".parquet"):
                     source = (
-                        f"SELECT * FROM read_parquet('{files}', hive_partitioning = true, "
-                        "union_by_name = true)"
+                        f"SELECT * FROM read_parquet('{_sql_text(table_dir)}/**/*.parquet', "
+                        "hive_partitioning = true, union_by_name = true)"
                     )
                 else:  # patched, nothing loaded yet: its columns, no rows
-                    table = self.describe(table_dir.name)
-                    columns = table.columns.items() if table else ()
+                    described = self.describe(table)
+                    columns = described.columns.items() if described else ()
                     source = (
                         "SELECT "
                         + ", ".join(f"NULL::{DUCKDB.sql_type(t)} AS {q(c)}" for c, t in columns)
                         + " WHERE false"
                     )
-                db.execute(f"CREATE VIEW {q(table_dir.name)} AS {source}")
-            records = f"{_sql_text(str(self.root))}/*/{META}/loads/*.json"
-            if any(self.root.glob(f"*/{META}/loads/*.json")):
+                db.execute(f"CREATE VIEW {q(table)} AS {source}")
+            records = self._records()
+            if records:
                 db.execute(
-                    f"CREATE VIEW _eventpipe_loads AS SELECT * FROM read_json_auto('{records}')"
+                    "CREATE VIEW _eventpipe_loads AS SELECT * FROM read_json_auto("
+                    + ", ".join(f"'{_sql_text(r)}'" for r in records).join("[]")
+                    + ")"
                 )
             else:
                 db.execute(
@@ -181,16 +223,152 @@ class ParquetDestination:
             db.close()
 
 
+class SparkParquetDestination(ParquetDestination):
+    """Parquet tables under a Hadoop-compatible URI, written by Spark's Parquet writer.
+
+    ``spark`` gives the session (started on first use): its ``spark.hadoop.*`` settings
+    carry the file system's credentials, as for any Spark job.
+    """
+
+    def __init__(
+        self,
+        destination_id: str,
+        uri: str,
+        lock_dir: Path,
+        spark: Callable[[], SparkSession],
+        partition_by: str = "day",
+    ) -> None:
+        self.id = destination_id
+        self.uri = uri
+        self.lock_dir = lock_dir
+        self.partition_by = partition_by
+        self._session = spark
+
+    @cached_property
+    def spark(self) -> SparkSession:
+        return self._session()
+
+    def patch(self, patch: TablePatch) -> None:
+        with self._io_errors_are_transient():
+            super().patch(patch)
+
+    def load(self, request: LoadRequest) -> LoadResult:
+        with self._io_errors_are_transient():
+            return super().load(request)
+
+    @contextmanager
+    def _io_errors_are_transient(self) -> Iterator[None]:
+        """A file system that fails (unreachable, throttled, denied) fails the run, which
+        then resumes with backoff; the events are not at fault."""
+        from py4j.protocol import Py4JJavaError
+
+        try:
+            yield
+        except Py4JJavaError as exc:
+            io_error = self.spark.sparkContext._jvm.java.io.IOException  # type: ignore[union-attr]
+            cause = exc.java_exception
+            while cause is not None:
+                if io_error._java_lang_class.isInstance(cause):
+                    raise TransientError(
+                        f"parquet {self.uri}: {cause.toString()}", destination=self.id
+                    ) from exc
+                cause = cause.getCause()
+            raise
+
+    @cached_property
+    def storage(self) -> Storage:
+        return HadoopStorage(self.spark, self.uri)
+
+    def _write(
+        self, request: LoadRequest, types: dict[str, DataType], staging: str
+    ) -> tuple[int, Rejected]:
+        from pyspark.sql import Observation
+        from pyspark.sql import functions as F
+
+        from eventpipe.processing.typing import SPARK_TYPES, cast_to, conversion_problem
+
+        frame = self._read(request)
+        sources = {f.name: f.dataType for f in frame.schema.fields}
+        converted = {c: cast_to(F.col(f"`{c}`"), t, sources[c]) for c, t in types.items()}
+        problems = [
+            conversion_problem(F.col(f"`{c}`"), c, t, converted[c])
+            for c, t in types.items()
+            if sources[c] != SPARK_TYPES[t]
+        ]
+        rejected: Rejected = ()
+        if problems:
+            checked = frame.withColumn(_WHY, F.concat_ws("; ", *problems))
+            found = checked.filter(F.col(_WHY) != "").select(_FILE, _ROW_INDEX, _WHY).collect()
+            offsets = file_offsets([str(f) for f in request.files])
+            starts = [offsets[str(f)] for f in request.files]
+            rejected = tuple(sorted((starts[r[0]] + r[1], r[2]) for r in found))
+            frame = checked.filter(F.col(_WHY) == "")
+        out = frame.select(*(converted[c].alias(c) for c in types))
+        writer_columns: list[str] = []
+        if self._partitioned(request):
+            out = out.withColumn(
+                "day", F.date_format(F.try_to_timestamp(F.col("_timestamp")), "yyyy-MM-dd")
+            )
+            writer_columns = ["day"]
+        counted = Observation("rows")
+        out = out.observe(counted, F.count(F.lit(1)).alias("rows"))
+        out.write.mode("overwrite").partitionBy(*writer_columns).parquet(staging)
+        return int(counted.get["rows"]), rejected
+
+    def _read(self, request: LoadRequest) -> DataFrame:
+        """The request's files as one frame with every column of the request, and each
+        row's file (its index in ``request.files``) and row number in that file."""
+        from pyspark.sql import functions as F
+
+        from eventpipe.processing.typing import SPARK_TYPES
+
+        parts = [
+            self.spark.read.parquet(str(file)).select(
+                "*", F.lit(i).alias(_FILE), F.col("_metadata.row_index").alias(_ROW_INDEX)
+            )
+            for i, file in enumerate(request.files)
+        ]
+        frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
+        for column, data_type in request.columns.items():
+            if column not in frame.columns:
+                frame = frame.withColumn(column, F.lit(None).cast(SPARK_TYPES[data_type]))
+        return frame.select(*(F.col(f"`{c}`") for c in request.columns), _FILE, _ROW_INDEX)
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run Spark SQL on the tables (one temporary view per table directory, schemas
+        merged) and the batch records (``_eventpipe_loads``), in a session of its own."""
+        from pyspark.sql import types as T
+
+        from eventpipe.processing.typing import SPARK_TYPES
+
+        session = self.spark.newSession()
+        for table in self._tables():
+            table_dir = join(self.storage.root, table)
+            if self.storage.files(table_dir, ".parquet"):
+                frame = session.read.option("mergeSchema", "true").parquet(table_dir)
+            else:  # patched, nothing loaded yet: its columns, no rows
+                described = self.describe(table)
+                columns = described.columns.items() if described else ()
+                schema = T.StructType([T.StructField(c, SPARK_TYPES[t]) for c, t in columns])
+                frame = session.createDataFrame([], schema)
+            frame.createOrReplaceTempView(table)
+        files = self._records()
+        if files:
+            # Named one by one: Spark leaves out what a glob finds under a "_" directory.
+            records = session.read.json(files)
+        else:
+            records = session.createDataFrame([], "batch_id string")
+        records.createOrReplaceTempView("_eventpipe_loads")
+        result = session.sql(sql)
+        return list(result.columns), [tuple(row) for row in result.collect()]
+
+
+_FILE, _ROW_INDEX, _WHY = "__file", "__row_index", "__why"
+
+
+def _is_json(name: str) -> bool:
+    return name.endswith(".json") and not name.startswith(".")
+
+
 def _sql_text(text: str) -> str:
     return text.replace("'", "''")
-
-
-def _write_atomically(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w") as out:
-        out.write(text)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(partial, path)
-    fsync_directory(path.parent)

@@ -39,7 +39,7 @@ from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
-from eventpipe.paths import DataLayout, fsync_directory
+from eventpipe.paths import DataLayout, fsync_directory, is_uri
 from eventpipe.processing import lookup
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped, leaves
 from eventpipe.processing.mapping import Mapping
@@ -56,6 +56,7 @@ from eventpipe.processing.typing import (
     SPARK_TYPES,
     StagedTypes,
     cast_to,
+    conversion_problem,
     staged_column_types,
     token_types,
 )
@@ -118,18 +119,29 @@ class _Target:
     destination: Destination
 
 
-def open_destination(dest_id: str, dest: DestinationConfig, layout: DataLayout) -> Destination:
+def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> Destination:
+    layout = config.layout
     if dest.type == "postgres":
         from eventpipe.destinations.postgres import PostgresDestination
 
         assert dest.dsn is not None  # checked by the config model
         return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
     if dest.type == "parquet":
-        from eventpipe.destinations.parquet import ParquetDestination
+        from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
-        root = dest.path or layout.root / "parquet"
+        if dest.path is not None and is_uri(dest.path):
+            from eventpipe.processing.spark import start_session
+
+            def spark() -> SparkSession:
+                return start_session(config.spark.settings)
+
+            return SparkParquetDestination(
+                dest_id, dest.path, layout.locks, spark, partition_by=dest.partition_by
+            )
+        root = Path(dest.path) if dest.path else layout.root / "parquet"
         return ParquetDestination(dest_id, root, layout.locks, dest.partition_by)
-    return DuckDBDestination(dest_id, dest.path or layout.warehouse, layout.locks)
+    return DuckDBDestination(dest_id, Path(dest.path) if dest.path else layout.warehouse,
+                             layout.locks)  # fmt: skip
 
 
 @contextmanager
@@ -220,7 +232,7 @@ def _run_job(
     originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths))
     for dest_id, dest in config.destinations.items():
-        target = _Target(dest_id, dest, open_destination(dest_id, dest, config.layout))
+        target = _Target(dest_id, dest, open_destination(dest_id, dest, config))
         _process_destination(events, shared, target)
 
 
@@ -545,19 +557,11 @@ def _cast_explicit(frame: DataFrame, explicit: dict[str, DataType]) -> DataFrame
     if not to_cast:
         return frame
     converted = {c: cast_to(_ref(c), t, spark_types[c]) for c, t in to_cast.items()}
-    problems = [_conversion_problem(c, t, converted[c]) for c, t in to_cast.items()]
+    problems = [conversion_problem(_ref(c), c, t, converted[c]) for c, t in to_cast.items()]
     error = F.coalesce(F.col(ERROR), F.nullif(F.concat_ws("; ", *problems), F.lit("")))
     # One projection: every expression reads the values before conversion.
     return frame.withColumns(
         {**converted, ERROR: error, TABLE: F.when(error.isNull(), F.col(TABLE))}
-    )
-
-
-def _conversion_problem(column: str, data_type: DataType, converted: Column) -> Column:
-    """Text naming the column, its type and the value, where the value did not convert."""
-    return F.when(
-        _ref(column).isNotNull() & converted.isNull(),
-        F.concat(F.lit(f"column {column} ({data_type}) cannot take "), _ref(column).cast("string")),
     )
 
 
@@ -607,7 +611,7 @@ def _load_table(
     # A value that does not convert to its column's type sends its event to failed/,
     # naming the column (schema/diff.py); nothing is silently nulled.
     problems: list[Column] = [
-        _conversion_problem(c, targets[c], converted[c])
+        conversion_problem(_ref(c), c, targets[c], converted[c])
         for c in kept
         if spark_types[c] != SPARK_TYPES[targets[c]]
     ]

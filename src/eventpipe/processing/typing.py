@@ -139,6 +139,8 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
     target = SPARK_TYPES[data_type]
     if source is not None and source == target:
         return column
+    if isinstance(source, T.TimestampNTZType) and data_type is DataType.TIMESTAMP:
+        return column.cast(target)  # wall-clock time read as UTC, the session's zone
     if isinstance(source, T.TimestampType | T.TimestampNTZType):
         if data_type is DataType.STRING:
             return F.date_format(column, ISO_TIMESTAMP)
@@ -167,6 +169,15 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
     if data_type is DataType.INT64 and isinstance(source, T.FractionalType):
         return F.when(converted.cast("double") == column, converted)  # no fraction lost
     return converted
+
+
+def conversion_problem(value: Column, name: str, data_type: DataType, converted: Column) -> Column:
+    """Text naming the column, its type and the value, where ``value`` (column ``name``)
+    did not convert (``converted``, from :func:`cast_to`, is null); null elsewhere."""
+    return F.when(
+        value.isNotNull() & converted.isNull(),
+        F.concat(F.lit(f"column {name} ({data_type}) cannot take "), value.cast("string")),
+    )
 
 
 _TIMESTAMP_SHAPE = re.compile(TIMESTAMP_PATTERN)

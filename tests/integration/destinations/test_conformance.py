@@ -15,7 +15,7 @@ import pytest
 
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
-from eventpipe.destinations.parquet import ParquetDestination
+from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 from eventpipe.destinations.postgres import PostgresDestination
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
@@ -29,11 +29,16 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
         return DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
     if kind == "parquet":
         return ParquetDestination("warehouse", tmp_path / "lake", tmp_path / "locks")
+    if kind == "parquet-uri":  # Spark's writer through the Hadoop FileSystem (file://)
+        spark = request.getfixturevalue("spark")
+        return SparkParquetDestination(
+            "warehouse", (tmp_path / "lake").as_uri(), tmp_path / "locks", lambda: spark
+        )
     dsn = request.getfixturevalue("postgres_dsn")
     return PostgresDestination("warehouse", dsn, request.getfixturevalue("postgres_schema"))
 
 
-@pytest.fixture(params=["duckdb", "postgres", "parquet"])
+@pytest.fixture(params=["duckdb", "postgres", "parquet", "parquet-uri"])
 def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     return _destination(request.param, request, tmp_path)
 
@@ -284,7 +289,7 @@ def test_a_load_killed_midway_then_run_again_gives_the_clean_result(
 _PARQUET_CHILD = """
 import sys, time
 from pathlib import Path
-from eventpipe.destinations import parquet
+from eventpipe.destinations import parquet, storage
 from eventpipe.destinations.base import LoadRequest
 from eventpipe.schema.types import DataType
 root, locks, file, where = sys.argv[1:5]
@@ -297,10 +302,10 @@ if where == "staged":  # rows written to .staging, nothing renamed
         time.sleep(60)
     parquet.ParquetDestination._write = write
 else:  # every file renamed into its partition, the batch's record not written
-    def record(path, text):
+    def record(self, path, text):
         print("midway", flush=True)
         time.sleep(60)
-    parquet._write_atomically = record
+    storage.LocalStorage.create_text = record
 columns = {"id": DataType.STRING, "n": DataType.INT64, "_timestamp": DataType.TIMESTAMP}
 dest.load(LoadRequest("events", "batch-1", (Path(file),), columns))
 """
@@ -340,3 +345,54 @@ def test_a_parquet_load_killed_midway_then_run_again_gives_the_clean_result(
         (rows, rows, rows * (rows - 1) // 2)
     ]
     assert len(list((dest.root / "events").glob("day=*/*.parquet"))) == 3
+
+
+def test_a_spark_parquet_load_interrupted_before_its_record_then_run_again_equals_a_clean_load(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # In one process, so as not to start a second Spark session: every step of a load is
+    # durable when it returns, so failing at the record leaves what a kill there leaves.
+    from eventpipe.destinations import storage
+
+    dest = SparkParquetDestination(
+        "warehouse", (tmp_path / "lake").as_uri(), tmp_path / "locks", lambda: spark
+    )
+    columns = {"id": S, "n": N, "_timestamp": T}
+    _ensure(dest, Table("events", columns))
+    rows = 3_000
+    days = [datetime(2026, 11, 20 + i % 3, 12) for i in range(rows)]
+    big = _parquet(tmp_path / "big.parquet", [
+        {"id": f"e{i}", "n": i, "_timestamp": day} for i, day in enumerate(days)
+    ])  # fmt: skip
+    request = LoadRequest("events", "batch-1", (big,), columns)
+    original = storage.HadoopStorage.create_text
+
+    def no_record(self: storage.HadoopStorage, path: str, text: str) -> None:
+        if "/loads/" in path:
+            raise OSError("killed before the record")
+        original(self, path, text)
+
+    monkeypatch.setattr(storage.HadoopStorage, "create_text", no_record)
+    with pytest.raises(OSError, match="killed"):
+        dest.load(request)
+    assert len(list((tmp_path / "lake" / "events").glob("day=*/*.parquet"))) == 3
+    monkeypatch.setattr(storage.HadoopStorage, "create_text", original)
+    assert dest.load(request).rows == rows
+    assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
+        (rows, rows, rows * (rows - 1) // 2)
+    ]
+    assert len(list((tmp_path / "lake" / "events").glob("day=*/*.parquet"))) == 3
+
+
+def test_a_spark_parquet_lake_that_cannot_be_written_is_a_transient_error(
+    spark: Any, tmp_path: Path
+) -> None:
+    from eventpipe.errors import TransientError
+
+    blocked = tmp_path / "blocked"
+    blocked.write_text("a file where the lake's directory should be")
+    dest = SparkParquetDestination(
+        "warehouse", (blocked / "lake").as_uri(), tmp_path / "locks", lambda: spark
+    )
+    with pytest.raises(TransientError, match="parquet file:"):
+        _ensure(dest, Table("events", {"id": S}))
