@@ -61,6 +61,11 @@ _MEMO_LIMIT = 100_000
 full, which bounds worker memory whatever the traffic."""
 
 
+_GEO_RECORD_LIMIT = 250_000
+"""Database records a worker keeps decoded (about 110 bytes each as Arrow rows for
+GeoLite2 City: 28 MB at most); 1M random IPv4 addresses met 112K distinct records."""
+
+
 def _spark_type(fields: tuple[tuple[str, T.DataType, pa.DataType], ...]) -> T.StructType:
     return T.StructType([T.StructField(name, spark) for name, spark, _ in fields])
 
@@ -110,6 +115,11 @@ def geo_of(path: str, ip: str) -> dict[str, Any] | None:
         record = _reader(path).get(ip)
     except ValueError:
         return None
+    return _geo_fields(record)
+
+
+def _geo_fields(record: Any) -> dict[str, Any] | None:
+    """eventpipe's geo fields of a database record (None when it has none of them)."""
     if not isinstance(record, dict):
         return None
     country = record.get("country") or record.get("registered_country") or {}
@@ -128,6 +138,185 @@ def geo_of(path: str, ip: str) -> dict[str, Any] | None:
         "as_org": record.get("autonomous_system_organization"),
     }
     return found if any(v is not None for v in found.values()) else None
+
+
+class SearchTree:
+    """The search tree of an ``.mmdb`` as arrays, to find many IPv4 addresses at once.
+
+    Measured on GeoLite2 City (3.6M nodes), 1M random IPv4 addresses: ``Reader.get`` one
+    by one decodes a whole record per address (~9-12 µs each: 9 s or more); walking the
+    tree for all of them at once with numpy takes 0.7 s and finds 112K distinct records,
+    so that each worker decodes each record once (with ``Reader.get`` of one of its
+    addresses) instead of once per address. The tree format is MaxMind DB 2.0, section
+    "Search Tree": node ``i`` holds two records of ``record_size`` bits, a value equal to
+    ``node_count`` means "not found", greater means data.
+    """
+
+    def __init__(self, path: str) -> None:
+        import numpy as np
+
+        meta = _reader(path).metadata()
+        self.node_count = count = int(meta.node_count)
+        size = int(meta.record_size)
+        if size not in (24, 28, 32):
+            raise ValueError(f"{path}: unsupported record size {size}")
+        width = size // 4  # bytes per node: two records
+        raw = np.fromfile(path, dtype=np.uint8, count=count * width).reshape(count, width)
+        b = raw.astype(np.uint32)
+        if size == 28:  # the middle byte's high nibble belongs to the left record
+            left = ((b[:, 3] & 0xF0) << 20) | (b[:, 0] << 16) | (b[:, 1] << 8) | b[:, 2]
+            right = ((b[:, 3] & 0x0F) << 24) | (b[:, 4] << 16) | (b[:, 5] << 8) | b[:, 6]
+        else:  # 24 or 32 bits: two big-endian numbers
+            half = width // 2
+            left, right = np.zeros(count, np.uint32), np.zeros(count, np.uint32)
+            for i in range(half):
+                left = (left << 8) | b[:, i]
+                right = (right << 8) | b[:, half + i]
+        self.children = np.stack([left, right], axis=1)
+        # IPv4 addresses live under 96 zero bits in an IPv6 tree (::a.b.c.d).
+        node = 0
+        for _ in range(96 if meta.ip_version == 6 else 0):
+            if node >= count:
+                break
+            node = int(self.children[node, 0])
+        self.ipv4_start = node
+
+    def find(self, addresses: Any) -> Any:
+        """For each IPv4 address (uint32 array), its record's key (a tree value above
+        ``node_count``), or -1 where it is not in the database."""
+        import numpy as np
+
+        nodes = np.full(len(addresses), self.ipv4_start, dtype=np.int64)
+        for bit in range(31, -1, -1):
+            inside = np.flatnonzero(nodes < self.node_count)
+            if not len(inside):
+                break
+            bits = (addresses[inside] >> bit) & 1
+            nodes[inside] = self.children[nodes[inside], bits]
+        return np.where(nodes > self.node_count, nodes, -1)
+
+
+@functools.cache
+def _tree(path: str) -> SearchTree:
+    return SearchTree(path)
+
+
+_IPV4 = r"^" + r"\.".join(f"(?P<o{i}>0|[1-9]\\d{{0,2}})" for i in range(4)) + r"$"
+"""Dotted-quad IPv4 without leading zeros, found through :class:`SearchTree`. Any other
+text goes to the reader itself, which takes more forms (``1.2.3``), so that results are
+always the reader's own."""
+
+
+def ipv4_numbers(values: pa.Array) -> tuple[Any, Any]:
+    """(uint32 address of each IPv4 text value, mask of the values that are IPv4)."""
+    import numpy as np
+
+    parts = pc.extract_regex(values, _IPV4)  # null where the text is not a dotted quad
+    shaped = np.asarray(parts.is_valid().to_numpy(zero_copy_only=False))
+    octets = [
+        pc.cast(pc.if_else(shaped, parts.field(i), "0"), pa.int64()).to_numpy(zero_copy_only=False)
+        for i in range(4)
+    ]
+    valid = shaped & np.all([o <= 255 for o in octets], axis=0)
+    numbers: Any = np.zeros(len(values), dtype=np.uint32)
+    for octet in octets:
+        numbers = (numbers << 8) | np.where(valid, octet, 0).astype(np.uint32)
+    return numbers, valid
+
+
+class GeoRecords:
+    """The geo fields of the database records a worker has met, as Arrow rows, by record
+    key (:meth:`SearchTree.find`): each record is decoded once, and a batch's result is
+    an Arrow ``take``, with no Python object per event. Bounded by ``_GEO_RECORD_LIMIT``.
+
+    One per database and worker process (:func:`_geo_records`), kept across tasks: Spark
+    reuses Python workers, and a closure's state would start empty in every task.
+    """
+
+    def __init__(self, path: str) -> None:
+        import numpy as np
+
+        self.path = path
+        self.texts: dict[str, dict[str, Any] | None] = {}
+        """Values that are not IPv4 addresses, by text."""
+        self.keys = np.empty(0, dtype=np.int64)  # sorted
+        self.rows = np.empty(0, dtype=np.int64)  # row of each key in ``chunks``
+        self.chunks: list[pa.Array] = []
+        self.size = 0
+
+    def _positions(self, keys: Any) -> tuple[Any, Any]:
+        import numpy as np
+
+        at = np.searchsorted(self.keys, keys)
+        known = at < len(self.keys)
+        known[known] = self.keys[at[known]] == keys[known]
+        return at, known
+
+    def take(self, keys: Any, texts: list[str]) -> pa.Array:
+        """The fields of each record of ``keys`` (distinct), ``texts[i]`` being an address
+        of record ``keys[i]``."""
+        import numpy as np
+
+        at, known = self._positions(keys)
+        new = np.flatnonzero(~known)
+        if len(new):
+            if self.size + len(new) > _GEO_RECORD_LIMIT:
+                self.keys, self.rows = self.keys[:0], self.rows[:0]
+                self.chunks, self.size = [], 0
+                new = np.arange(len(keys))
+            reader = _reader(self.path)
+            decoded = [_geo_fields(reader.get(texts[i])) for i in new.tolist()]
+            self.chunks.append(pa.array(decoded, type=_arrow_type(GEO_FIELDS)))
+            rows = np.concatenate([self.rows, self.size + np.arange(len(new))])
+            merged = np.concatenate([self.keys, keys[new]])
+            order = np.argsort(merged, kind="stable")
+            self.keys, self.rows = merged[order], rows[order]
+            self.size += len(new)
+            at, known = self._positions(keys)
+        return pa.chunked_array(self.chunks, _arrow_type(GEO_FIELDS)).take(pa.array(self.rows[at]))
+
+
+@functools.cache
+def _geo_records(path: str) -> GeoRecords:
+    return GeoRecords(path)
+
+
+def geo_lookup(path: str, values: pa.Array) -> pa.Array:
+    """The geo fields of each value of ``values`` (Arrow text), as an Arrow struct array.
+
+    IPv4 addresses go through :class:`SearchTree` and :class:`GeoRecords`. Anything else
+    (IPv6, not an address) is looked up once per distinct value with :func:`geo_of`,
+    remembered by its text.
+    """
+    import numpy as np
+
+    records = _geo_records(path)
+    memo = records.texts
+    numbers, is_ipv4 = ipv4_numbers(values)
+    keys = np.full(len(values), -1, dtype=np.int64)
+    keys[is_ipv4] = _tree(path).find(numbers[is_ipv4])
+    index = np.full(len(values), -1, dtype=np.int64)
+    found = np.flatnonzero(keys >= 0)
+    distinct, first, inverse = np.unique(keys[found], return_index=True, return_inverse=True)
+    texts = values.take(pa.array(found[first], pa.int64())).to_pylist()
+    parts = [records.take(distinct, texts).combine_chunks()]
+    index[found] = inverse
+    others = np.flatnonzero(~is_ipv4 & np.asarray(values.is_valid().to_numpy(zero_copy_only=False)))
+    if len(others):
+        positions: dict[str, int] = {}
+        rest: list[dict[str, Any] | None] = []
+        texts = values.take(pa.array(others)).to_pylist()
+        for at, text in zip(others.tolist(), texts, strict=True):
+            if text not in positions:
+                if text not in memo:
+                    if len(memo) >= _MEMO_LIMIT:
+                        memo.clear()
+                    memo[text] = geo_of(path, text)
+                positions[text] = len(distinct) + len(rest)
+                rest.append(memo[text])
+            index[at] = positions[text]
+        parts.append(pa.array(rest, type=_arrow_type(GEO_FIELDS)))
+    return pa.concat_arrays(parts).take(pa.array(index, mask=index < 0))
 
 
 def user_agent_of(text: str) -> dict[str, Any] | None:
@@ -177,11 +366,10 @@ def lookup_distinct(
 
 
 def _ip_udf(database: str) -> Callable[[Column], Column]:
-    memo: dict[str, dict[str, Any] | None] = {}
-    arrow_type = _arrow_type(GEO_FIELDS)
-
     def ip_lookup(ips: pa.Array) -> pa.Array:
-        return lookup_distinct(ips, functools.partial(geo_of, database), arrow_type, memo)
+        if isinstance(ips, pa.ChunkedArray):
+            ips = ips.combine_chunks()
+        return geo_lookup(database, ips)
 
     return arrow_udf(ip_lookup, GEO_TYPE)  # type: ignore[no-any-return]
 

@@ -52,6 +52,12 @@ DEFAULTS: Mapping[str, str] = {
     "spark.sql.sources.partitionColumnTypeInference.enabled": "false",
     # Parquet timestamps as INT64 microseconds, which DuckDB and PostgreSQL tools read.
     "spark.sql.parquet.outputTimestampType": "TIMESTAMP_MICROS",
+    # A write partitioned by table keeps up to this many files open per task instead of
+    # sorting its rows by table first: staging 1M events into 5 tables took 8.6 s instead
+    # of 10.9 s (bench/batch.py). Parquet's memory manager shrinks the row groups of
+    # concurrent writers to stay within the heap; more tables than this fall back to
+    # sorting.
+    "spark.sql.maxConcurrentOutputFileWriters": "16",
 }
 
 
@@ -99,4 +105,11 @@ def start_session(overrides: Mapping[str, str]) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    # Concurrent Parquet writers (above) make its memory manager warn for every file it
+    # shrinks a row group of: expected, and not the operator's concern.
+    jvm = session.sparkContext._jvm
+    if jvm is not None:
+        jvm.org.apache.logging.log4j.core.config.Configurator.setLevel(
+            "org.apache.parquet.hadoop.MemoryManager", jvm.org.apache.logging.log4j.Level.ERROR
+        )
     return session

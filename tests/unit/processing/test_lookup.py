@@ -139,3 +139,60 @@ def test_the_ip_database_is_checked_only_when_a_rule_reads_it(tmp_path: Path) ->
         Lookups.plan(config(True, []))
     with pytest.raises(ConfigError, match="ip_database"):
         Lookups.plan(config(False, [{"name": "ip_lookup", "from": "/ip", "to": "/geo"}]))
+
+
+def _ipv4_only_database(directory: Path) -> Path:
+    """An IPv4 tree (ip_version 4) where two networks share one record."""
+    from mmdb_writer import MMDBWriter
+    from netaddr import IPSet
+
+    writer = MMDBWriter(ip_version=4, database_type="GeoIP2-Country")
+    shared = {"country": {"iso_code": "FR", "names": {"en": "France"}}}
+    writer.insert_network(IPSet(["10.0.0.0/8", "192.168.1.0/24"]), shared)
+    writer.insert_network(IPSet(["172.16.5.0/28"]), {"country": {"iso_code": "JP"}})
+    path = directory / "ipv4-country.mmdb"
+    writer.to_db_file(str(path))
+    return path
+
+
+@pytest.mark.parametrize("database", ["test-city (IPv6 tree)", "IPv4 tree", "GeoLite2 City"])
+def test_lookups_through_the_search_tree_equal_the_readers_own(
+    database: str, geo_database: Path, tmp_path: Path
+) -> None:
+    import random
+
+    if database == "IPv4 tree":
+        path = str(_ipv4_only_database(tmp_path))
+    elif database == "GeoLite2 City":  # 28-bit records; the test databases have 24
+        path = lookup.default_ip_database()
+    else:
+        path = str(geo_database)
+    rng = random.Random(7)
+    near = ["81.2.69.", "10.1.2.", "192.168.1.", "172.16.5.", "8.8.8."]
+    values: list[str | None] = [
+        f"{rng.choice(near)}{rng.randint(0, 255)}" if i % 2 else
+        ".".join(str(rng.randint(0, 255)) for _ in range(4))
+        for i in range(3000)
+    ]  # fmt: skip
+    values += [None, "", "not an ip", "1.2.3.4.5", "01.2.3.4", "256.0.0.1", "255.255.255.255",
+               "0.0.0.0", "2001:db8::1", "::ffff:81.2.69.1", "81.2.69.160"]  # fmt: skip
+    array = pa.array(values, pa.string())
+    expected = [None if v is None else lookup.geo_of(path, v) for v in values]
+    assert lookup.geo_lookup(path, array).to_pylist() == expected
+    assert lookup.geo_lookup(path, array).to_pylist() == expected  # again, from what it kept
+    assert any(e is not None for e in expected)
+
+
+def test_each_database_record_is_decoded_once_per_worker(geo_database: Path) -> None:
+    path = str(geo_database)
+    records = lookup._geo_records(path)
+    records.keys, records.rows, records.chunks, records.size = (
+        records.keys[:0],
+        records.rows[:0],
+        [],
+        0,
+    )
+    addresses = pa.array([f"81.2.69.{i}" for i in range(256)] * 3)  # one record
+    rows = lookup.geo_lookup(path, addresses).to_pylist()
+    assert {r["city"] for r in rows if r} == {"London"}
+    assert records.size == 1
