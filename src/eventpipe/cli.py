@@ -115,6 +115,7 @@ def process(config_path: Path | None, once: bool) -> None:
     import time
 
     from eventpipe.errors import retry_transient
+    from eventpipe.processing import stream
     from eventpipe.processing.job import PipelineBusyError, process_once
     from eventpipe.processing.spark import start_session
 
@@ -125,7 +126,14 @@ def process(config_path: Path | None, once: bool) -> None:
     signal.signal(signal.SIGTERM, _interrupt)
     period = config.processing.batch_period_seconds
     log = logging.getLogger("eventpipe.processing")
+    # Stream destinations: one streaming query each, beside the batch runs (--once: up to
+    # what the log holds now, then the batch run).
+    streams = stream.StreamSupervisor(spark, config)
     try:
+        if once:
+            stream.run_once(spark, config)
+        else:
+            streams.start()
         while True:
             try:
                 # A destination that is down, a lost connection: the run stops and resumes
@@ -148,6 +156,7 @@ def process(config_path: Path | None, once: bool) -> None:
                 return
             time.sleep(period)
     finally:
+        streams.stop()
         spark.stop()
 
 

@@ -218,8 +218,8 @@ _SQL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
 class DestinationConfig(_Model):
-    """Where events go. Built so far: ``type: duckdb`` and ``type: postgres``, in
-    ``mode: batch``."""
+    """Where events go: ``type`` duckdb, postgres or parquet, in ``mode`` batch, or stream
+    (duckdb, postgres)."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True,
@@ -228,8 +228,11 @@ class DestinationConfig(_Model):
 
     type: Literal["duckdb", "postgres", "parquet"]
     """Destination type: ``duckdb``, ``postgres`` or ``parquet`` (http is being built)."""
-    mode: Literal["batch"] = "batch"
-    """``batch``: loaded by ``eventpipe process`` from sealed segments (stream: planned)."""
+    mode: Literal["batch", "stream"] = "batch"
+    """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
+    (duckdb, postgres): loaded within seconds, the log read as it is written."""
+    stream_interval_seconds: float = Field(default=1.0, gt=0)
+    """stream: how often a micro-batch starts (when there are new events)."""
     path: str | None = None
     """duckdb: the database file (default ``<data_dir>/warehouse.duckdb``); parquet: the
     directory of the tables (default ``<data_dir>/parquet``), or a Hadoop-compatible URI
@@ -271,6 +274,8 @@ class DestinationConfig(_Model):
             raise ValueError(f"dsn is for postgres; {self.type} does not take it")
         if self.type == "duckdb" and self.path is not None and is_uri(self.path):
             raise ValueError("path: duckdb takes a local file, not a URI")
+        if self.type == "parquet" and self.mode == "stream":
+            raise ValueError("mode stream: parquet takes batch (a file per second is no lake)")
         if self.type == "parquet" and self.primary_key:
             raise ValueError("primary_key: parquet files cannot upsert; use duckdb or postgres")
         return self

@@ -184,9 +184,16 @@ def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") 
 def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunReport | None:
     layout = config.layout
     state = StateStore(layout.state)
+    batch = batch_destinations(config)
+    streams = [d for d, dest in config.destinations.items() if dest.mode == "stream"]
     run = state.unfinished_run()
     if run is None:
         sealed = [p.name for p in layout.sealed_segments()]
+        # Loaded into every batch destination already, kept for a stream destination that
+        # has not read them all yet: archived once it has, never processed again.
+        waiting = set(state.segments_done(sealed, list(batch)))
+        _archive_segments(layout, [s for s in sealed if s in waiting], streams)
+        sealed = [s for s in sealed if s not in waiting]
         if not sealed:
             return None
         run = state.begin_run(sealed, trigger)
@@ -197,17 +204,50 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
     )  # fmt: skip
     paths = [str(layout.incoming / name) for name in run.segments]
     try:
-        _run_job(spark, config, run.run_id, run.segments, paths, state, report)
+        if batch:
+            only = config.model_copy(update={"destinations": batch})
+            _run_job(spark, only, run.run_id, run.segments, paths, state, report)
     except BaseException as exc:
         state.finish_run(run.run_id, "interrupted", error=repr(exc)[:2000])
         raise
-    done = state.segments_done(run.segments, list(config.destinations))
-    # zlib releases the GIL: segments compress in parallel, one per core.
-    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
-    with _step(f"archive {len(done)} segment(s)"), pool:
-        report.archived = list(pool.map(lambda name: _archive(layout, name), done))
+    done = state.segments_done(run.segments, list(batch))
+    report.archived = _archive_segments(layout, done, streams)
     state.finish_run(run.run_id, "done")
     shutil.rmtree(layout.tmp / run.run_id, ignore_errors=True)
+    return report
+
+
+def batch_destinations(config: Config) -> dict[str, DestinationConfig]:
+    return {d: dest for d, dest in config.destinations.items() if dest.mode == "batch"}
+
+
+def _archive_segments(layout: DataLayout, names: Sequence[str], streams: list[str]) -> list[Path]:
+    """Archive the segments of ``names`` that every stream destination has read."""
+    from eventpipe.log.tail import consumed
+
+    ready = [n for n in names if consumed(layout, streams, layout.incoming / n)]
+    if not ready:
+        return []
+    # zlib releases the GIL: segments compress in parallel, one per core.
+    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+    with _step(f"archive {len(ready)} segment(s)"), pool:
+        return list(pool.map(lambda name: _archive(layout, name), ready))
+
+
+def process_stream_batch(
+    spark: SparkSession, config: Config, dest_id: str, epoch: int, lines: Path
+) -> RunReport:
+    """One micro-batch of a stream destination, its log lines in the files of ``lines``,
+    through the same job as batch mode, for that destination only. The run id is the
+    destination's and the micro-batch's, so a replayed micro-batch loads nothing twice."""
+    layout = config.layout
+    run_id = f"stream-{dest_id}-{epoch}"
+    name = f"queue.dst={dest_id}/batch-{epoch:012d}"
+    report = RunReport(run_id, (name,), resumed=(layout.tmp / run_id).exists())
+    only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
+    paths = [str(p) for p in sorted(lines.glob("part-*")) if p.stat().st_size]
+    _run_job(spark, only, run_id, (name,), paths, StateStore(layout.state), report)
+    shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
 
 

@@ -1,0 +1,296 @@
+"""Stream mode: destinations with ``mode: stream`` get events within seconds, on Spark
+Structured Streaming.
+
+* **Source**: a Python data source (``eventpipe_log``) that reads the log as it is written,
+  the active segments too, up to their last complete line (eventpipe.log.tail). Its
+  offsets are byte positions per segment identity, so a segment sealed (renamed) between
+  two micro-batches is followed under its new name.
+* **Queue**: one streaming query per stream destination, its checkpoint (offsets and
+  commits, Spark's write-ahead log) in ``incoming/queue.dst=<id>/checkpoint``: a restart
+  resumes exactly where the destination stopped, and a micro-batch that was under way is
+  replayed with the same offsets.
+* **Micro-batch**: its lines are written to ``incoming/queue.dst=<id>/batch-<n>/`` and run
+  through the same job as batch mode, for this destination only (multiplexing, table
+  names, lookups, mapping, flattening, typing, patching under the lock, loading,
+  failed/). The run id is ``stream-<id>-<n>``, so that a replayed micro-batch loads
+  nothing twice (loads are idempotent per run, destination and table). Its lines are then
+  archived as ``archive/YYYY-MM-DD/streaming-archive.dst=<id>-<stamp>.log.gz`` and the
+  destination's progress is recorded, which lets the batch side archive a sealed segment
+  once every stream destination has read it.
+* A transient failure (destination down) stops the query; :func:`run_streams` restarts
+  it with backoff, from its checkpoint.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxBytes,
+    SupportsTriggerAvailableNow,
+)
+
+from eventpipe import locks
+from eventpipe.config import Config
+from eventpipe.events import utc_now
+from eventpipe.log import tail
+from eventpipe.paths import DataLayout
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming.query import StreamingQuery
+
+log = logging.getLogger("eventpipe.stream")
+
+MAX_BATCH_BYTES = 64 << 20
+"""Log bytes per micro-batch at most (after a backlog: bounded memory and load size)."""
+
+
+@dataclass(frozen=True)
+class _Range(InputPartition):
+    identity: str
+    path: str
+    start: int
+    end: int
+
+
+class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    def __init__(self, layout: DataLayout, destination_id: str) -> None:
+        self.layout = layout
+        self.destination_id = destination_id
+        self.paths: dict[str, str] = {}
+        self.target: dict[str, int] | None = None
+
+    def initialOffset(self) -> dict[str, int]:
+        return {}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxBytes(MAX_BATCH_BYTES)
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self.target = {s.identity: s.end for s in tail.segments(self.layout)}
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        budget = None if isinstance(limit, ReadAllAvailable) else MAX_BATCH_BYTES
+        if isinstance(limit, ReadMaxBytes):
+            budget = limit.max_bytes
+        offsets: dict[str, int] = {}
+        for segment in tail.segments(self.layout):
+            self.paths[segment.identity] = str(segment.path)
+            begin = start.get(segment.identity, 0)
+            end = segment.end
+            if self.target is not None:  # AvailableNow: nothing written after the start
+                end = min(end, self.target.get(segment.identity, 0))
+            end = max(begin, end)
+            if budget is not None and end - begin > budget:
+                end = begin + budget
+                end = _line_boundary(segment.path, begin, end)
+            if budget is not None:
+                budget = max(0, budget - (end - begin))
+            offsets[segment.identity] = end
+        # A segment that left incoming/ was read to its end (see tail.consumed).
+        return offsets
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[_Range]:
+        ranges = []
+        for ident, stop in end.items():
+            begin = start.get(ident, 0)
+            if stop > begin:
+                hint = self.paths.get(ident) or str(self.layout.incoming / "unknown")
+                ranges.append(_Range(ident, hint, begin, stop))
+        return ranges
+
+    def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
+        assert isinstance(partition, _Range)
+        path = tail.locate(self.layout, partition.identity, Path(partition.path))
+        if path is None:
+            raise FileNotFoundError(
+                f"segment {partition.identity} ({partition.path}) left incoming/ before "
+                f"stream destination {self.destination_id} read it"
+            )
+        for line in tail.read_lines(path, partition.start, partition.end):
+            yield (line.decode("utf-8", errors="replace"),)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing: the progress is recorded by the micro-batch itself once it loaded
+        (Spark calls this only when it plans the next micro-batch)."""
+
+
+def _line_boundary(path: Path, start: int, end: int) -> int:
+    """The end of the last complete line before ``end`` (at least one line from
+    ``start``, however long)."""
+    boundary = tail.complete_end(path, end)
+    if boundary > start:
+        return boundary
+    with path.open("rb") as f:  # one line longer than the budget: take it whole
+        f.seek(start)
+        return start + len(f.readline())
+
+
+class LogSource(DataSource):
+    """``spark.readStream.format("eventpipe_log").option("data_dir", ...)
+    .option("destination", id)``: the log's lines, as they are written."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "eventpipe_log"
+
+    def schema(self) -> str:
+        return "value string"
+
+    def streamReader(self, schema: Any) -> _LogReader:
+        return _LogReader(DataLayout(Path(self.options["data_dir"])), self.options["destination"])
+
+
+def stream_ids(config: Config) -> list[str]:
+    return [d for d, dest in config.destinations.items() if dest.mode == "stream"]
+
+
+def start_stream(
+    spark: SparkSession, config: Config, dest_id: str, *, available_now: bool = False
+) -> StreamingQuery:
+    """The streaming query of one stream destination, started."""
+    from eventpipe.processing.job import process_stream_batch
+
+    spark.dataSource.register(LogSource)
+    layout = config.layout
+    queue = tail.queue_dir(layout, dest_id)
+    dest = config.destinations[dest_id]
+
+    def each_batch(frame: DataFrame, epoch: int) -> None:
+        batch = queue / f"batch-{epoch:012d}"
+        if not (batch / "_SUCCESS").exists():
+            frame.write.mode("overwrite").text(str(batch))
+        files = sorted(batch.glob("part-*"))
+        if any(f.stat().st_size for f in files):
+            process_stream_batch(spark, config, dest_id, epoch, batch)
+            _archive(layout, dest_id, files)
+        tail.write_progress(layout, dest_id, _planned_end(queue / "checkpoint", epoch))
+        shutil.rmtree(batch, ignore_errors=True)
+
+    reader = (
+        spark.readStream.format("eventpipe_log")
+        .option("data_dir", str(layout.root.resolve()))
+        .option("destination", dest_id)
+        .load()
+    )
+    writer = (
+        reader.writeStream.queryName(f"eventpipe-{dest_id}")
+        .option("checkpointLocation", str(queue / "checkpoint"))
+        .foreachBatch(each_batch)
+    )
+    if available_now:
+        writer = writer.trigger(availableNow=True)
+    else:
+        writer = writer.trigger(processingTime=f"{dest.stream_interval_seconds} seconds")
+    return writer.start()
+
+
+def _planned_end(checkpoint: Path, epoch: int) -> dict[str, int]:
+    """The source offsets Spark planned micro-batch ``epoch`` up to: its offset log entry
+    (written before the batch ran; format ``v1``, metadata, one line per source)."""
+    import json
+
+    lines = (checkpoint / "offsets" / str(epoch)).read_text().splitlines()
+    return {str(k): int(v) for k, v in json.loads(lines[2]).items()}
+
+
+def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
+    """The micro-batch's lines, gzipped into the archive."""
+    import gzip
+
+    now = utc_now()
+    stamp = now.strftime("%Y-%m-%dT%H-%M-%S.%f")
+    target = layout.archive / stamp[:10] / f"streaming-archive.dst={dest_id}-{stamp}.log.gz"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".partial")
+    with gzip.open(partial, "wb", compresslevel=3) as out:
+        for file in files:
+            with file.open("rb") as source:
+                shutil.copyfileobj(source, out)
+    partial.replace(target)
+    return target
+
+
+@contextmanager
+def stream_lock(layout: DataLayout, dest_id: str) -> Iterator[None]:
+    """One streaming query per destination and data directory: two would share (and
+    corrupt) one checkpoint."""
+    from eventpipe.processing.job import PipelineBusyError
+
+    try:
+        fd = locks.acquire(layout.locks / f"stream.dst={dest_id}.lock")
+    except locks.LockHeldError as held:
+        raise PipelineBusyError(
+            f"stream destination {dest_id} is already running (pid {held.pid or '?'})",
+            fix="stop the other eventpipe process or run",
+        ) from None
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+def run_once(spark: SparkSession, config: Config) -> None:
+    """Every stream destination, up to what the log holds now (``process --once``)."""
+    for dest_id in stream_ids(config):
+        with stream_lock(config.layout, dest_id):
+            start_stream(spark, config, dest_id, available_now=True).awaitTermination()
+
+
+class StreamSupervisor:
+    """Keeps each stream destination's query running (``eventpipe process``): a query
+    that stops on an error is started again from its checkpoint, after 1 s, 2 s, 4 s...
+    (at most 60 s); other destinations are not affected."""
+
+    def __init__(self, spark: SparkSession, config: Config) -> None:
+        self.spark = spark
+        self.config = config
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._keep, args=(d,), name=f"stream-{d}", daemon=True)
+            for d in stream_ids(config)
+        ]
+        self._queries: dict[str, StreamingQuery] = {}
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def _keep(self, dest_id: str) -> None:
+        delay = 1.0
+        while not self._stop.is_set():
+            try:
+                with stream_lock(self.config.layout, dest_id):
+                    query = start_stream(self.spark, self.config, dest_id)
+                    self._queries[dest_id] = query
+                    log.info("stream %s started", dest_id)
+                    query.awaitTermination()
+                return
+            except Exception as exc:  # noqa: BLE001 - reported, then the query restarts
+                if self._stop.is_set():
+                    return
+                log.error("stream %s stopped: %s; restarting in %.0f s", dest_id, exc, delay)
+                self._stop.wait(delay)
+                delay = min(delay * 2, 60.0)
+
+    def stop(self) -> None:
+        self._stop.set()
+        for query in list(self._queries.values()):
+            try:
+                query.stop()
+            except Exception as exc:  # noqa: BLE001 - stopping anyway
+                log.warning("stopping %s: %s", query.name, exc)
+        for thread in self._threads:
+            thread.join(timeout=10)

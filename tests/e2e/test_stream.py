@@ -1,0 +1,39 @@
+"""Stream mode: from an HTTP post to a row in the destination without waiting for the log
+to rotate, on Spark Structured Streaming (processing/stream.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eventpipe.log import tail
+from eventpipe.processing import stream
+from eventpipe.processing.job import process_once
+from tests.e2e.test_batch_pipeline import _post, _query, _seal
+
+
+def test_events_stream_from_the_active_segment_and_new_fields_become_columns(
+    start_collector: Any, spark: Any
+) -> None:
+    warehouse = {"type": "duckdb", "mode": "stream", "table_name_template": "{{ event_type }}"}
+    c = start_collector(destinations={"warehouse": warehouse})
+    _post(c, [{"event_type": "click", "n": 1}, {"event_type": "view", "url": "/a"}], server=True)
+    assert c.layout.active_segments()
+    assert not c.layout.sealed_segments()
+    stream.run_once(spark, c.config)
+    assert _query(c, "SELECT n FROM click") == [(1,)]
+    assert _query(c, "SELECT url FROM view") == [("/a",)]
+    # A new field mid-stream: a new column, in the same active segment.
+    _post(c, [{"event_type": "click", "n": 2, "color": "red"}], server=True)
+    stream.run_once(spark, c.config)
+    assert _query(c, "SELECT n, color FROM click ORDER BY n") == [(1, None), (2, "red")]
+    assert tail.lag(c.layout, "warehouse").events == 0
+    archived = list(c.layout.archive.glob("*/streaming-archive.dst=warehouse-*.log.gz"))
+    assert len(archived) == 2
+    # Sealing renames the segment: the stream follows it and reads nothing twice, and the
+    # batch side archives it (it has no batch destination) without loading it again.
+    _seal(c)
+    stream.run_once(spark, c.config)
+    report = process_once(c.config, spark)
+    assert report is None  # nothing for batch destinations
+    assert not c.layout.sealed_segments()  # archived: every stream destination read it
+    assert _query(c, "SELECT count(*) FROM click") == [(2,)]
