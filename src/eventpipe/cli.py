@@ -212,7 +212,9 @@ def _print_report(report: Any) -> None:
 @cli.command()
 @config_option
 def status(config_path: Path | None) -> None:
-    """Per destination: backlog, last load, rows loaded, failed and skipped events."""
+    """Per destination: backlog (stream: lag), last load, rows loaded, failed and skipped
+    events."""
+    from eventpipe.log.tail import lag
     from eventpipe.state.store import StateStore
 
     config = _load(config_path).config
@@ -224,10 +226,15 @@ def status(config_path: Path | None) -> None:
     rows = []
     for dest_id, dest in config.destinations.items():
         summary = store.summary(dest_id)
-        pending = [p for p in sealed if p.name not in summary.done_segments]
-        size = sum(p.stat().st_size for p in pending)
+        if dest.mode == "stream":  # the log read as it is written: lag in events and time
+            behind = lag(layout, dest_id)
+            backlog = f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
+        else:
+            pending = [p for p in sealed if p.name not in summary.done_segments]
+            size = sum(p.stat().st_size for p in pending)
+            backlog = f"{len(pending)} segment(s), {size / 1e6:.1f} MB"
         rows.append((
-            dest_id, dest.type, f"{len(pending)} segment(s), {size / 1e6:.1f} MB",
+            dest_id, dest.type, backlog,
             summary.last_load or "never", f"{summary.rows_loaded:,}", f"{summary.failed:,}",
             f"{summary.skipped:,}",
         ))  # fmt: skip

@@ -37,3 +37,34 @@ def test_events_stream_from_the_active_segment_and_new_fields_become_columns(
     assert report is None  # nothing for batch destinations
     assert not c.layout.sealed_segments()  # archived: every stream destination read it
     assert _query(c, "SELECT count(*) FROM click") == [(2,)]
+
+
+def test_a_key_reaches_a_stream_postgres_and_a_batch_duckdb_and_a_rejected_row_fails_alone(
+    start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
+) -> None:
+    import orjson
+    import psycopg
+
+    c = start_collector(destinations={
+        "warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"},
+        "pg": {"type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
+               "mode": "stream", "table_name_template": "{{ event_type }}"},
+    })  # fmt: skip
+    _post(c, [{"event_type": "buy", "price": 9.5}, {"event_type": "buy", "price": 1e25},
+              {"event_type": "buy", "price": 2.0}], server=True)  # fmt: skip
+    stream.run_once(spark, c.config)
+    with psycopg.connect(postgres_dsn) as db:
+        prices = db.execute(f'SELECT price FROM "{postgres_schema}".buy ORDER BY 1').fetchall()
+    assert [float(p) for (p,) in prices] == [2.0, 9.5]  # 1e25 overflows numeric(38,18)
+    [failed] = [
+        orjson.loads(x) for x in c.layout.failed_destination("pg").read_bytes().splitlines()
+    ]
+    assert failed["event"]["price"] == 1e25
+    assert "numeric field overflow" in failed["error"]
+    assert not list(c.layout.sealed_segments())  # streamed without a rotation
+    # The batch destination gets the same events once the segment is sealed.
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("warehouse", "buy"): 3}
+    assert not c.layout.sealed_segments()  # loaded by the batch side, read by the stream

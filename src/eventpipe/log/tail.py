@@ -22,7 +22,7 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventpipe.paths import DataLayout, SegmentName, check_safe_id, fsync_directory
+from eventpipe.paths import DataLayout, check_safe_id, fsync_directory
 
 _FIRST_LINE_BYTES = 1 << 16
 _TAIL_BYTES = 1 << 16
@@ -43,7 +43,7 @@ def identity(path: Path) -> str | None:
         with path.open("rb") as f:
             inode = os.fstat(f.fileno()).st_ino
             head = f.read(_FIRST_LINE_BYTES)
-    except FileNotFoundError:
+    except (FileNotFoundError, IsADirectoryError):
         return None
     newline = head.find(b"\n")
     if newline < 0:
@@ -83,14 +83,11 @@ def segments(layout: DataLayout) -> list[SegmentEnd]:
 
 def locate(layout: DataLayout, ident: str, hint: Path) -> Path | None:
     """The segment with identity ``ident`` now: at ``hint`` if it is still there, else
-    sealed under a new name (same inode), else None (it left ``incoming/``)."""
+    under another name (sealed since, or a hint from before a restart), else None (it
+    left ``incoming/``)."""
     if identity(hint) == ident:
         return hint
-    parsed = SegmentName.parse(hint.name)
-    for path in layout.sealed_segments():
-        key = SegmentName.parse(path.name)
-        if parsed is not None and key is not None and key.key_id != parsed.key_id:
-            continue
+    for path in [*layout.sealed_segments(), *layout.active_segments()]:
         if identity(path) == ident:
             return path
     return None

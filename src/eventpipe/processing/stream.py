@@ -107,7 +107,8 @@ class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         for ident, stop in end.items():
             begin = start.get(ident, 0)
             if stop > begin:
-                hint = self.paths.get(ident) or str(self.layout.incoming / "unknown")
+                # Unknown after a restart (a replayed micro-batch): read() finds it.
+                hint = self.paths.get(ident) or str(self.layout.incoming)
                 ranges.append(_Range(ident, hint, begin, stop))
         return ranges
 
@@ -293,4 +294,5 @@ class StreamSupervisor:
             except Exception as exc:  # noqa: BLE001 - stopping anyway
                 log.warning("stopping %s: %s", query.name, exc)
         for thread in self._threads:
-            thread.join(timeout=10)
+            if thread.ident is not None:  # started
+                thread.join(timeout=10)
