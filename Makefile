@@ -25,6 +25,8 @@ bench: $(STAMP) java
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/batch.py
 	$(BIN)/python bench/postgres.py
+	$(BIN)/python bench/stream.py --destination duckdb
+	$(BIN)/python bench/stream.py --destination postgres
 
 setup: $(STAMP) java
 

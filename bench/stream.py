@@ -1,0 +1,183 @@
+"""Stream benchmark: events/s posted to `eventpipe run`, time from each 200 to its row.
+
+    .venv/bin/python bench/stream.py --destination duckdb --seconds 120
+    .venv/bin/python bench/stream.py --destination postgres --seconds 120   # starts a server
+
+Starts `eventpipe run` (collector + pipeline, as a user would) with one stream destination,
+posts `--rate` events per second (in requests of `--per-request`) for `--seconds`, and
+polls the destination every 100 ms for the events' sequence numbers. For every event:
+the time from its 200 response to the first poll that sees its row. Prints p50, p99 and
+max, the lag at the end (events the stream had not loaded when posting stopped, and how
+long it took to drain them), and the peak RSS of the pipeline's processes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import orjson
+import psutil
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "src"))
+
+from tests.process import CollectorProcess, free_port, write_config  # noqa: E402
+
+SERVER_KEY = "s2s-web-secret-1"
+
+
+def poll_duckdb(path: Path, since: int) -> list[int] | None:
+    import duckdb
+
+    try:
+        db = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        return None  # not created yet, or the pipeline holds it for a load
+    try:
+        return [int(s) for (s,) in db.execute("SELECT seq FROM events WHERE seq >= ?", [since])
+                .fetchall()]  # fmt: skip
+    except duckdb.Error:
+        return None
+    finally:
+        db.close()
+
+
+def poll_postgres(dsn: str, since: int) -> list[int] | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(dsn) as db:
+            rows = db.execute("SELECT seq FROM bench.events WHERE seq >= %s", [since]).fetchall()
+    except psycopg.Error:
+        return None
+    return [int(s) for (s,) in rows]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--destination", choices=["duckdb", "postgres"], default="duckdb")
+    parser.add_argument("--seconds", type=float, default=120)
+    parser.add_argument("--rate", type=int, default=1000, help="events per second")
+    parser.add_argument("--per-request", type=int, default=10)
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory(prefix="eventpipe-stream-bench-") as tmp:
+        work = Path(tmp)
+        stack = contextlib.ExitStack()
+        dsn = ""
+        if args.destination == "postgres":
+            from tests.postgres import postgres_server  # a throwaway local cluster
+
+            dsn = stack.enter_context(postgres_server())
+            dest = {"type": "postgres", "dsn": dsn, "schema": "bench", "mode": "stream"}
+        else:
+            dest = {"type": "duckdb", "mode": "stream"}
+        port = free_port()
+        config = write_config(
+            work / "eventpipe.yaml", work / "data", port,
+            destinations={"live": dest}, spark={"master": "local[2]"},
+            processing={"batch_period_seconds": 30},
+        )  # fmt: skip
+        run = CollectorProcess(config, port, work / "run.log", command="run")
+        acked: dict[int, float] = {}
+        seen: dict[int, float] = {}
+        try:
+            run.wait_ready()
+            poll = (
+                (lambda since: poll_postgres(dsn, since))
+                if dsn
+                else (lambda since: poll_duckdb(work / "data" / "warehouse.duckdb", since))
+            )
+            # Warm-up: one event, seen before the clock starts (Spark and the table ready).
+            httpx.post(f"{run.url}/api/v1/s2s/event", headers={"X-Auth-Token": SERVER_KEY},
+                       content=orjson.dumps({"seq": -1})).raise_for_status()  # fmt: skip
+            deadline = time.monotonic() + 180
+            while not poll(-1):
+                if time.monotonic() > deadline:
+                    raise SystemExit("the warm-up event never arrived; see " + str(run.log_path))
+                time.sleep(0.2)
+            print(f"warm: first event visible; posting {args.rate} events/s for "
+                  f"{args.seconds:.0f} s", flush=True)  # fmt: skip
+
+            stop = threading.Event()
+            stop_time = 0.0
+            peaks: dict[str, float] = {}
+
+            def watch() -> None:
+                low = 0
+                while not stop.is_set() or len(seen) < len(acked):
+                    found = poll(low)
+                    now = time.monotonic()
+                    for seq in found or ():
+                        seen.setdefault(seq, now)
+                    while low in seen:
+                        low += 1
+                    for proc in [
+                        psutil.Process(run.proc.pid),
+                        *psutil.Process(run.proc.pid).children(recursive=True),
+                    ]:
+                        try:
+                            kind = "jvm" if "java" in proc.name() else "python"
+                            rss = proc.memory_info().rss / 2**20
+                            peaks[kind] = max(peaks.get(kind, 0), rss)
+                        except psutil.Error:
+                            continue
+                    if stop.is_set() and time.monotonic() > stop_time + 120:
+                        return
+                    time.sleep(0.1)
+
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            client = httpx.Client(base_url=run.url, headers={"X-Auth-Token": SERVER_KEY})
+            started = time.monotonic()
+            seq = 0
+            requests = int(args.seconds * args.rate / args.per_request)
+            interval = args.per_request / args.rate
+            for i in range(requests):
+                batch = [{"event_type": "tick", "seq": seq + k, "n": k}
+                         for k in range(args.per_request)]  # fmt: skip
+                client.post("/api/v1/s2s/event", content=orjson.dumps(batch)).raise_for_status()
+                now = time.monotonic()
+                for k in range(args.per_request):
+                    acked[seq + k] = now
+                seq += args.per_request
+                pause = started + (i + 1) * interval - time.monotonic()
+                if pause > 0:
+                    time.sleep(pause)
+            stop_time = time.monotonic()
+            posted_for = stop_time - started
+            backlog = len(acked) - len(seen)
+            stop.set()
+            watcher.join(150)
+            drained = max(seen.values(), default=stop_time) - stop_time
+        finally:
+            run.signal(signal.SIGTERM)
+            run.wait(60)
+            stack.close()
+    latencies = sorted(seen[s] - acked[s] for s in acked if s in seen)
+    missing = len(acked) - len(latencies)
+    q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99
+    print(f"{len(acked):,} events posted in {posted_for:.0f} s "
+          f"({len(acked) / posted_for:,.0f}/s) into {args.destination}")  # fmt: skip
+    print(f"200 -> row visible: p50 {q[49]:.2f} s, p99 {q[98]:.2f} s, max {latencies[-1]:.2f} s "
+          f"(polled every 0.1 s)")  # fmt: skip
+    print(f"not loaded when posting stopped: {backlog:,} events; the last arrived "
+          f"{drained:.1f} s after; never seen: {missing}")  # fmt: skip
+    print(f"peak RSS: python processes (largest) {peaks.get('python', 0):.0f} MB, "
+          f"Spark JVM {peaks.get('jvm', 0):.0f} MB")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
