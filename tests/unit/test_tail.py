@@ -81,3 +81,23 @@ def test_progress_says_what_may_be_archived_and_the_lag(tmp_path: Path) -> None:
     assert tail.consumed(layout, ["pg"], sealed)
     assert tail.lag(layout, "pg") == tail.Lag(0, 0.0)
     assert not tail.consumed(layout, ["pg", "other"], sealed)  # every stream destination
+
+
+def test_a_micro_batch_reads_segments_oldest_first_within_its_budget(tmp_path: Path) -> None:
+    from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
+
+    from eventpipe.processing.stream import _LogReader
+
+    layout = _layout(tmp_path)
+    old = layout.sealed_segment("web", "2026-11-22T10-00-00.000")
+    old.write_bytes(b'{"a": 1}\n{"a": 2}\n')  # 18 bytes
+    new = layout.active_segment("web")
+    new.write_bytes(b'{"b": 1}\n')
+    reader = _LogReader(layout, "d")
+    first = reader.latestOffset({}, ReadMaxBytes(12))
+    assert first == {tail.identity(old): 9, tail.identity(new): 0}  # one line, then no budget
+    rest = reader.latestOffset(first, ReadAllAvailable())
+    assert rest == {tail.identity(old): 18, tail.identity(new): 9}
+    [a, b] = reader.partitions(first, rest)
+    assert list(reader.read(a)) == [('{"a": 2}',)]
+    assert list(reader.read(b)) == [('{"b": 1}',)]

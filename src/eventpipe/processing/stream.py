@@ -86,6 +86,7 @@ class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if isinstance(limit, ReadMaxBytes):
             budget = limit.max_bytes
         offsets: dict[str, int] = {}
+        taken = False
         for segment in tail.segments(self.layout):
             self.paths[segment.identity] = str(segment.path)
             begin = start.get(segment.identity, 0)
@@ -94,8 +95,14 @@ class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = min(end, self.target.get(segment.identity, 0))
             end = max(begin, end)
             if budget is not None and end - begin > budget:
-                end = begin + budget
-                end = _line_boundary(segment.path, begin, end)
+                cut = tail.complete_end(segment.path, begin + budget)
+                if cut > begin:
+                    end = cut
+                elif taken:  # the next line does not fit: it starts the next micro-batch
+                    end = begin
+                else:  # one line longer than the whole budget: taken whole, never stuck
+                    end = _line_boundary(segment.path, begin, begin + budget)
+            taken = taken or end > begin
             if budget is not None:
                 budget = max(0, budget - (end - begin))
             offsets[segment.identity] = end
