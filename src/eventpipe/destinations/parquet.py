@@ -80,11 +80,17 @@ class ParquetDestination:
     def _meta(self, table: str, *parts: str) -> str:
         return join(self.storage.root, table, META, *parts)
 
+    def _schemas(self, table: str) -> list[str]:
+        """The table's schema files, oldest first (the last one holds)."""
+        return [n for n in self.storage.names(self._meta(table, "schema")) if _is_json(n)]
+
     def describe(self, table: str) -> Table | None:
-        versions = [n for n in self.storage.names(self._meta(table, "schema")) if _is_json(n)]
-        if not versions:
+        return self._described(table, self._schemas(table))
+
+    def _described(self, table: str, schemas: list[str]) -> Table | None:
+        if not schemas:
             return None
-        text = self.storage.read_text(self._meta(table, "schema", versions[-1]))
+        text = self.storage.read_text(self._meta(table, "schema", schemas[-1]))
         assert text is not None  # schema files are never removed
         columns = json.loads(text)["columns"]
         return Table(table, {name: DataType(t) for name, t in columns.items()})
@@ -93,15 +99,13 @@ class ParquetDestination:
         if patch.empty:
             return
         with table_lock(self.lock_dir, self.id, patch.table):
-            versions = [
-                n for n in self.storage.names(self._meta(patch.table, "schema")) if _is_json(n)
-            ]
-            current = self.describe(patch.table)  # again, under the lock
+            schemas = self._schemas(patch.table)  # again, under the lock
+            current = self._described(patch.table, schemas)
             columns = {**(current.columns if current else {}), **dict(patch.add_columns)}
             # A new file per patch, never a file rewritten in place: object stores cannot
             # replace a file atomically, and the history shows when each column came.
             self.storage.create_text(
-                self._meta(patch.table, "schema", f"{len(versions) + 1:06d}.json"),
+                self._meta(patch.table, "schema", f"{len(schemas) + 1:06d}.json"),
                 json.dumps({"columns": {c: t.value for c, t in columns.items()}}, indent=1),
             )
 

@@ -291,11 +291,10 @@ def geo_lookup(path: str, values: pa.Array) -> pa.Array:
     import numpy as np
 
     records = _geo_records(path)
-    memo = records.texts
     numbers, is_ipv4 = ipv4_numbers(values)
     keys = np.full(len(values), -1, dtype=np.int64)
     keys[is_ipv4] = _tree(path).find(numbers[is_ipv4])
-    index = np.full(len(values), -1, dtype=np.int64)
+    index = np.full(len(values), -1, dtype=np.int64)  # into parts, concatenated; -1: null
     found = np.flatnonzero(keys >= 0)
     distinct, first, inverse = np.unique(keys[found], return_index=True, return_inverse=True)
     texts = values.take(pa.array(found[first], pa.int64())).to_pylist()
@@ -303,19 +302,13 @@ def geo_lookup(path: str, values: pa.Array) -> pa.Array:
     index[found] = inverse
     others = np.flatnonzero(~is_ipv4 & np.asarray(values.is_valid().to_numpy(zero_copy_only=False)))
     if len(others):
-        positions: dict[str, int] = {}
-        rest: list[dict[str, Any] | None] = []
-        texts = values.take(pa.array(others)).to_pylist()
-        for at, text in zip(others.tolist(), texts, strict=True):
-            if text not in positions:
-                if text not in memo:
-                    if len(memo) >= _MEMO_LIMIT:
-                        memo.clear()
-                    memo[text] = geo_of(path, text)
-                positions[text] = len(distinct) + len(rest)
-                rest.append(memo[text])
-            index[at] = positions[text]
-        parts.append(pa.array(rest, type=_arrow_type(GEO_FIELDS)))
+        parts.append(
+            lookup_distinct(
+                values.take(pa.array(others)), functools.partial(geo_of, path),
+                _arrow_type(GEO_FIELDS), records.texts,
+            )
+        )  # fmt: skip
+        index[others] = len(distinct) + np.arange(len(others))
     return pa.concat_arrays(parts).take(pa.array(index, mask=index < 0))
 
 

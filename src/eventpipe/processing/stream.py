@@ -95,13 +95,7 @@ class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 end = min(end, self.target.get(segment.identity, 0))
             end = max(begin, end)
             if budget is not None and end - begin > budget:
-                cut = tail.complete_end(segment.path, begin + budget)
-                if cut > begin:
-                    end = cut
-                elif taken:  # the next line does not fit: it starts the next micro-batch
-                    end = begin
-                else:  # one line longer than the whole budget: taken whole, never stuck
-                    end = _line_boundary(segment.path, begin, begin + budget)
+                end = _line_boundary(segment.path, begin, begin + budget, whole=not taken)
             taken = taken or end > begin
             if budget is not None:
                 budget = max(0, budget - (end - begin))
@@ -135,13 +129,16 @@ class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         (Spark calls this only when it plans the next micro-batch)."""
 
 
-def _line_boundary(path: Path, start: int, end: int) -> int:
-    """The end of the last complete line before ``end`` (at least one line from
-    ``start``, however long)."""
+def _line_boundary(path: Path, start: int, end: int, *, whole: bool = True) -> int:
+    """The end of the last complete line before ``end``. When no line from ``start`` ends
+    before it: the end of that one line if ``whole`` (a line longer than a micro-batch's
+    whole budget is taken whole, never stuck), else ``start`` (it starts the next one)."""
     boundary = tail.complete_end(path, end)
     if boundary > start:
         return boundary
-    with path.open("rb") as f:  # one line longer than the budget: take it whole
+    if not whole:
+        return start
+    with path.open("rb") as f:
         f.seek(start)
         return start + len(f.readline())
 
@@ -162,7 +159,10 @@ class LogSource(DataSource):
 
 
 def stream_ids(config: Config) -> list[str]:
-    return [d for d, dest in config.destinations.items() if dest.mode == "stream"]
+    from eventpipe.processing.job import batch_destinations
+
+    batch = batch_destinations(config)
+    return [d for d in config.destinations if d not in batch]
 
 
 def start_stream(
@@ -215,19 +215,12 @@ def _planned_end(checkpoint: Path, epoch: int) -> dict[str, int]:
 
 
 def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
-    """The micro-batch's lines, gzipped into the archive."""
-    import gzip
+    """The micro-batch's lines, gzipped into the archive (``files`` removed)."""
+    from eventpipe.processing.job import compress
 
-    now = utc_now()
-    stamp = now.strftime("%Y-%m-%dT%H-%M-%S.%f")
+    stamp = utc_now().strftime("%Y-%m-%dT%H-%M-%S.%f")
     target = layout.archive / stamp[:10] / f"streaming-archive.dst={dest_id}-{stamp}.log.gz"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_name(target.name + ".partial")
-    with gzip.open(partial, "wb", compresslevel=3) as out:
-        for file in files:
-            with file.open("rb") as source:
-                shutil.copyfileobj(source, out)
-    partial.replace(target)
+    compress(files, target)
     return target
 
 
