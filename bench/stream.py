@@ -71,6 +71,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--per-request", type=int, default=10)
+    parser.add_argument("--keep-log", type=Path, help="copy the pipeline's log here at the end")
     args = parser.parse_args()
 
     with tempfile.TemporaryDirectory(prefix="eventpipe-stream-bench-") as tmp:
@@ -166,6 +167,8 @@ def main() -> None:
             run.signal(signal.SIGTERM)
             run.wait(60)
             stack.close()
+            if args.keep_log:
+                args.keep_log.write_bytes(run.log_path.read_bytes())
     latencies = sorted(seen[s] - acked[s] for s in acked if s in seen)
     missing = len(acked) - len(latencies)
     q = statistics.quantiles(latencies, n=100) if len(latencies) > 1 else [0.0] * 99

@@ -70,7 +70,9 @@ def test_http_post_to_rows_in_duckdb(start_collector: Any, spark: Any) -> None:
 
 
 def test_a_type_conflict_across_two_batches(start_collector: Any, spark: Any) -> None:
-    c = start_collector()
+    # A template without placeholders is named once, sanitised like any other.
+    c = start_collector(destinations={"warehouse": {"type": "duckdb",
+                                                    "table_name_template": "Web Events!"}})
     _post(c, [{"n": 1, "event_id": "a"}], server=True)
     _seal(c)
     process_once(c.config, spark)
@@ -80,14 +82,14 @@ def test_a_type_conflict_across_two_batches(start_collector: Any, spark: Any) ->
     report = process_once(c.config, spark)
     assert report is not None
     assert report.failed == {"warehouse": 1}
-    assert _query(c, "SELECT eventn_ctx_event_id, n FROM events ORDER BY 1") == [
+    assert _query(c, "SELECT eventn_ctx_event_id, n FROM web_events_ ORDER BY 1") == [
         ("a", 1), ("b", 5),
     ]  # fmt: skip
     [failed] = read_lines([c.layout.failed_destination("warehouse")])
     assert failed["event"]["eventn_ctx"]["event_id"] == "c"
     assert failed["error"] == "column n (INT64) cannot take five"
     assert failed["stage"] == "loading"
-    assert failed["table"] == "events"
+    assert failed["table"] == "web_events_"
 
 
 def test_unreadable_lines_go_to_failed_and_the_rest_loads(

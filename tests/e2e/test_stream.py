@@ -68,3 +68,27 @@ def test_a_key_reaches_a_stream_postgres_and_a_batch_duckdb_and_a_rejected_row_f
     assert report is not None
     assert report.loaded == {("warehouse", "buy"): 3}
     assert not c.layout.sealed_segments()  # loaded by the batch side, read by the stream
+
+
+def test_a_micro_batch_waits_out_a_reader_holding_the_duckdb_file_without_failing_events(
+    start_collector: Any, spark: Any, monkeypatch: Any
+) -> None:
+    from eventpipe.destinations import duckdb as duckdb_destination
+    from tests.integration.destinations.test_duckdb import _hold_read_only
+
+    warehouse = {"type": "duckdb", "mode": "stream"}
+    c = start_collector(destinations={"warehouse": warehouse})
+    _post(c, [{"n": 1}], server=True)
+    stream.run_once(spark, c.config)
+    # A user's session keeps the file open for 2 s, longer than the writer waits (0.2 s):
+    # the micro-batch fails as transient and is retried in place (after 1 s, then 2 s).
+    monkeypatch.setattr(duckdb_destination, "LOCK_WAIT_SECONDS", 0.2)
+    _post(c, [{"n": 2}], server=True)
+    holder = _hold_read_only(c.layout.warehouse, 2.0)
+    try:
+        stream.run_once(spark, c.config)
+    finally:
+        holder.wait(10)
+    assert _query(c, "SELECT n FROM events ORDER BY n") == [(1,), (2,)]
+    assert not c.layout.failed_destination("warehouse").exists()
+    assert tail.lag(c.layout, "warehouse").events == 0

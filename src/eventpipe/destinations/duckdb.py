@@ -2,6 +2,8 @@
 
 * The database file is opened only while patching or loading: DuckDB admits one writing
   process, and users keep querying it (``eventpipe query``, their own DuckDB) in between.
+  While a reader holds the file, opening it waits (up to ``LOCK_WAIT_SECONDS``, polling)
+  instead of failing: readers come and go, a stream loads every second.
 * A load is one transaction: the rows and a record of ``batch_id`` in
   ``_eventpipe_loads`` commit together, so a crash leaves either both or neither, and a
   retried batch finds its record and loads nothing twice.
@@ -14,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -28,6 +31,10 @@ from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
 
 LOADS_TABLE = "_eventpipe_loads"
+
+LOCK_WAIT_SECONDS = 30.0
+"""How long opening the file for writing waits for other processes (readers) to let go,
+before the load fails as transient (and is retried later with backoff)."""
 
 # DuckDB types back to the lattice, for tables eventpipe did not create itself.
 _LATTICE = {
@@ -62,12 +69,7 @@ class DuckDBDestination:
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        try:
-            connection = duckdb.connect(str(self.path))
-        except duckdb.IOException as exc:  # another process holds the file
-            raise TransientError(
-                f"cannot open {self.path}: {exc}", fix="close other writers of the file"
-            ) from exc
+        connection = _open_for_writing(self.path, LOCK_WAIT_SECONDS)
         try:
             yield connection
         finally:
@@ -161,6 +163,26 @@ class DuckDBDestination:
             return names, cursor.fetchall()
         finally:
             connection.close()
+
+
+def _open_for_writing(path: Path, wait: float) -> duckdb.DuckDBPyConnection:
+    """A writing connection to ``path``, waiting up to ``wait`` seconds while another
+    process holds the file (polling from 10 ms up to 0.25 s apart)."""
+    deadline = time.monotonic() + wait
+    pause = 0.01
+    while True:
+        try:
+            return duckdb.connect(str(path))
+        except duckdb.IOException as exc:
+            held = "Could not set lock" in str(exc)
+            if not held or time.monotonic() + pause > deadline:
+                raise TransientError(
+                    f"cannot open {path}: {exc}",
+                    fix="close other connections to the file (readers included)"
+                    if held else "check the file and its directory",
+                ) from exc
+        time.sleep(pause)
+        pause = min(pause * 2, 0.25)
 
 
 def _describe(db: duckdb.DuckDBPyConnection, table: str) -> Table | None:

@@ -61,7 +61,7 @@ from eventpipe.processing.typing import (
     token_types,
 )
 from eventpipe.schema.diff import Table, diff
-from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
+from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
 from eventpipe.schema.types import DataType
 from eventpipe.state.store import ALL_TABLES, StateStore
 
@@ -469,9 +469,13 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     frame = _multiplexed(frame, dest)
     lookup_columns = [c for c in frame.columns if c.startswith("__lookup_")]
     event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT_COLUMN).schema
-    text, error = render(Template.parse(dest.table_name_template), event_schema)
-    with _step(f"{dest_id}: table names"):
-        name = table_names(frame, text)
+    template = Template.parse(dest.table_name_template)
+    text, error = render(template, event_schema)
+    if template.literal is not None:
+        name = F.lit(table_name(template.literal))
+    else:
+        with _step(f"{dest_id}: table names"):
+            name = table_names(frame, text)
     frame = frame.withColumn(TABLE, F.when(error.isNull(), name)).withColumn(ERROR, error)
     browser = _browser(event_schema)
     for rule in run.lookups.for_destination(dest_id):

@@ -17,8 +17,10 @@ Structured Streaming.
   archived as ``archive/YYYY-MM-DD/streaming-archive.dst=<id>-<stamp>.log.gz`` and the
   destination's progress is recorded, which lets the batch side archive a sealed segment
   once every stream destination has read it.
-* A transient failure (destination down) stops the query; :func:`run_streams` restarts
-  it with backoff, from its checkpoint.
+* A transient failure (destination down, a DuckDB file held by a reader too long) is
+  retried within the micro-batch with backoff; the query does not stop for it. Any other
+  error stops the query, and :class:`StreamSupervisor` starts it again with backoff, from
+  its checkpoint.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import logging
 import os
 import shutil
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -43,6 +46,7 @@ from pyspark.sql.streaming.datasource import (
 
 from eventpipe import locks
 from eventpipe.config import Config
+from eventpipe.errors import retry_transient
 from eventpipe.events import utc_now
 from eventpipe.log import tail
 from eventpipe.paths import DataLayout
@@ -165,10 +169,22 @@ def stream_ids(config: Config) -> list[str]:
     return [d for d in config.destinations if d not in batch]
 
 
+class StreamStopped(Exception):
+    """The stream is stopping while a micro-batch waits to retry; it is replayed at the
+    next start."""
+
+
 def start_stream(
-    spark: SparkSession, config: Config, dest_id: str, *, available_now: bool = False
+    spark: SparkSession,
+    config: Config,
+    dest_id: str,
+    *,
+    available_now: bool = False,
+    stopping: threading.Event | None = None,
 ) -> StreamingQuery:
-    """The streaming query of one stream destination, started."""
+    """The streaming query of one stream destination, started. A micro-batch that fails
+    as transient is retried with backoff (1 s doubling to 30 s): until it loads, or until
+    ``stopping`` is set; ``available_now`` (``process --once``): 3 attempts."""
     from eventpipe.processing.job import process_stream_batch
 
     spark.dataSource.register(LogSource)
@@ -176,14 +192,32 @@ def start_stream(
     queue = tail.queue_dir(layout, dest_id)
     dest = config.destinations[dest_id]
 
+    def pause(seconds: float) -> None:
+        if stopping is None:
+            time.sleep(seconds)
+        elif stopping.wait(seconds):
+            raise StreamStopped(f"stream {dest_id} stopped while micro-batch waited to retry")
+
     def each_batch(frame: DataFrame, epoch: int) -> None:
+        started = time.perf_counter()
         batch = queue / f"batch-{epoch:012d}"
         if not (batch / "_SUCCESS").exists():
             frame.write.mode("overwrite").text(str(batch))
+        written = time.perf_counter()
         files = sorted(batch.glob("part-*"))
         if any(f.stat().st_size for f in files):
-            process_stream_batch(spark, config, dest_id, epoch, batch)
+            report = retry_transient(
+                lambda: process_stream_batch(spark, config, dest_id, epoch, batch),
+                attempts=3 if available_now else None, max_delay=30.0, sleep=pause, log=log,
+            )  # fmt: skip
+            loaded = time.perf_counter()
             _archive(layout, dest_id, files)
+            log.info(
+                "stream %s micro-batch %d: %d row(s) in %.2f s (lines %.2f s, job %.2f s, "
+                "archive %.2f s)", dest_id, epoch, sum(report.loaded.values()),
+                time.perf_counter() - started, written - started, loaded - written,
+                time.perf_counter() - loaded,
+            )  # fmt: skip
         tail.write_progress(layout, dest_id, _planned_end(queue / "checkpoint", epoch))
         shutil.rmtree(batch, ignore_errors=True)
 
@@ -250,10 +284,15 @@ def run_once(spark: SparkSession, config: Config) -> None:
             start_stream(spark, config, dest_id, available_now=True).awaitTermination()
 
 
+HEALTHY_SECONDS = 60.0
+"""A query that ran this long before it stopped is restarted after 1 s again."""
+
+
 class StreamSupervisor:
     """Keeps each stream destination's query running (``eventpipe process``): a query
     that stops on an error is started again from its checkpoint, after 1 s, 2 s, 4 s...
-    (at most 60 s); other destinations are not affected."""
+    (at most 60 s; back to 1 s once it ran ``HEALTHY_SECONDS``); other destinations are
+    not affected."""
 
     def __init__(self, spark: SparkSession, config: Config) -> None:
         self.spark = spark
@@ -272,9 +311,10 @@ class StreamSupervisor:
     def _keep(self, dest_id: str) -> None:
         delay = 1.0
         while not self._stop.is_set():
+            started = time.monotonic()
             try:
                 with stream_lock(self.config.layout, dest_id):
-                    query = start_stream(self.spark, self.config, dest_id)
+                    query = start_stream(self.spark, self.config, dest_id, stopping=self._stop)
                     self._queries[dest_id] = query
                     log.info("stream %s started", dest_id)
                     query.awaitTermination()
@@ -282,6 +322,8 @@ class StreamSupervisor:
             except Exception as exc:  # noqa: BLE001 - reported, then the query restarts
                 if self._stop.is_set():
                     return
+                if time.monotonic() - started >= HEALTHY_SECONDS:
+                    delay = 1.0
                 log.error("stream %s stopped: %s; restarting in %.0f s", dest_id, exc, delay)
                 self._stop.wait(delay)
                 delay = min(delay * 2, 60.0)

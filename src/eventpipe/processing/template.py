@@ -63,6 +63,14 @@ class Template:
         parts.append(rest)
         return cls(text, tuple(p for p in parts if p != ""))
 
+    @property
+    def literal(self) -> str | None:
+        """The text of a template without placeholders (every event gets the same table:
+        no query needed to name it); None if it has any."""
+        if self.parts and all(isinstance(p, str) for p in self.parts):
+            return "".join(p for p in self.parts if isinstance(p, str))
+        return None
+
 
 def java_date_pattern(strftime: str, *, where: str = "table_name_template") -> str:
     """``%Y_%m`` -> ``yyyy'_'MM`` (literal text quoted for Spark's date_format)."""

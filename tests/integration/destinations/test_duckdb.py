@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import duckdb
+import pytest
 
+from eventpipe.destinations import duckdb as duckdb_destination
 from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.errors import TransientError
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
 
@@ -18,3 +24,51 @@ def test_the_file_is_free_between_calls(tmp_path: Path) -> None:
     other.execute("CREATE TABLE mine AS SELECT 1 AS x")
     other.close()
     assert dest.describe("mine") == Table("mine", {"x": DataType.INT64})
+
+
+def _hold_read_only(path: Path, seconds: float) -> subprocess.Popen[bytes]:
+    """Another process (a user's DuckDB session) holding ``path`` open read-only for
+    ``seconds``; returns once it holds it."""
+    script = (
+        "import duckdb, sys, time\n"
+        f"db = duckdb.connect({str(path)!r}, read_only=True)\n"
+        "print('holding', flush=True)\n"
+        f"time.sleep({seconds})\n"
+        "db.close()\n"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE)
+    assert holder.stdout is not None
+    with holder.stdout:
+        assert holder.stdout.readline() == b"holding\n"
+    return holder
+
+
+def test_a_writer_waits_for_a_reader_to_let_go_of_the_file(tmp_path: Path) -> None:
+    dest = DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+    dest.patch(diff(None, Table("events", {"id": DataType.STRING})))
+    holder = _hold_read_only(dest.path, 1.5)
+    try:
+        started = time.monotonic()
+        dest.patch(diff(dest.describe("events"), Table("events", {"id": DataType.STRING,
+                                                                  "n": DataType.INT64})))
+        assert holder.poll() is not None  # it waited for the reader to close
+    finally:
+        holder.wait(10)
+    assert time.monotonic() - started > 0.5
+    assert dest.describe("events") == Table("events", {"id": DataType.STRING, "n": DataType.INT64})
+
+
+def test_a_reader_that_holds_on_makes_the_write_fail_as_transient(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    dest = DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+    dest.patch(diff(None, Table("events", {"id": DataType.STRING})))
+    monkeypatch.setattr(duckdb_destination, "LOCK_WAIT_SECONDS", 0.3)
+    holder = _hold_read_only(dest.path, 30)
+    try:
+        with pytest.raises(TransientError, match="Could not set lock") as failed:
+            dest.describe("events")
+        assert failed.value.fix is not None and "readers included" in failed.value.fix
+    finally:
+        holder.kill()
+        holder.wait(10)

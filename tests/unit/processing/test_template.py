@@ -51,6 +51,12 @@ def test_bad_templates_are_config_errors(text: str, message: str) -> None:
         Template.parse(text)
 
 
+def test_a_template_without_placeholders_is_a_literal() -> None:
+    assert Template.parse("Web Events").literal == "Web Events"
+    assert Template.parse("web_{{ event_type }}").literal is None
+    assert Template.parse("{{ event_type }}").literal is None
+
+
 def test_rendering(spark: Any, tmp_path: Path) -> None:
     rows = _render(spark, tmp_path, "{{ event_type }}_{{ _timestamp | date('%Y_%m') }}", [
         {"event_type": "Page View", "_timestamp": "2026-11-21T10:00:00.123456Z"},
