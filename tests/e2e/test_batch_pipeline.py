@@ -71,8 +71,9 @@ def test_http_post_to_rows_in_duckdb(start_collector: Any, spark: Any) -> None:
 
 def test_a_type_conflict_across_two_batches(start_collector: Any, spark: Any) -> None:
     # A template without placeholders is named once, sanitised like any other.
-    c = start_collector(destinations={"warehouse": {"type": "duckdb",
-                                                    "table_name_template": "Web Events!"}})
+    c = start_collector(
+        destinations={"warehouse": {"type": "duckdb", "table_name_template": "Web Events!"}}
+    )
     _post(c, [{"n": 1, "event_id": "a"}], server=True)
     _seal(c)
     process_once(c.config, spark)

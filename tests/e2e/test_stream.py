@@ -92,3 +92,50 @@ def test_a_micro_batch_waits_out_a_reader_holding_the_duckdb_file_without_failin
     assert _query(c, "SELECT n FROM events ORDER BY n") == [(1,), (2,)]
     assert not c.layout.failed_destination("warehouse").exists()
     assert tail.lag(c.layout, "warehouse").events == 0
+
+
+def test_a_column_dropped_behind_the_streams_back_is_found_and_the_load_retried(
+    start_collector: Any, spark: Any
+) -> None:
+    import logging
+    import time
+
+    import duckdb
+
+    from eventpipe.destinations.duckdb import _open_for_writing
+
+    def wait_for(sql: str, expected: list[Any]) -> None:
+        deadline = time.monotonic() + 90
+        found: Any = None
+        while found != expected:
+            assert time.monotonic() < deadline, found
+            time.sleep(0.2)
+            try:
+                found = _query(c, sql)
+            except duckdb.Error as exc:  # not created yet, or held by the stream's load
+                found = exc
+
+    warnings: list[str] = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: warnings.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("eventpipe").addHandler(handler)
+    c = start_collector(destinations={"warehouse": {"type": "duckdb", "mode": "stream"}})
+    streams = stream.StreamSupervisor(spark, c.config)
+    streams.start()
+    try:
+        _post(c, [{"seq": 1, "n": 1}], server=True)  # creates the table
+        wait_for("SELECT seq, n FROM events", [(1, 1)])
+        _post(c, [{"seq": 2, "n": 2}], server=True)  # its schema read, then kept in memory
+        wait_for("SELECT seq, n FROM events ORDER BY seq", [(1, 1), (2, 2)])
+        # A user drops a column the stream believes is there.
+        db = _open_for_writing(c.layout.warehouse, 30)
+        db.execute("ALTER TABLE events DROP COLUMN n")
+        db.close()
+        _post(c, [{"seq": 3, "n": 3}], server=True)
+        wait_for("SELECT seq, n FROM events ORDER BY seq", [(1, None), (2, None), (3, 3)])
+    finally:
+        streams.stop()
+        logging.getLogger("eventpipe").removeHandler(handler)
+    # The load failed with the schema kept in memory, which was then read again.
+    assert any("load failed with the schema kept in memory" in w for w in warnings), warnings
+    assert not c.layout.failed_destination("warehouse").exists()

@@ -107,6 +107,11 @@ class DuckDBDestination:
             db.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rejected VARCHAR")
             try:
                 return self._load_once(db, request, files, ())
+            except (duckdb.CatalogException, duckdb.BinderException) as exc:
+                # The table or a column is not what the request says (changed by someone
+                # else since it was described): the job reads it again (a stream) or
+                # the rows go to failed/.
+                raise TerminalError(f"{request.table}: {exc}", table=request.table) from exc
             except duckdb.ConversionException as exc:
                 # Values the table's columns cannot take: those rows are left out, and
                 # the rest loads (TRY_CAST finds them, without a second failure).
@@ -179,7 +184,8 @@ def _open_for_writing(path: Path, wait: float) -> duckdb.DuckDBPyConnection:
                 raise TransientError(
                     f"cannot open {path}: {exc}",
                     fix="close other connections to the file (readers included)"
-                    if held else "check the file and its directory",
+                    if held
+                    else "check the file and its directory",
                 ) from exc
         time.sleep(pause)
         pause = min(pause * 2, 0.25)

@@ -51,6 +51,7 @@ from eventpipe.processing.paths import (
     set_path,
     with_type_at,
 )
+from eventpipe.processing.schemas import SchemaCache
 from eventpipe.processing.template import Template, render, table_names
 from eventpipe.processing.typing import (
     SPARK_TYPES,
@@ -117,6 +118,8 @@ class _Target:
     id: str
     config: DestinationConfig
     destination: Destination
+    schemas: SchemaCache
+    """Its tables' schemas (a stream's lives across micro-batches; a batch run's is new)."""
 
 
 def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> Destination:
@@ -235,18 +238,25 @@ def _archive_segments(layout: DataLayout, names: Sequence[str], streams: list[st
 
 
 def process_stream_batch(
-    spark: SparkSession, config: Config, dest_id: str, epoch: int, lines: Path
+    spark: SparkSession,
+    config: Config,
+    dest_id: str,
+    epoch: int,
+    lines: Path,
+    schemas: SchemaCache | None = None,
 ) -> RunReport:
     """One micro-batch of a stream destination, its log lines in the files of ``lines``,
     through the same job as batch mode, for that destination only. The run id is the
-    destination's and the micro-batch's, so a replayed micro-batch loads nothing twice."""
+    destination's and the micro-batch's, so a replayed micro-batch loads nothing twice.
+    ``schemas``: the stream's, kept from one micro-batch to the next."""
     layout = config.layout
     run_id = f"stream-{dest_id}-{epoch}"
     name = f"queue.dst={dest_id}/batch-{epoch:012d}"
     report = RunReport(run_id, (name,), resumed=(layout.tmp / run_id).exists())
     only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
     paths = [str(p) for p in sorted(lines.glob("part-*")) if p.stat().st_size]
-    _run_job(spark, only, run_id, (name,), paths, StateStore(layout.state), report)
+    known = {dest_id: schemas or SchemaCache()}
+    _run_job(spark, only, run_id, (name,), paths, StateStore(layout.state), report, known)
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
 
@@ -259,8 +269,10 @@ def _run_job(
     paths: list[str],
     state: StateStore,
     report: RunReport,
+    schemas: dict[str, SchemaCache] | None = None,
 ) -> None:
-    """Read ``paths`` once, then load every destination of ``config``."""
+    """Read ``paths`` once, then load every destination of ``config`` (with the table
+    schemas of ``schemas`` where given, else read from each destination)."""
     lookups = Lookups.plan(config)
     events = _stage_events(spark, config, run_id, paths, lookups)
     if CORRUPT_COLUMN in events.columns:
@@ -272,7 +284,8 @@ def _run_job(
     originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths))
     for dest_id, dest in config.destinations.items():
-        target = _Target(dest_id, dest, open_destination(dest_id, dest, config))
+        cache = (schemas or {}).get(dest_id) or SchemaCache()
+        target = _Target(dest_id, dest, open_destination(dest_id, dest, config), cache)
         _process_destination(events, shared, target)
 
 
@@ -623,6 +636,10 @@ def _staged_table(staged: DataFrame, where: Path, table: str) -> _StagedTable:
     return _StagedTable(table, staged.filter(F.col(TABLE) == F.lit(table)).drop(TABLE), files)
 
 
+class _StaleSchema(Exception):
+    """A load failed with a table schema kept in memory: read it again, retry once."""
+
+
 def _load_table(
     staged: _StagedTable,
     run: _Run,
@@ -630,11 +647,38 @@ def _load_table(
     batch_types: dict[str, DataType],
     flat: Flat,
 ) -> int:
-    dest_id, dest, destination = target.id, target.config, target.destination
+    """Convert, patch and load one table; rows that fail go to failed/. When the load
+    fails with the schema from memory (a stream's), the table's schema is read from the
+    destination and the load retried once."""
+    described = target.schemas.describe(target.destination, staged.name)
+    try:
+        return _load_table_as(staged, run, target, batch_types, flat, described.table,
+                              retry_stale=described.cached)  # fmt: skip
+    except _StaleSchema as stale:
+        log.warning("%s.%s: load failed with the schema kept in memory (%s); read again, "
+                    "retrying once", target.id, staged.name, stale)  # fmt: skip
+        target.schemas.forget(staged.name)
+        fresh = target.schemas.describe(target.destination, staged.name)
+        return _load_table_as(staged, run, target, batch_types, flat, fresh.table,
+                              retry_stale=False)  # fmt: skip
+
+
+def _load_table_as(
+    staged: _StagedTable,
+    run: _Run,
+    target: _Target,
+    batch_types: dict[str, DataType],
+    flat: Flat,
+    existing: Table | None,
+    *,
+    retry_stale: bool,
+) -> int:
+    """``_load_table`` for the table as ``existing``; raises _StaleSchema when
+    ``retry_stale`` and the load fails (nothing written to failed/ yet)."""
+    dest_id, dest = target.id, target.config
     layout, run_id = run.layout, run.run_id
     table, frame = staged.name, staged.frame
 
-    existing = destination.describe(table)
     wanted = {c: flat.explicit.get(c, t) for c, t in batch_types.items()}
     kept, overflow = _within_max_columns(wanted, existing, dest.max_columns, flat.explicit)
     targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in kept.items()}
@@ -647,7 +691,7 @@ def _load_table(
     ):
         # Staged with the types it loads with (the common case): the partition's own files
         # are loaded, without a conversion pass.
-        return _load_files(staged, run, target, existing, targets, frame)
+        return _load_files(staged, run, target, existing, targets, frame, retry_stale)
     converted = {c: cast_to(_ref(c), targets[c], spark_types[c]) for c in kept}
     if overflow:
         converted[UNMAPPED_COLUMN] = _with_overflow(frame, overflow, flat.pointers)
@@ -662,11 +706,9 @@ def _load_table(
     if missing_key:
         problems.append(F.lit(f"primary key column(s) {', '.join(missing_key)} missing"))
     staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
-    ok = frame
+    ok = checked = frame
     if problems:
         checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
-        _fail_once(checked.filter(F.col(ERROR) != ""), run, dest_id, f"table={table}",
-                   table=table, stage=Stage.LOADING)  # fmt: skip
         ok = checked.filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (_load_files).
@@ -674,7 +716,13 @@ def _load_table(
             "overwrite"
         ).parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
-    return _load_files(_StagedTable(table, frame, files), run, target, existing, targets, ok)
+    loaded = _load_files(_StagedTable(table, frame, files), run, target, existing, targets, ok,
+                         retry_stale)  # fmt: skip
+    if problems:
+        # After the load: a load retried with a fresh schema converts them again.
+        _fail_once(checked.filter(F.col(ERROR) != ""), run, dest_id, f"table={table}",
+                   table=table, stage=Stage.LOADING)  # fmt: skip
+    return loaded
 
 
 def _load_files(
@@ -684,12 +732,17 @@ def _load_files(
     existing: Table | None,
     targets: dict[str, DataType],
     ok: DataFrame,
+    retry_stale: bool,
 ) -> int:
     """Patch the table (as ``existing``) for ``targets`` and load ``staged.files``; on a
-    terminal error the events of ``ok`` go to failed/ with it."""
+    terminal error the events of ``ok`` go to failed/ with it (``retry_stale``: raise
+    _StaleSchema instead)."""
     dest_id, dest, destination = target.id, target.config, target.destination
     report, run_id, table = run.report, run.run_id, staged.name
-    destination.patch(diff(existing, Table(table, targets, dest.primary_key)))
+    patch = diff(existing, Table(table, targets, dest.primary_key))
+    destination.patch(patch)
+    if not patch.empty:
+        target.schemas.forget(table)  # read again next time: others may have added more
     try:
         with _step(f"{dest_id}.{table}: load"):
             result = destination.load(
@@ -698,6 +751,8 @@ def _load_files(
                 )
             )
     except TerminalError as exc:
+        if retry_stale:
+            raise _StaleSchema(exc.message) from exc
         _fail_once(ok.withColumn(ERROR, F.lit(exc.message)), run, dest_id,
                    f"table={table}.load", table=table, stage=Stage.LOADING)  # fmt: skip
         return 0

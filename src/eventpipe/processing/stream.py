@@ -186,11 +186,13 @@ def start_stream(
     as transient is retried with backoff (1 s doubling to 30 s): until it loads, or until
     ``stopping`` is set; ``available_now`` (``process --once``): 3 attempts."""
     from eventpipe.processing.job import process_stream_batch
+    from eventpipe.processing.schemas import SchemaCache
 
     spark.dataSource.register(LogSource)
     layout = config.layout
     queue = tail.queue_dir(layout, dest_id)
     dest = config.destinations[dest_id]
+    schemas = SchemaCache()  # the tables' schemas, kept from one micro-batch to the next
 
     def pause(seconds: float) -> None:
         if stopping is None:
@@ -207,7 +209,7 @@ def start_stream(
         files = sorted(batch.glob("part-*"))
         if any(f.stat().st_size for f in files):
             report = retry_transient(
-                lambda: process_stream_batch(spark, config, dest_id, epoch, batch),
+                lambda: process_stream_batch(spark, config, dest_id, epoch, batch, schemas),
                 attempts=3 if available_now else None, max_delay=30.0, sleep=pause, log=log,
             )  # fmt: skip
             loaded = time.perf_counter()

@@ -49,8 +49,12 @@ def test_a_writer_waits_for_a_reader_to_let_go_of_the_file(tmp_path: Path) -> No
     holder = _hold_read_only(dest.path, 1.5)
     try:
         started = time.monotonic()
-        dest.patch(diff(dest.describe("events"), Table("events", {"id": DataType.STRING,
-                                                                  "n": DataType.INT64})))
+        dest.patch(
+            diff(
+                dest.describe("events"),
+                Table("events", {"id": DataType.STRING, "n": DataType.INT64}),
+            )
+        )
         assert holder.poll() is not None  # it waited for the reader to close
     finally:
         holder.wait(10)
@@ -68,7 +72,7 @@ def test_a_reader_that_holds_on_makes_the_write_fail_as_transient(
     try:
         with pytest.raises(TransientError, match="Could not set lock") as failed:
             dest.describe("events")
-        assert failed.value.fix is not None and "readers included" in failed.value.fix
+        assert "readers included" in str(failed.value)
     finally:
         holder.kill()
         holder.wait(10)
