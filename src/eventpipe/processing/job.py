@@ -64,7 +64,7 @@ from eventpipe.processing.typing import (
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
 from eventpipe.schema.types import DataType
-from eventpipe.state.store import ALL_TABLES, StateStore
+from eventpipe.state.store import ALL_TABLES, StateStore, micro_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -251,12 +251,14 @@ def process_stream_batch(
     ``schemas``: the stream's, kept from one micro-batch to the next."""
     layout = config.layout
     run_id = f"stream-{dest_id}-{epoch}"
-    name = f"queue.dst={dest_id}/batch-{epoch:012d}"
+    name = micro_batch(dest_id, epoch)
     report = RunReport(run_id, (name,), resumed=(layout.tmp / run_id).exists())
     only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
     paths = [str(p) for p in sorted(lines.glob("part-*")) if p.stat().st_size]
     known = {dest_id: schemas or SchemaCache()}
-    _run_job(spark, only, run_id, (name,), paths, StateStore(layout.state), report, known)
+    state = StateStore(layout.state)
+    _run_job(spark, only, run_id, (name,), paths, state, report, known)
+    state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
 

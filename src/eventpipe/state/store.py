@@ -7,6 +7,11 @@
 * ``segment_status``: segment x destination x table, ``ok`` or ``failed`` with the error
   and the number of attempts (seed 1's DestinationStatus). ``tbl = '*'`` marks a
   destination that finished every table of a segment.
+* A stream destination records each micro-batch like a segment
+  (``queue.dst=<id>/batch-<n>``), one a second: once a later micro-batch is recorded,
+  the older ones are folded into one row per table (``queue.dst=<id>/folded``, rows
+  summed), and their skipped/failed counts into one ``destination_runs`` row, so the
+  store stays small however long the stream runs.
 
 Every change is one transaction (SQLite in WAL mode), so a crash leaves either the old or
 the new state.
@@ -56,6 +61,11 @@ CREATE TABLE IF NOT EXISTS destination_runs (
     PRIMARY KEY (run_id, destination)
 );
 """
+
+
+def micro_batch(destination: str, epoch: int) -> str:
+    """The name a stream destination's micro-batch is recorded under (like a segment)."""
+    return f"queue.dst={destination}/batch-{epoch:012d}"
 
 
 def _now() -> str:
@@ -191,6 +201,48 @@ class StateStore:
             db.execute(
                 "INSERT OR REPLACE INTO destination_runs VALUES (?, ?, ?, ?, ?)",
                 (run_id, destination, skipped, failed, _now()),
+            )
+
+    def fold_stream(self, destination: str, epoch: int) -> None:
+        """Fold the records of the stream destination's micro-batches before ``epoch``
+        into its ``folded`` rows (the micro-batch under way keeps its own)."""
+        prefix = f"queue.dst={destination}/batch-"
+        runs = f"stream-{destination}-"
+        folded_run = runs + "folded"
+        older_run = (
+            "run_id != ? AND substr(run_id, 1, ?) = ? AND CAST(substr(run_id, ?) AS INTEGER) < ?"
+        )
+        older = (folded_run, len(runs), runs, len(runs) + 1, epoch)
+        with self._db() as db:
+            db.execute(
+                "INSERT INTO segment_status (segment, destination, tbl, status, rows, run_id, "
+                "updated_at) SELECT ?, destination, tbl, 'ok', sum(rows), ?, "
+                "max(updated_at) FROM segment_status WHERE destination = ? AND status = 'ok' "
+                "AND tbl != ? AND segment >= ? AND segment < ? GROUP BY destination, tbl "
+                "ON CONFLICT (segment, destination, tbl) DO UPDATE SET "
+                "rows = segment_status.rows + excluded.rows, "
+                "updated_at = max(segment_status.updated_at, excluded.updated_at)",
+                (f"queue.dst={destination}/folded", folded_run, destination, ALL_TABLES,
+                 prefix, micro_batch(destination, epoch)),
+            )  # fmt: skip
+            db.execute(
+                "DELETE FROM segment_status WHERE destination = ? AND status = 'ok' "
+                "AND segment >= ? AND segment < ?",
+                (destination, prefix, micro_batch(destination, epoch)),
+            )
+            db.execute(
+                "INSERT INTO destination_runs SELECT ?, destination, sum(skipped), "
+                "sum(failed), max(finished_at) FROM destination_runs WHERE destination = ? "
+                f"AND {older_run} GROUP BY destination "
+                "ON CONFLICT (run_id, destination) DO UPDATE SET "
+                "skipped = destination_runs.skipped + excluded.skipped, "
+                "failed = destination_runs.failed + excluded.failed, "
+                "finished_at = max(destination_runs.finished_at, excluded.finished_at)",
+                (folded_run, destination, *older),
+            )
+            db.execute(
+                f"DELETE FROM destination_runs WHERE destination = ? AND {older_run}",
+                (destination, *older),
             )
 
     def summary(self, destination: str) -> DestinationSummary:

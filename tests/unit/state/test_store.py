@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import sqlite3
 from pathlib import Path
 
-from eventpipe.state.store import ALL_TABLES, StateStore
+from eventpipe.state.store import ALL_TABLES, StateStore, micro_batch
 
 
 def test_an_interrupted_or_killed_run_is_resumed_with_its_segments(tmp_path: Path) -> None:
@@ -33,3 +34,35 @@ def test_table_status_covers_every_segment_and_counts_attempts(tmp_path: Path) -
     assert store.segments_done(["s1", "s2"], ["dw"]) == []
     store.record(["s1"], "dw", ALL_TABLES, ok=True)
     assert store.segments_done(["s1", "s2"], ["dw"]) == ["s1"]
+
+
+def test_a_streams_older_micro_batches_fold_into_one_row_per_table(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state.sqlite")
+    store.record(["s1"], "live", "events", ok=True, rows=7)  # a segment: never folded
+    store.record(["s1"], "batch", "events", ok=True, rows=3)
+    for epoch in range(12):  # past 9 -> 10: numbers, not text, order the run ids
+        name = micro_batch("live", epoch)
+        store.record([name], "live", "events", ok=True, rows=10, run_id=f"stream-live-{epoch}")
+        if epoch % 2:
+            store.record([name], "live", "clicks", ok=True, rows=1)
+        store.record([name], "live", ALL_TABLES, ok=True)
+        store.record_destination_run(f"stream-live-{epoch}", "live", skipped=1, failed=2)
+        store.fold_stream("live", epoch)
+    before = store.summary("live")
+    assert before.rows_loaded == 7 + 12 * 10 + 6
+    assert (before.skipped, before.failed) == (12, 24)
+    segments = {(s, t): r for s, d, t, _, r, _, _ in store.statuses() if d == "live"}
+    assert segments == {
+        ("s1", "events"): 7,
+        ("queue.dst=live/folded", "events"): 110,
+        ("queue.dst=live/folded", "clicks"): 5,
+        (micro_batch("live", 11), "events"): 10,  # the latest keeps its own records
+        (micro_batch("live", 11), "clicks"): 1,
+        (micro_batch("live", 11), ALL_TABLES): 0,
+    }
+    assert store.table_ok([micro_batch("live", 11)], "live", "events")
+    with sqlite3.connect(store.path) as db:
+        runs = db.execute("SELECT run_id FROM destination_runs WHERE destination = 'live' "
+                          "ORDER BY 1").fetchall()  # fmt: skip
+    assert runs == [("stream-live-11",), ("stream-live-folded",)]
+    assert store.summary("batch").rows_loaded == 3  # other destinations untouched
