@@ -264,7 +264,12 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     if dest.type == "duckdb":
         path = Path(dest.path) if dest.path else config.layout.warehouse
         if not path.exists():
-            raise EventpipeError(f"{path} does not exist yet", fix="run `eventpipe process --once`")
+            fix = (
+                "events appear within seconds while `eventpipe run` (or `process`) is up"
+                if dest.mode == "stream"
+                else "run `eventpipe process --once`"
+            )
+            raise EventpipeError(f"{path} does not exist yet: nothing loaded so far", fix=fix)
     names, rows = open_destination(chosen, dest, config).query(sql)
     _print_table(names, rows)
 

@@ -175,3 +175,16 @@ def test_query_reads_a_postgres_destination_in_its_schema(
     refused = run("query", "-c", str(config), "INSERT INTO events VALUES ('x')")
     assert refused.returncode != 0
     assert "read-only" in refused.stderr
+
+
+@pytest.mark.parametrize(
+    ("mode", "hint"),
+    [("batch", "run `eventpipe process --once`"), ("stream", "appear within seconds")],
+)
+def test_query_before_anything_loaded_says_what_to_do(tmp_path: Path, mode: str, hint: str) -> None:
+    config = write_config(tmp_path / "eventpipe.yaml", tmp_path / "data", free_port(),
+                          destinations={"warehouse": {"type": "duckdb", "mode": mode}})  # fmt: skip
+    result = run("query", "-c", str(config), "SELECT 1")
+    assert result.returncode == 1
+    assert "does not exist yet: nothing loaded so far" in result.stderr
+    assert hint in result.stderr
