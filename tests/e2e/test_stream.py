@@ -139,3 +139,21 @@ def test_a_column_dropped_behind_the_streams_back_is_found_and_the_load_retried(
     # The load failed with the schema kept in memory, which was then read again.
     assert any("load failed with the schema kept in memory" in w for w in warnings), warnings
     assert not c.layout.failed_destination("warehouse").exists()
+
+
+def test_an_unreadable_line_in_the_active_segment_fails_under_its_key(
+    start_collector: Any, spark: Any
+) -> None:
+    import orjson
+
+    c = start_collector(destinations={"warehouse": {"type": "duckdb", "mode": "stream"}})
+    _post(c, [{"n": 1}], server=True)
+    [active] = c.layout.active_segments()
+    with active.open("ab") as out:
+        out.write(b'{"broken": \n')
+    _post(c, [{"n": 2}], server=True)
+    stream.run_once(spark, c.config)
+    assert _query(c, "SELECT n FROM events ORDER BY n") == [(1,), (2,)]
+    [failed] = [orjson.loads(x) for x in c.layout.failed_receiving("web").read_bytes().splitlines()]
+    assert failed["raw"] == '{"broken": '
+    assert failed["api_key"] == "web"
