@@ -1,0 +1,402 @@
+"""The HTTP sink (``type: http``): events to an ingestion API, in sessions (seed 2).
+
+An API like DataSet's ``addEvents`` takes one request per session at a time, at most
+6 MB per payload, and has servers that restart now and then. :class:`Delivery` feeds it
+from one Spark task, which owns its sessions (the job partitions events by session key):
+
+* **Sessions**: the key is the values of the ``group_by`` fields; they leave the event's
+  attributes and go into the session info. Each session fills its own buffer until the
+  next event would pass ``max_payload_bytes`` (measured before compression), and the
+  buffer is published when full, when older than ``max_lifetime_seconds``, or when the
+  input ends.
+* **One request in flight per session**; at most ``parallel`` requests in flight in all
+  (requests of different sessions overlap, on threads). While a session's request is in
+  flight, its next buffer fills; when that one is full too, reading stops until the
+  request ends. Buffered and in-flight bytes stay under ``max_buffer_bytes``: the durable
+  log is the buffer, not memory.
+* **Retries**: connection errors, timeouts, 429 and 5xx are retried with exponential
+  backoff and full jitter, ``Retry-After`` honoured, for up to
+  ``retry_max_elapsed_seconds``; each session keeps its own error state (seed 2's KI1:
+  one session's success never clears another's). A request that timed out may have been
+  stored: its events are counted as possible duplicates.
+* **Terminal answers** (other 4xx): the payload is split in halves and each half sent
+  again, down to single events, so that only the events the API refuses fail, with the
+  response; the rest is delivered. Events whose retries run out fail with the last
+  response. Failed events are returned to the job, which writes them to failed/: none is
+  dropped (seed 2's library drops them).
+* **Trimming**: an event larger than the payload limit on its own keeps its smallest
+  attributes whole while they fit, the first string that does not fit is truncated, the
+  rest is dropped, and the event gets ``eventpipe_trimmed: true`` and is counted.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import gzip
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import orjson
+
+TRIMMED_ATTRIBUTE = "eventpipe_trimmed"
+_SESSIONS = uuid.UUID("6f1d2c3e-8a4b-4f5e-9c0d-1e2f3a4b5c6d")
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """What a task needs to deliver (picklable: it travels to Spark's executors)."""
+
+    destination: str
+    url: str
+    headers: dict[str, str]
+    format: Literal["dataset", "ndjson"] = "dataset"
+    max_payload_bytes: int = 6_000_000
+    max_lifetime_seconds: float = 5.0
+    parallel: int = 4
+    """Requests in flight at once, in this task."""
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 30.0
+    retry_max_elapsed_seconds: float = 300.0
+    max_buffer_bytes: int = 64_000_000
+    gzip: bool = True
+    timeout_seconds: float = 30.0
+
+
+@dataclass(frozen=True)
+class Failed:
+    row: int
+    error: str
+
+
+@dataclass
+class Stats:
+    delivered: int = 0
+    requests: int = 0
+    payload_bytes: int = 0
+    """Uncompressed bytes of the payloads delivered."""
+    trimmed: int = 0
+    retries: int = 0
+    possible_duplicates: int = 0
+    """Events of requests that timed out and were sent again (the API may have stored
+    them the first time)."""
+    peak_buffered_bytes: int = 0
+    """The most event bytes held at once (buffers and requests in flight)."""
+
+
+@dataclass
+class _Event:
+    row: int
+    body: bytes
+    """The event as it goes into the payload (JSON)."""
+
+
+@dataclass
+class _Session:
+    key: str
+    info: dict[str, Any]
+    id: str
+    events: list[_Event] = field(default_factory=list)
+    size: int = 0
+    started: float = 0.0
+    in_flight: Future[None] | None = None
+
+
+def session_id(destination: str, key: str) -> str:
+    """A stable session id per destination and key (addEvents: one writer per session)."""
+    return str(uuid.uuid5(_SESSIONS, f"{destination}\x00{key}"))
+
+
+class Delivery:
+    """Delivers the events of one task; :meth:`add` each, then :meth:`finish`."""
+
+    def __init__(
+        self,
+        settings: HttpSettings,
+        *,
+        post: Callable[[bytes, dict[str, str]], tuple[int, dict[str, str], bytes]] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.settings = settings
+        self.stats = Stats()
+        self.failed: list[Failed] = []
+        self._clock = clock
+        self._sleep = sleep
+        self._sessions: dict[str, _Session] = {}
+        self._pool = ThreadPoolExecutor(max_workers=max(1, settings.parallel))
+        self._lock = threading.Lock()
+        self._bytes = 0  # buffered and in flight
+        self._room = threading.Condition(self._lock)
+        self._client: Any = None
+        if post is None:
+            import httpx
+
+            # One client (its connection pool) for the task's sender threads.
+            self._client = httpx.Client(
+                timeout=settings.timeout_seconds,
+                limits=httpx.Limits(max_connections=max(1, settings.parallel)),
+            )
+        self._post = post or self._http_post
+        # The envelope around the events of a dataset payload, measured once per session.
+        self._overhead = 64
+
+    # -- input ------------------------------------------------------------------------
+
+    def add(self, row: int, key: str, info: dict[str, Any], ts_ns: int | None,
+            attrs: dict[str, Any]) -> None:  # fmt: skip
+        """One event of session ``key`` (whose ``group_by`` values are ``info``)."""
+        session = self._sessions.get(key)
+        if session is None:
+            session = _Session(key, info, session_id(self.settings.destination, key))
+            self._sessions[key] = session
+        body = self._encode(ts_ns, attrs)
+        room = self.settings.max_payload_bytes - self._envelope(session)
+        if len(body) > room:
+            body = self._encode(ts_ns, trim(attrs, room - 16, self._encode_attrs_size(ts_ns)))
+            self.stats.trimmed += 1
+        if session.events and session.size + len(body) + 1 > room:
+            self._publish(session)
+        self._reserve(len(body))
+        if not session.events:
+            session.started = self._clock()
+        session.events.append(_Event(row, body))
+        session.size += len(body) + 1
+        self._publish_old()
+
+    def finish(self) -> Stats:
+        """Publish every buffer, wait for every request; ``self.failed`` holds the events
+        that could not be delivered."""
+        try:
+            for session in self._sessions.values():
+                if session.events:
+                    self._publish(session)
+            for session in self._sessions.values():
+                if session.in_flight is not None:
+                    session.in_flight.result()
+        finally:
+            self._pool.shutdown(wait=True)
+            if self._client is not None:
+                self._client.close()
+        return self.stats
+
+    # -- payloads ---------------------------------------------------------------------
+
+    def _encode(self, ts_ns: int | None, attrs: dict[str, Any]) -> bytes:
+        if self.settings.format == "ndjson":
+            return orjson.dumps(attrs)
+        event: dict[str, Any] = {"attrs": attrs}
+        if ts_ns is not None:
+            event["ts"] = str(ts_ns)
+        return orjson.dumps(event)
+
+    def _encode_attrs_size(self, ts_ns: int | None) -> int:
+        """Bytes an event takes besides its attributes."""
+        return len(self._encode(ts_ns, {}))
+
+    def _envelope(self, session: _Session) -> int:
+        if self.settings.format == "ndjson":
+            return 0
+        return len(self._payload(session, [])) + 2
+
+    def _payload(self, session: _Session, events: list[_Event]) -> bytes:
+        if self.settings.format == "ndjson":
+            return b"".join(e.body + b"\n" for e in events)
+        head = orjson.dumps({"session": session.id, "sessionInfo": session.info})
+        return head[:-1] + b',"events":[' + b",".join(e.body for e in events) + b'],"threads":[]}'
+
+    # -- publishing -------------------------------------------------------------------
+
+    def _reserve(self, size: int) -> None:
+        """Wait until ``size`` more bytes fit under ``max_buffer_bytes``: buffers not in
+        flight are sent (fullest first), then requests in flight end and free theirs. A
+        single event always fits."""
+        while True:
+            with self._room:
+                if not self._bytes or self._bytes + size <= self.settings.max_buffer_bytes:
+                    self._bytes += size
+                    self.stats.peak_buffered_bytes = max(
+                        self.stats.peak_buffered_bytes, self._bytes
+                    )
+                    return
+                idle = [s for s in self._sessions.values() if s.events and not _busy(s)]
+                if not idle:
+                    self._room.wait(timeout=1.0)
+                    continue
+            self._publish(max(idle, key=lambda s: s.size))
+
+    def _release(self, size: int) -> None:
+        with self._room:
+            self._bytes -= size
+            self._room.notify_all()
+
+    def _publish_old(self) -> None:
+        now = self._clock()
+        for session in self._sessions.values():
+            old = now - session.started >= self.settings.max_lifetime_seconds
+            if session.events and old and not _busy(session):
+                self._publish(session)
+
+    def _publish(self, session: _Session) -> None:
+        """Hand the session's buffer to a sender thread, after its request in flight."""
+        if session.in_flight is not None:
+            session.in_flight.result()  # one request per session at a time
+        events, session.events, session.size = session.events, [], 0
+        session.in_flight = self._pool.submit(self._deliver, session, events)
+
+    def _deliver(self, session: _Session, events: list[_Event]) -> None:
+        try:
+            self._send_all(session, events)
+        finally:
+            self._release(sum(len(e.body) for e in events))
+
+    def _send_all(self, session: _Session, events: list[_Event]) -> None:
+        """Send ``events`` as one payload; on a terminal answer, each half again."""
+        outcome = self._send(session, events)
+        if outcome is None:
+            return
+        terminal, error = outcome
+        if terminal and len(events) > 1:
+            middle = len(events) // 2
+            self._send_all(session, events[:middle])
+            self._send_all(session, events[middle:])
+            return
+        with self._lock:
+            self.failed.extend(Failed(e.row, error) for e in events)
+
+    def _send(self, session: _Session, events: list[_Event]) -> tuple[bool, str] | None:
+        """None when delivered, else (terminal, the reason)."""
+        s = self.settings
+        payload = self._payload(session, events)
+        body = gzip.compress(payload, compresslevel=3) if s.gzip else payload
+        headers = {**s.headers, "Content-Type": "application/json"}
+        if s.format == "ndjson":
+            headers["Content-Type"] = "application/x-ndjson"
+        if s.gzip:
+            headers["Content-Encoding"] = "gzip"
+        started = self._clock()
+        delay = s.retry_initial_seconds
+        timed_out = False
+        while True:
+            try:
+                status, response_headers, text = self._post(body, headers)
+            except _Timeout as exc:
+                status, response_headers, text = 0, {}, f"timed out: {exc}".encode()
+                timed_out = True
+            except OSError as exc:
+                status, response_headers, text = 0, {}, f"cannot connect: {exc}".encode()
+            if 200 <= status < 300:
+                with self._lock:
+                    self.stats.delivered += len(events)
+                    self.stats.requests += 1
+                    self.stats.payload_bytes += len(payload)
+                    if timed_out:
+                        self.stats.possible_duplicates += len(events)
+                return None
+            reason = _reason(status, text)
+            if status and status != 429 and status < 500:
+                return True, reason
+            wait = random.uniform(delay / 2, delay)
+            wait = max(wait, _retry_after(response_headers.get("retry-after")) or 0.0)
+            if self._clock() - started + wait > s.retry_max_elapsed_seconds:
+                return False, f"{reason} (gave up after {s.retry_max_elapsed_seconds:.0f} s)"
+            with self._lock:
+                self.stats.retries += 1
+            self._sleep(wait)
+            delay = min(delay * 2, s.retry_max_seconds)
+
+    def _http_post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+        import httpx
+
+        try:
+            response = self._client.post(self.settings.url, content=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise _Timeout(str(exc) or type(exc).__name__) from exc
+        except httpx.TransportError as exc:
+            raise OSError(str(exc) or type(exc).__name__) from exc
+        return (
+            response.status_code,
+            {k.lower(): v for k, v in response.headers.items()},
+            (response.content),
+        )
+
+
+def _busy(session: _Session) -> bool:
+    """Whether the session has a request in flight."""
+    return session.in_flight is not None and not session.in_flight.done()
+
+
+class _Timeout(OSError):
+    pass
+
+
+def _reason(status: int, text: bytes) -> str:
+    excerpt = text[:500].decode("utf-8", errors="replace").strip()
+    return f"HTTP {status}: {excerpt}" if status else excerpt
+
+
+def _retry_after(value: str | None) -> float | None:
+    """``Retry-After``: seconds, or an HTTP date."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def trim(attrs: dict[str, Any], budget: int, extra: int = 0) -> dict[str, Any]:
+    """``attrs`` cut to fit ``budget`` bytes of JSON (besides ``extra``): attributes kept
+    whole smallest first while they fit, the first string that does not fit truncated,
+    the rest dropped; marked with ``eventpipe_trimmed``."""
+    kept: dict[str, Any] = {TRIMMED_ATTRIBUTE: True}
+    used = extra + len(orjson.dumps(kept))
+    sized = sorted(attrs.items(), key=lambda kv: (len(orjson.dumps(kv[1])), kv[0]))
+    for name, value in sized:
+        size = len(orjson.dumps({name: value})) - 1  # the comma replaces one brace
+        if used + size <= budget:
+            kept[name] = value
+            used += size
+            continue
+        if isinstance(value, str):
+            room = budget - used - (len(orjson.dumps({name: ""})) - 1)
+            if room > 0:
+                kept[name] = _truncate(value, room)
+        break
+    return kept
+
+
+def _truncate(text: str, room: int) -> str:
+    """The longest prefix of ``text`` whose JSON string fits ``room`` bytes."""
+    low, high = 0, len(text)
+    while low < high:
+        middle = (low + high + 1) // 2
+        if len(orjson.dumps(text[:middle])) - 2 <= room:
+            low = middle
+        else:
+            high = middle - 1
+    return text[:low]
+
+
+Row = tuple[int, str, dict[str, Any], int | None, dict[str, Any]]
+
+
+def deliver(settings: HttpSettings, rows: Iterable[Row]) -> tuple[Stats, list[Failed]]:
+    """Deliver ``rows`` (row id, session key, session info, ts in ns, attributes)."""
+    delivery = Delivery(settings)
+    try:
+        for row in rows:
+            delivery.add(*row)
+    finally:
+        stats = delivery.finish()
+    return stats, delivery.failed

@@ -1,0 +1,148 @@
+"""The HTTP sink's delivery (destinations/http.py) against a real addEvents-like server on
+127.0.0.1 (tests/addevents.py): sessions, payload limits, retries, failures, memory."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from eventpipe.destinations.http import TRIMMED_ATTRIBUTE, Delivery, HttpSettings, deliver
+from tests.addevents import AddEventsServer, addevents_server
+
+
+@pytest.fixture
+def server() -> Iterator[AddEventsServer]:
+    with addevents_server() as running:
+        yield running
+
+
+def _settings(server: AddEventsServer, **overrides: Any) -> HttpSettings:
+    values: dict[str, Any] = {
+        "destination": "dataset", "url": server.url, "headers": {"Authorization": "Bearer t"},
+        "max_payload_bytes": 20_000, "max_lifetime_seconds": 5.0, "parallel": 4,
+        "retry_initial_seconds": 0.05, "retry_max_seconds": 0.4,
+        "retry_max_elapsed_seconds": 30.0,
+    }  # fmt: skip
+    return HttpSettings(**{**values, **overrides})
+
+
+def _rows(count: int, sessions: int = 4, **extra: Any) -> list[tuple[Any, ...]]:
+    return [
+        (i, f"host-{i % sessions}", {"host": f"host-{i % sessions}"}, 1_700_000_000_000_000_000 + i,
+         {"seq": i, "marker": f"m{i}", "text": "x" * 100, **extra})
+        for i in range(count)
+    ]  # fmt: skip
+
+
+def test_sessions_fill_payloads_near_the_limit_one_request_in_flight_each(
+    server: AddEventsServer,
+) -> None:
+    server.behaviour.delay = 0.02  # requests take a while: sessions would overlap if allowed
+    stats, failed = deliver(_settings(server), _rows(2000))
+    assert failed == []
+    assert server.violations == []
+    delivered = server.delivered
+    assert sorted(e["attrs"]["seq"] for e in delivered) == list(range(2000))  # each once
+    assert stats.delivered == 2000
+    assert stats.requests == len(server.requests)
+    by_session: dict[str, list[int]] = {}
+    for request in sorted(server.requests, key=lambda r: r.started):
+        host = request.session_info["host"]
+        assert all(e["attrs"]["seq"] % 4 == int(host[-1]) for e in request.events)
+        by_session.setdefault(request.session, []).extend(e["attrs"]["seq"] for e in request.events)
+        assert request.size <= 20_000
+        assert request.events[0]["ts"].startswith("17000000000")
+    assert len(by_session) == 4
+    for seqs in by_session.values():
+        assert seqs == sorted(seqs)  # in order within a session
+    full = [r.size for r in server.requests][:-4]  # the last of each session may be short
+    assert min(full) > 20_000 * 0.9
+
+
+def test_429_with_retry_after_and_500_bursts_are_retried(server: AddEventsServer) -> None:
+    server.behaviour.too_many = 2
+    server.behaviour.retry_after = 0.5
+    server.behaviour.errors = 3
+    started = time.monotonic()
+    stats, failed = deliver(_settings(server, parallel=1), _rows(50, sessions=1))
+    assert failed == []
+    assert sorted(e["attrs"]["seq"] for e in server.delivered) == list(range(50))
+    assert stats.retries == 5
+    assert time.monotonic() - started >= 1.0  # Retry-After: 0.5 s, twice
+    assert [r.status for r in server.requests] == [429, 429, 500, 500, 500, 200]
+
+
+def test_an_outage_is_waited_out_and_nothing_is_lost(server: AddEventsServer) -> None:
+    server.behaviour.unavailable_until = time.monotonic() + 2.0  # 120 s, compressed
+    stats, failed = deliver(_settings(server), _rows(500))
+    assert failed == []
+    assert sorted(e["attrs"]["seq"] for e in server.delivered) == list(range(500))
+    assert stats.retries > 0
+    assert server.violations == []
+
+
+def test_only_the_events_the_api_refuses_fail_with_its_answer(server: AddEventsServer) -> None:
+    server.behaviour.reject_markers = {"m17", "m123"}
+    stats, failed = deliver(_settings(server), _rows(300))
+    assert sorted(f.row for f in failed) == [17, 123]
+    assert all(f.error.startswith("HTTP 400: ") for f in failed)
+    assert "event m17 is invalid" in next(f.error for f in failed if f.row == 17)
+    assert sorted(e["attrs"]["seq"] for e in server.delivered) == [
+        i for i in range(300) if i not in (17, 123)
+    ]  # fmt: skip
+    assert stats.delivered == 298
+
+
+def test_events_whose_retries_run_out_fail_with_the_last_answer(server: AddEventsServer) -> None:
+    server.behaviour.errors = 10_000
+    stats, failed = deliver(_settings(server, retry_max_elapsed_seconds=0.5), _rows(40))
+    assert sorted(f.row for f in failed) == list(range(40))
+    assert all("HTTP 500" in f.error and "gave up after" in f.error for f in failed)
+    assert stats.delivered == 0
+
+
+def test_an_event_over_the_limit_is_trimmed_smallest_attributes_first(
+    server: AddEventsServer,
+) -> None:
+    attrs = {"small": 1, "medium": "y" * 50, "huge": "z" * 50_000, "bigger": "w" * 60_000}
+    stats, failed = deliver(_settings(server), [(0, "k", {}, None, attrs)])
+    assert failed == []
+    assert stats.trimmed == 1
+    [request] = server.requests
+    assert request.size <= 20_000
+    [event] = request.events
+    sent = event["attrs"]
+    assert sent[TRIMMED_ATTRIBUTE] is True
+    assert (sent["small"], sent["medium"]) == (1, "y" * 50)  # kept whole
+    assert sent["huge"] == "z" * len(sent["huge"])  # truncated
+    assert 15_000 < len(sent["huge"]) < 20_000
+    assert "bigger" not in sent  # dropped
+
+
+def test_memory_stays_under_max_buffer_bytes_while_the_api_is_slow(
+    server: AddEventsServer,
+) -> None:
+    server.behaviour.delay = 0.05
+    limit = 100_000
+    settings = _settings(server, max_buffer_bytes=limit, parallel=2)
+    stats, failed = deliver(settings, _rows(3000, sessions=20))
+    assert failed == []
+    assert len(server.delivered) == 3000
+    assert stats.peak_buffered_bytes <= limit
+    assert server.violations == []
+
+
+def test_a_buffer_older_than_its_lifetime_is_published(server: AddEventsServer) -> None:
+    delivery = Delivery(_settings(server, max_lifetime_seconds=0.2))
+    delivery.add(0, "a", {}, None, {"seq": 0})
+    time.sleep(0.3)
+    delivery.add(1, "b", {}, None, {"seq": 1})  # any new event checks the ages
+    deadline = time.monotonic() + 5
+    while not server.delivered and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert [e["attrs"]["seq"] for e in server.delivered] == [0]  # "a" sent, "b" still buffered
+    delivery.finish()
+    assert sorted(e["attrs"]["seq"] for e in server.delivered) == [0, 1]
