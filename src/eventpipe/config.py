@@ -226,8 +226,9 @@ class DestinationConfig(_Model):
         populate_by_name=True,
     )  # fmt: skip
 
-    type: Literal["duckdb", "postgres", "parquet"]
-    """Destination type: ``duckdb``, ``postgres`` or ``parquet`` (http is being built)."""
+    type: Literal["duckdb", "postgres", "parquet", "http"]
+    """Destination type: ``duckdb``, ``postgres``, ``parquet`` or ``http`` (an ingestion
+    API such as DataSet's addEvents, docs/http.md)."""
     mode: Literal["batch", "stream"] = "batch"
     """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
     (duckdb, postgres): loaded within seconds, the log read as it is written."""
@@ -258,6 +259,33 @@ class DestinationConfig(_Model):
     max_columns: int = Field(default=1000, ge=2)
     """Columns per table at most; further fields of an event go into its
     ``_unmapped_data`` JSON column, never dropped."""
+    url: str | None = None
+    """http: where events are POSTed (``https://app.scalyr.com/api/addEvents``)."""
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    """http: request headers; put secrets in environment variables
+    (``Authorization: "Bearer ${DATASET_TOKEN}"``)."""
+    format: Literal["dataset", "ndjson"] = "dataset"
+    """http: ``dataset`` (addEvents: session, sessionInfo, events with ts and attrs) or
+    ``ndjson`` (one JSON object per line)."""
+    group_by: tuple[str, ...] = ()
+    """http: the fields (flattened column names, or dotted paths) whose values make the
+    session key; they move from the events into the session info."""
+    max_payload_bytes: int = Field(default=6_000_000, ge=1024)
+    """http: a request's payload at most, before compression."""
+    max_lifetime_seconds: float = Field(default=5.0, gt=0)
+    """http: a session's buffer is sent when this old, full or not."""
+    max_parallel_requests: int = Field(default=8, ge=1)
+    """http: requests in flight at once, in all (one per session at most)."""
+    retry_initial_seconds: float = Field(default=1.0, gt=0)
+    """http: the first wait before a retry (doubling, with jitter)."""
+    retry_max_seconds: float = Field(default=30.0, gt=0)
+    """http: the longest wait between two retries."""
+    retry_max_elapsed_seconds: float = Field(default=300.0, gt=0)
+    """http: how long a request is retried before its events go to failed/."""
+    max_buffer_bytes: int = Field(default=64_000_000, ge=1024)
+    """http: event bytes held in memory at most, buffered and in flight, per Spark task."""
+    gzip: bool = True
+    """http: compress request bodies (Content-Encoding: gzip)."""
 
     @model_validator(mode="after")
     def _settings_for_type(self) -> DestinationConfig:
@@ -272,6 +300,15 @@ class DestinationConfig(_Model):
                 )
         elif self.dsn is not None:
             raise ValueError(f"dsn is for postgres; {self.type} does not take it")
+        if self.type == "http":
+            if not self.url or not self.url.startswith(("http://", "https://")):
+                raise ValueError("type http needs url: https://host/path")
+            if self.mode == "stream":
+                raise ValueError("mode stream: the http sink takes batch for now (docs/http.md)")
+            if self.primary_key:
+                raise ValueError("primary_key: an http sink cannot upsert")
+        elif self.url is not None:
+            raise ValueError(f"url is for http; {self.type} does not take it")
         if self.type == "duckdb" and self.path is not None and is_uri(self.path):
             raise ValueError("path: duckdb takes a local file, not a URI")
         if self.type == "parquet" and self.mode == "stream":

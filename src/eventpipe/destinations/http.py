@@ -37,12 +37,15 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 TRIMMED_ATTRIBUTE = "eventpipe_trimmed"
 _SESSIONS = uuid.UUID("6f1d2c3e-8a4b-4f5e-9c0d-1e2f3a4b5c6d")
@@ -400,3 +403,27 @@ def deliver(settings: HttpSettings, rows: Iterable[Row]) -> tuple[Stats, list[Fa
     finally:
         stats = delivery.finish()
     return stats, delivery.failed
+
+
+def deliver_batches(
+    settings: HttpSettings, batches: Iterator[pa.RecordBatch]
+) -> Iterator[pa.RecordBatch]:
+    """One Spark task (``mapInArrow``): rows ``row, key, info, ts, attrs`` (info and attrs
+    as JSON text) in, one row per failed event (``kind = failed``, its row id and reason)
+    and one of stats (``kind = stats``, JSON) out."""
+    import pyarrow as pa
+
+    def rows() -> Iterator[Row]:
+        for batch in batches:
+            columns = [batch.column(name).to_pylist() for name in ("row", "key", "info", "ts",
+                                                                    "attrs")]  # fmt: skip
+            for row, key, info, ts, attrs in zip(*columns, strict=True):
+                yield row, key or "", orjson.loads(info or "{}"), ts, orjson.loads(attrs)
+
+    stats, failed = deliver(settings, rows())
+    summary = {name: getattr(stats, name) for name in Stats.__dataclass_fields__}
+    yield pa.RecordBatch.from_pylist(
+        [{"kind": "failed", "row": f.row, "detail": f.error} for f in failed]
+        + [{"kind": "stats", "row": -1, "detail": orjson.dumps(summary).decode()}],
+        schema=pa.schema([("kind", pa.string()), ("row", pa.int64()), ("detail", pa.string())]),
+    )

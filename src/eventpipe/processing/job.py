@@ -117,7 +117,8 @@ class _Target:
 
     id: str
     config: DestinationConfig
-    destination: Destination
+    destination: Destination | None
+    """None for an http sink (no tables: events are sent, destinations/http.py)."""
     schemas: SchemaCache
     """Its tables' schemas (a stream's lives across micro-batches; a batch run's is new)."""
 
@@ -290,7 +291,8 @@ def _run_job(
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths))
     for dest_id, dest in config.destinations.items():
         cache = (schemas or {}).get(dest_id) or SchemaCache()
-        target = _Target(dest_id, dest, open_destination(dest_id, dest, config), cache)
+        opened = None if dest.type == "http" else open_destination(dest_id, dest, config)
+        target = _Target(dest_id, dest, opened, cache)
         _process_destination(events, shared, target)
 
 
@@ -529,6 +531,35 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     columns = [c for c in cast.columns if c not in (TABLE, ERROR, ROW)]
     where = run.layout.tmp / run.run_id / f"dst={dest_id}"
     staged, counts = _stage_flat(cast, where)
+    report.skipped[dest_id] = counts["skipped"]
+    report.failed[dest_id] = 0
+    if counts["failed"]:
+        _fail_once(cast.filter(F.col(ERROR).isNotNull()), run, dest_id, "processing",
+                   table=None, stage=Stage.PROCESSING)  # fmt: skip
+    if target.destination is None:
+        _send(staged, columns, run, target)
+    else:
+        _load_tables(staged, counts, where, columns, flat, event_schema, name, run, target)
+    run.state.record(run.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
+    run.state.record_destination_run(
+        run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
+    )
+
+
+def _load_tables(
+    staged: DataFrame,
+    counts: dict[str, int],
+    where: Path,
+    columns: list[str],
+    flat: Flat,
+    event_schema: StructType,
+    name: Column,
+    run: _Run,
+    target: _Target,
+) -> None:
+    """Type the destination's staged rows per table, then patch and load each table."""
+    dest_id, dest = target.id, target.config
+    assert target.destination is not None
     with _step(f"{dest_id}: type {len(columns)} column(s)"):
         batch = staged_column_types(
             where / "flat", staged, TABLE, columns, known_text=run.lookups.text_columns(dest_id)
@@ -536,11 +567,6 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     if batch.mixed:
         with _step(f"{dest_id}: bool/number mixes in {len(batch.mixed)} table(s)"):
             _type_mixes(batch, run, dest, event_schema, name)
-    report.skipped[dest_id] = counts["skipped"]
-    report.failed[dest_id] = 0
-    if counts["failed"]:
-        _fail_once(cast.filter(F.col(ERROR).isNotNull()), run, dest_id, "processing",
-                   table=None, stage=Stage.PROCESSING)  # fmt: skip
     pending = [
         (table, types)
         for table, types in sorted(batch.types.items())
@@ -559,10 +585,86 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     with _step(tables), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
             run.state.record(run.segments, dest_id, table, ok=True, rows=rows, run_id=run.run_id)
-    run.state.record(run.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
-    run.state.record_destination_run(
-        run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
+
+
+SENT_TABLE = "*sent*"
+"""The state store's table name for what an http sink delivered."""
+
+
+def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> None:
+    """Deliver the destination's staged rows to its HTTP API (destinations/http.py), on
+    Spark: rows partitioned by session key, so that a task owns each session (one request
+    in flight per session, in order, on a cluster too). Events that could not be
+    delivered go to failed/ with the API's answer."""
+    import orjson
+
+    from eventpipe.destinations.http import HttpSettings, deliver_batches
+
+    dest_id, dest = target.id, target.config
+    if run.state.table_ok(run.segments, dest_id, SENT_TABLE):
+        return  # sent by an earlier try of this run
+    present = set(columns)
+    group = [c for c in (_group_column(g) for g in dest.group_by) if c in present]
+    attrs = [c for c in columns if c not in group]
+    spark = staged.sparkSession
+    tasks = max(1, spark.sparkContext.defaultParallelism)
+    ts = (
+        F.unix_micros(F.col("_timestamp").cast("timestamp")) * F.lit(1000)
+        if "_timestamp" in present
+        else F.lit(None).cast("long")
     )
+    info = F.to_json(F.struct(*(_ref(c) for c in group))) if group else F.lit("{}")
+    key = F.concat_ws("\x1f", *(F.coalesce(_ref(c).cast("string"), F.lit("")) for c in group))
+    rows = (
+        staged.select(
+            F.col(ROW).alias("row"),
+            (key if group else F.lit("")).alias("key"),
+            info.alias("info"),
+            ts.alias("ts"),
+            F.to_json(F.struct(*(_ref(c) for c in attrs))).alias("attrs"),
+        )
+        .repartition(tasks, "key")
+        .sortWithinPartitions("key", "row")
+    )
+    settings = HttpSettings(
+        destination=dest_id, url=str(dest.url), headers=dict(dest.headers), format=dest.format,
+        max_payload_bytes=dest.max_payload_bytes, max_lifetime_seconds=dest.max_lifetime_seconds,
+        parallel=max(1, dest.max_parallel_requests // tasks),
+        retry_initial_seconds=dest.retry_initial_seconds,
+        retry_max_seconds=dest.retry_max_seconds,
+        retry_max_elapsed_seconds=dest.retry_max_elapsed_seconds,
+        max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip,
+    )  # fmt: skip
+    with _step(f"{dest_id}: send"):
+        outcomes = rows.mapInArrow(
+            lambda batches: deliver_batches(settings, batches),
+            "kind string, row long, detail string",
+        ).collect()
+    failed = [(o["row"], o["detail"]) for o in outcomes if o["kind"] == "failed"]
+    totals: dict[str, int] = {}
+    for o in outcomes:
+        if o["kind"] == "stats":
+            for name, value in orjson.loads(o["detail"]).items():
+                totals[name] = totals.get(name, 0) + int(value)
+    if failed:
+        frame = spark.createDataFrame(failed, f"{ROW} long, {ERROR} string")
+        _fail_once(frame, run, dest_id, "sent", table=None, stage=Stage.SENDING)
+    delivered = totals.get("delivered", 0)
+    run.report.loaded[(dest_id, SENT_TABLE)] = delivered
+    requests = totals.get("requests", 0)
+    log.info(
+        "%s: %d event(s) in %d request(s) (mean payload %.0f bytes), %d trimmed, %d "
+        "retries, %d possible duplicate(s), %d failed", dest_id, delivered, requests,
+        totals.get("payload_bytes", 0) / max(requests, 1), totals.get("trimmed", 0),
+        totals.get("retries", 0), totals.get("possible_duplicates", 0), len(failed),
+    )  # fmt: skip
+    run.state.record(run.segments, dest_id, SENT_TABLE, ok=True, rows=delivered,
+                     run_id=run.run_id)  # fmt: skip
+
+
+def _group_column(field: str) -> str:
+    """A ``group_by`` entry as its flattened column: ``a.b`` -> ``a_b``."""
+    return column_name(tuple(field.split(".")))
 
 
 def _type_mixes(
@@ -676,6 +778,7 @@ def _load_table(
     """Convert, patch and load one table; rows that fail go to failed/. When the load
     fails with the schema from memory (a stream's), the table's schema is read from the
     destination and the load retried once."""
+    assert target.destination is not None  # a table destination
     described = target.schemas.describe(target.destination, staged.name)
     try:
         return _load_table_as(staged, run, target, batch_types, flat, described.table,
@@ -764,6 +867,7 @@ def _load_files(
     terminal error the events of ``ok`` go to failed/ with it (``retry_stale``: raise
     _StaleSchema instead)."""
     dest_id, dest, destination = target.id, target.config, target.destination
+    assert destination is not None  # a table destination
     report, run_id, table = run.report, run.run_id, staged.name
     patch = diff(existing, Table(table, targets, dest.primary_key))
     destination.patch(patch)
