@@ -261,6 +261,9 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     if chosen is None or chosen not in candidates:
         raise ConfigError(f"no destination {destination_id or ''} in the config".strip())
     dest = candidates[chosen]
+    if dest.type == "http":
+        raise ConfigError(f"{chosen} is an http sink: it has no tables to query",
+                          fix="name a table destination with --destination")  # fmt: skip
     if dest.type == "duckdb":
         path = Path(dest.path) if dest.path else config.layout.warehouse
         if not path.exists():

@@ -188,3 +188,12 @@ def test_query_before_anything_loaded_says_what_to_do(tmp_path: Path, mode: str,
     assert result.returncode == 1
     assert "does not exist yet: nothing loaded so far" in result.stderr
     assert hint in result.stderr
+
+
+def test_query_on_an_http_sink_says_it_has_no_tables(tmp_path: Path) -> None:
+    sink = {"type": "http", "url": "http://127.0.0.1:9/addEvents"}
+    config = write_config(tmp_path / "eventpipe.yaml", tmp_path / "data", free_port(),
+                          destinations={"api": sink})  # fmt: skip
+    result = run("query", "-c", str(config), "--destination", "api", "SELECT 1")
+    assert result.returncode != 0
+    assert "api is an http sink: it has no tables to query" in result.stderr
