@@ -47,6 +47,8 @@ class Behaviour:
     reject_markers: set[str] = field(default_factory=set)
     """A payload with an event whose ``attrs.marker`` is one of these gets 400."""
     max_payload_bytes: int = 6_000_000
+    status: int = 0
+    """When set, every request gets this status (501: a plain web server, say)."""
 
 
 class AddEventsServer:
@@ -124,6 +126,8 @@ class AddEventsServer:
 
     def _answer(self, request: Request) -> tuple[int, dict[str, str], bytes]:
         b = self.behaviour
+        if b.status:
+            return b.status, {}, b"Unsupported method"
         with self._lock:
             if b.too_many > 0:
                 b.too_many -= 1

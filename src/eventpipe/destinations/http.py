@@ -19,11 +19,11 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   ``retry_max_elapsed_seconds``; each session keeps its own error state (seed 2's KI1:
   one session's success never clears another's). A request that timed out may have been
   stored: its events are counted as possible duplicates.
-* **Terminal answers** (other 4xx): the payload is split in halves and each half sent
-  again, down to single events, so that only the events the API refuses fail, with the
-  response; the rest is delivered. Events whose retries run out fail with the last
-  response. Failed events are returned to the job, which writes them to failed/: none is
-  dropped (seed 2's library drops them).
+* **Terminal answers** (other 4xx, and 501/505, which no retry changes): the payload is
+  split in halves and each half sent again, down to single events, so that only the
+  events the API refuses fail, with the response; the rest is delivered. Events whose
+  retries run out fail with the last response. Failed events are returned to the job,
+  which writes them to failed/: none is dropped (seed 2's library drops them).
 * **Trimming**: an event larger than the payload limit on its own keeps its smallest
   attributes whole while they fit, the first string that does not fit is truncated, the
   rest is dropped, and the event gets ``eventpipe_trimmed: true`` and is counted.
@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import email.utils
 import gzip
+import logging
 import random
 import threading
 import time
@@ -47,7 +48,11 @@ import orjson
 if TYPE_CHECKING:
     import pyarrow as pa
 
+log = logging.getLogger("eventpipe.http")
+
 TRIMMED_ATTRIBUTE = "eventpipe_trimmed"
+NEVER_TRANSIENT = frozenset({501, 505})
+"""5xx answers that no retry changes (Not Implemented, HTTP Version Not Supported)."""
 _SESSIONS = uuid.UUID("6f1d2c3e-8a4b-4f5e-9c0d-1e2f3a4b5c6d")
 
 
@@ -302,7 +307,7 @@ class Delivery:
                         self.stats.possible_duplicates += len(events)
                 return None
             reason = _reason(status, text)
-            if status and status != 429 and status < 500:
+            if status and ((status != 429 and status < 500) or status in NEVER_TRANSIENT):
                 return True, reason
             wait = random.uniform(delay / 2, delay)
             wait = max(wait, _retry_after(response_headers.get("retry-after")) or 0.0)
@@ -310,6 +315,8 @@ class Delivery:
                 return False, f"{reason} (gave up after {s.retry_max_elapsed_seconds:.0f} s)"
             with self._lock:
                 self.stats.retries += 1
+            log.warning("%s session %s: %s; retrying in %.1f s", s.destination, session.id,
+                        reason, wait)  # fmt: skip
             self._sleep(wait)
             delay = min(delay * 2, s.retry_max_seconds)
 

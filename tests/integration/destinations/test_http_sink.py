@@ -146,3 +146,12 @@ def test_a_buffer_older_than_its_lifetime_is_published(server: AddEventsServer) 
     assert [e["attrs"]["seq"] for e in server.delivered] == [0]  # "a" sent, "b" still buffered
     delivery.finish()
     assert sorted(e["attrs"]["seq"] for e in server.delivered) == [0, 1]
+
+
+def test_a_501_is_not_retried(server: AddEventsServer) -> None:
+    # A URL pointing at a plain web server answers 501: waiting would not change that.
+    server.behaviour.status = 501
+    stats, failed = deliver(_settings(server), _rows(4, sessions=1))
+    assert stats.retries == 0
+    assert sorted(f.row for f in failed) == [0, 1, 2, 3]
+    assert all(f.error == "HTTP 501: Unsupported method" for f in failed)
