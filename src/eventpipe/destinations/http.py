@@ -15,7 +15,7 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   request ends. Buffered and in-flight bytes stay under ``max_buffer_bytes``: the durable
   log is the buffer, not memory.
 * **Retries**: connection errors, timeouts, 429 and 5xx are retried with exponential
-  backoff and full jitter, ``Retry-After`` honoured, for up to
+  backoff and jitter (half to all of the delay), ``Retry-After`` honoured, for up to
   ``retry_max_elapsed_seconds``; each session keeps its own error state (seed 2's KI1:
   one session's success never clears another's). A request that timed out may have been
   stored: its events are counted as possible duplicates.
@@ -54,6 +54,8 @@ TRIMMED_ATTRIBUTE = "eventpipe_trimmed"
 NEVER_TRANSIENT = frozenset({501, 505})
 """5xx answers that no retry changes (Not Implemented, HTTP Version Not Supported)."""
 _SESSIONS = uuid.UUID("6f1d2c3e-8a4b-4f5e-9c0d-1e2f3a4b5c6d")
+_TAIL = b'],"threads":[]}'
+"""The end of a dataset payload, after its events."""
 
 
 @dataclass(frozen=True)
@@ -107,12 +109,19 @@ class _Event:
 @dataclass
 class _Session:
     key: str
-    info: dict[str, Any]
-    id: str
+    head: bytes
+    """The payload's start, up to its first event (``dataset``: session and sessionInfo;
+    ``ndjson``: nothing)."""
     events: list[_Event] = field(default_factory=list)
     size: int = 0
+    """Bytes of ``events`` in a payload (with their separators)."""
     started: float = 0.0
     in_flight: Future[None] | None = None
+
+    @property
+    def envelope(self) -> int:
+        """Bytes of a payload that are not events (a 2-byte margin)."""
+        return len(self.head) + len(_TAIL) + 2 if self.head else 0
 
 
 def session_id(destination: str, key: str) -> str:
@@ -151,8 +160,7 @@ class Delivery:
                 limits=httpx.Limits(max_connections=max(1, settings.parallel)),
             )
         self._post = post or self._http_post
-        # The envelope around the events of a dataset payload, measured once per session.
-        self._overhead = 64
+        self._sweep_at = 0.0  # the next look for buffers past their lifetime
 
     # -- input ------------------------------------------------------------------------
 
@@ -161,10 +169,10 @@ class Delivery:
         """One event of session ``key`` (whose ``group_by`` values are ``info``)."""
         session = self._sessions.get(key)
         if session is None:
-            session = _Session(key, info, session_id(self.settings.destination, key))
+            session = _Session(key, self._head(key, info))
             self._sessions[key] = session
         body = self._encode(ts_ns, attrs)
-        room = self.settings.max_payload_bytes - self._envelope(session)
+        room = self.settings.max_payload_bytes - session.envelope
         if len(body) > room:
             body = self._encode(ts_ns, trim(attrs, room - 16, self._encode_attrs_size(ts_ns)))
             self.stats.trimmed += 1
@@ -207,16 +215,16 @@ class Delivery:
         """Bytes an event takes besides its attributes."""
         return len(self._encode(ts_ns, {}))
 
-    def _envelope(self, session: _Session) -> int:
+    def _head(self, key: str, info: dict[str, Any]) -> bytes:
         if self.settings.format == "ndjson":
-            return 0
-        return len(self._payload(session, [])) + 2
+            return b""
+        sid = session_id(self.settings.destination, key)
+        return orjson.dumps({"session": sid, "sessionInfo": info})[:-1] + b',"events":['
 
     def _payload(self, session: _Session, events: list[_Event]) -> bytes:
         if self.settings.format == "ndjson":
             return b"".join(e.body + b"\n" for e in events)
-        head = orjson.dumps({"session": session.id, "sessionInfo": session.info})
-        return head[:-1] + b',"events":[' + b",".join(e.body for e in events) + b'],"threads":[]}'
+        return session.head + b",".join(e.body for e in events) + _TAIL
 
     # -- publishing -------------------------------------------------------------------
 
@@ -244,7 +252,12 @@ class Delivery:
             self._room.notify_all()
 
     def _publish_old(self) -> None:
+        """Publish buffers past their lifetime; looked for every tenth of the lifetime,
+        not at every event (a task may own thousands of sessions)."""
         now = self._clock()
+        if now < self._sweep_at:
+            return
+        self._sweep_at = now + self.settings.max_lifetime_seconds / 10
         for session in self._sessions.values():
             old = now - session.started >= self.settings.max_lifetime_seconds
             if session.events and old and not _busy(session):
@@ -315,8 +328,8 @@ class Delivery:
                 return False, f"{reason} (gave up after {s.retry_max_elapsed_seconds:.0f} s)"
             with self._lock:
                 self.stats.retries += 1
-            log.warning("%s session %s: %s; retrying in %.1f s", s.destination, session.id,
-                        reason, wait)  # fmt: skip
+            log.warning("%s session %s: %s; retrying in %.1f s", s.destination,
+                        session_id(s.destination, session.key), reason, wait)  # fmt: skip
             self._sleep(wait)
             delay = min(delay * 2, s.retry_max_seconds)
 

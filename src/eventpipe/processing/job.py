@@ -618,7 +618,7 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
     rows = (
         staged.select(
             F.col(ROW).alias("row"),
-            (key if group else F.lit("")).alias("key"),
+            key.alias("key"),
             info.alias("info"),
             ts.alias("ts"),
             F.to_json(F.struct(*(_ref(c) for c in attrs))).alias("attrs"),
