@@ -109,14 +109,11 @@ class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return offsets
 
     def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[_Range]:
-        ranges = []
-        for ident, stop in end.items():
-            begin = start.get(ident, 0)
-            if stop > begin:
-                # Unknown after a restart (a replayed micro-batch): read() finds it.
-                hint = self.paths.get(ident) or str(self.layout.incoming)
-                ranges.append(_Range(ident, hint, begin, stop))
-        return ranges
+        # A path unknown after a restart (a replayed micro-batch): read() finds it.
+        return [
+            _Range(ident, self.paths.get(ident) or str(self.layout.incoming), begin, stop)
+            for ident, begin, stop in _ranges(start, end)
+        ]
 
     def read(self, partition: InputPartition) -> Iterator[tuple[str]]:
         assert isinstance(partition, _Range)
@@ -132,6 +129,12 @@ class _LogReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict[str, int]) -> None:
         """Nothing: the progress is recorded by the micro-batch itself once it loaded
         (Spark calls this only when it plans the next micro-batch)."""
+
+
+def _ranges(start: dict[str, int], end: dict[str, int]) -> list[tuple[str, int, int]]:
+    """(segment identity, first byte, end) of each segment a micro-batch from offsets
+    ``start`` to ``end`` reads (a segment new since ``start`` from its first byte)."""
+    return [(i, start.get(i, 0), stop) for i, stop in end.items() if stop > start.get(i, 0)]
 
 
 def _line_boundary(path: Path, start: int, end: int, *, whole: bool = True) -> int:
@@ -250,10 +253,7 @@ def _copy_lines(layout: DataLayout, dest_id: str, checkpoint: Path, epoch: int, 
     start = _planned_end(checkpoint, epoch - 1) if epoch > 0 else {}
     shutil.rmtree(out, ignore_errors=True)
     out.mkdir(parents=True)
-    for ident, end in _planned_end(checkpoint, epoch).items():
-        begin = start.get(ident, 0)
-        if end <= begin:
-            continue
+    for ident, begin, end in _ranges(start, _planned_end(checkpoint, epoch)):
         path = tail.locate(layout, ident, layout.incoming)
         if path is None:
             raise FileNotFoundError(
