@@ -51,6 +51,7 @@ from eventpipe.errors import retry_transient
 from eventpipe.events import utc_now
 from eventpipe.log import tail
 from eventpipe.paths import DataLayout
+from eventpipe.state.store import micro_batch
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -208,7 +209,7 @@ def start_stream(
         # ``frame`` is the source's view of the same ranges; the driver copies them itself
         # (a Spark job to write a thousand lines cost 0.15 s of a 1 s micro-batch).
         started = time.perf_counter()
-        batch = queue / f"batch-{epoch:012d}"
+        batch = layout.incoming / micro_batch(dest_id, epoch)  # its record's name too
         if not (batch / "_SUCCESS").exists():
             _copy_lines(layout, dest_id, queue / "checkpoint", epoch, batch)
         written = time.perf_counter()
