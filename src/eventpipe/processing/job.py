@@ -189,7 +189,7 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
     layout = config.layout
     state = StateStore(layout.state)
     batch = batch_destinations(config)
-    streams = [d for d in config.destinations if d not in batch]
+    streams = stream_ids(config)
     run = state.unfinished_run()
     if run is None:
         sealed = [p.name for p in layout.sealed_segments()]
@@ -223,6 +223,11 @@ def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunRepor
 
 def batch_destinations(config: Config) -> dict[str, DestinationConfig]:
     return {d: dest for d, dest in config.destinations.items() if dest.mode == "batch"}
+
+
+def stream_ids(config: Config) -> list[str]:
+    """The destinations in ``mode: stream`` (processing/stream.py runs them)."""
+    return [d for d, dest in config.destinations.items() if dest.mode == "stream"]
 
 
 def _archive_segments(layout: DataLayout, names: Sequence[str], streams: list[str]) -> list[Path]:

@@ -167,13 +167,6 @@ class LogSource(DataSource):
         return _LogReader(DataLayout(Path(self.options["data_dir"])), self.options["destination"])
 
 
-def stream_ids(config: Config) -> list[str]:
-    from eventpipe.processing.job import batch_destinations
-
-    batch = batch_destinations(config)
-    return [d for d in config.destinations if d not in batch]
-
-
 class StreamStopped(Exception):
     """The stream is stopping while a micro-batch waits to retry; it is replayed at the
     next start."""
@@ -312,6 +305,8 @@ def stream_lock(layout: DataLayout, dest_id: str) -> Iterator[None]:
 
 def run_once(spark: SparkSession, config: Config) -> None:
     """Every stream destination, up to what the log holds now (``process --once``)."""
+    from eventpipe.processing.job import stream_ids
+
     for dest_id in stream_ids(config):
         with stream_lock(config.layout, dest_id):
             start_stream(spark, config, dest_id, available_now=True).awaitTermination()
@@ -331,6 +326,8 @@ class StreamSupervisor:
         self.spark = spark
         self.config = config
         self._stop = threading.Event()
+        from eventpipe.processing.job import stream_ids
+
         self._threads = [
             threading.Thread(target=self._keep, args=(d,), name=f"stream-{d}", daemon=True)
             for d in stream_ids(config)
