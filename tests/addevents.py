@@ -31,6 +31,8 @@ class Request:
     started: float
     ended: float = 0.0
     status: int = 0
+    headers: dict[str, str] = field(default_factory=dict)
+    """Its headers, names in lower case."""
 
 
 @dataclass
@@ -101,7 +103,8 @@ class AddEventsServer:
         payload = orjson.loads(body)
         session = payload["session"]
         request = Request(session, payload.get("sessionInfo", {}), payload["events"], len(body),
-                          time.monotonic())  # fmt: skip
+                          time.monotonic(),
+                          headers={k.lower(): v for k, v in handler.headers.items()})  # fmt: skip
         with self._lock:
             self.requests.append(request)
             if self._active.get(session):

@@ -50,6 +50,10 @@ def test_events_reach_the_api_in_sessions_and_refused_ones_fail_with_its_answer(
     sessions = {r.session: r.session_info["event_type"] for r in api.requests}
     assert sorted(sessions.values()) == ["click", "view"]
     assert max(r.size for r in api.requests) <= 4096
+    assert all(r.headers["x-eventpipe-session"] == r.session for r in api.requests)
+    # One key per payload: retries of a payload share it, different payloads never do.
+    keys = {r.headers["idempotency-key"]: r.events for r in api.requests}
+    assert len({orjson.dumps(e) for e in keys.values()}) == len(keys)
     [failed] = [orjson.loads(x) for x in c.layout.failed_destination("dataset").read_bytes()
                 .splitlines()]  # fmt: skip
     assert failed["event"]["marker"] == "m7"

@@ -27,6 +27,12 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
 * **Trimming**: an event larger than the payload limit on its own keeps its smallest
   attributes whole while they fit, the first string that does not fit is truncated, the
   rest is dropped, and the event gets ``eventpipe_trimmed: true`` and is counted.
+* **Progress**: each request's outcome (the session, its last row, what was delivered,
+  what failed and why) is appended to a :class:`Progress` directory the moment it is
+  known. A task that starts again (a resumed run, a Spark task retry) skips what a
+  record covers, so a crash resends at most the request each session had in flight.
+  Every request carries ``X-Eventpipe-Session`` and an ``Idempotency-Key`` that is the
+  same when the same events are sent again, for APIs that can drop repeats.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from __future__ import annotations
 import email.utils
 import gzip
 import logging
+import os
 import random
 import threading
 import time
@@ -41,6 +48,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
@@ -76,6 +84,10 @@ class HttpSettings:
     max_buffer_bytes: int = 64_000_000
     gzip: bool = True
     timeout_seconds: float = 30.0
+    progress: str | None = None
+    """The run's :class:`Progress` directory (shared by its tasks); None: not recorded."""
+    run: str = ""
+    """The run id: with the rows of a payload, its ``Idempotency-Key``."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +109,8 @@ class Stats:
     them the first time)."""
     peak_buffered_bytes: int = 0
     """The most event bytes held at once (buffers and requests in flight)."""
+    already_sent: int = 0
+    """Events skipped because a progress record says an earlier attempt handled them."""
 
 
 @dataclass
@@ -161,12 +175,19 @@ class Delivery:
             )
         self._post = post or self._http_post
         self._sweep_at = 0.0  # the next look for buffers past their lifetime
+        self._progress = Progress(settings.progress) if settings.progress else None
+        self._done = self._progress.done() if self._progress else {}
+        """The last row handled per session key, by earlier attempts."""
 
     # -- input ------------------------------------------------------------------------
 
     def add(self, row: int, key: str, info: dict[str, Any], ts_ns: int | None,
             attrs: dict[str, Any]) -> None:  # fmt: skip
-        """One event of session ``key`` (whose ``group_by`` values are ``info``)."""
+        """One event of session ``key`` (whose ``group_by`` values are ``info``); rows
+        come in order within a session."""
+        if row <= self._done.get(key, -1):
+            self.stats.already_sent += 1
+            return
         session = self._sessions.get(key)
         if session is None:
             session = _Session(key, self._head(key, info))
@@ -199,6 +220,8 @@ class Delivery:
             self._pool.shutdown(wait=True)
             if self._client is not None:
                 self._client.close()
+            if self._progress is not None:
+                self._progress.close()
         return self.stats
 
     # -- payloads ---------------------------------------------------------------------
@@ -289,17 +312,29 @@ class Delivery:
             return
         with self._lock:
             self.failed.extend(Failed(e.row, error) for e in events)
+        if self._progress is not None:
+            self._progress.record(session.key, events, delivered=False, error=error)
 
     def _send(self, session: _Session, events: list[_Event]) -> tuple[bool, str] | None:
         """None when delivered, else (terminal, the reason)."""
         s = self.settings
         payload = self._payload(session, events)
         body = gzip.compress(payload, compresslevel=3) if s.gzip else payload
-        headers = {**s.headers, "Content-Type": "application/json"}
+        sid = session_id(s.destination, session.key)
+        headers = {
+            **s.headers,
+            "Content-Type": "application/json",
+            "X-Eventpipe-Session": sid,
+            # The same events of the same run: the same key, however often resent.
+            "Idempotency-Key": str(uuid.uuid5(_SESSIONS, f"{sid}\x00{s.run}\x00"
+                                              f"{events[0].row}\x00{events[-1].row}")),
+        }  # fmt: skip
         if s.format == "ndjson":
             headers["Content-Type"] = "application/x-ndjson"
         if s.gzip:
             headers["Content-Encoding"] = "gzip"
+        if self._progress is not None:
+            self._progress.sending(session.key, events)
         started = self._clock()
         delay = s.retry_initial_seconds
         timed_out = False
@@ -318,6 +353,10 @@ class Delivery:
                     self.stats.payload_bytes += len(payload)
                     if timed_out:
                         self.stats.possible_duplicates += len(events)
+                if self._progress is not None:
+                    self._progress.record(session.key, events, delivered=True,
+                                          payload_bytes=len(payload),
+                                          duplicates=len(events) if timed_out else 0)  # fmt: skip
                 return None
             reason = _reason(status, text)
             if status and ((status != 429 and status < 500) or status in NEVER_TRANSIENT):
@@ -328,8 +367,8 @@ class Delivery:
                 return False, f"{reason} (gave up after {s.retry_max_elapsed_seconds:.0f} s)"
             with self._lock:
                 self.stats.retries += 1
-            log.warning("%s session %s: %s; retrying in %.1f s", s.destination,
-                        session_id(s.destination, session.key), reason, wait)  # fmt: skip
+            log.warning("%s session %s: %s; retrying in %.1f s", s.destination, sid, reason,
+                        wait)  # fmt: skip
             self._sleep(wait)
             delay = min(delay * 2, s.retry_max_seconds)
 
@@ -429,9 +468,12 @@ def deliver_batches(
     settings: HttpSettings, batches: Iterator[pa.RecordBatch]
 ) -> Iterator[pa.RecordBatch]:
     """One Spark task (``mapInArrow``): rows ``row, key, info, ts, attrs`` (info and attrs
-    as JSON text) in, one row per failed event (``kind = failed``, its row id and reason)
-    and one of stats (``kind = stats``, JSON) out."""
+    as JSON text) in, one row of this attempt's stats (JSON) out. What was delivered and
+    what failed is in the progress records (``settings.progress``), earlier attempts'
+    included."""
     import pyarrow as pa
+
+    assert settings.progress is not None, "a task's outcomes are read from its records"
 
     def rows() -> Iterator[Row]:
         for batch in batches:
@@ -440,10 +482,112 @@ def deliver_batches(
             for row, key, info, ts, attrs in zip(*columns, strict=True):
                 yield row, key or "", orjson.loads(info or "{}"), ts, orjson.loads(attrs)
 
-    stats, failed = deliver(settings, rows())
+    stats, _ = deliver(settings, rows())
     summary = {name: getattr(stats, name) for name in Stats.__dataclass_fields__}
     yield pa.RecordBatch.from_pylist(
-        [{"kind": "failed", "row": f.row, "detail": f.error} for f in failed]
-        + [{"kind": "stats", "row": -1, "detail": orjson.dumps(summary).decode()}],
-        schema=pa.schema([("kind", pa.string()), ("row", pa.int64()), ("detail", pa.string())]),
+        [{"stats": orjson.dumps(summary).decode()}], schema=pa.schema([("stats", pa.string())])
     )
+
+
+@dataclass
+class Totals:
+    """What a run's progress records add up to, over every attempt."""
+
+    delivered: int = 0
+    requests: int = 0
+    payload_bytes: int = 0
+    possible_duplicates: int = 0
+    failed: list[Failed] = field(default_factory=list)
+
+
+class Progress:
+    """The outcome of each request of a run, one JSON line per request (or per piece of
+    a split one), appended and fsynced the moment it is known: the session key, the last
+    row it covered, and what was delivered or failed (with the answer). Each task attempt
+    writes a file of its own in a directory the run's tasks share (under the run's tmp/,
+    where its staged rows are too).
+
+    A session's requests cover its rows in order, one at a time, so the last row of its
+    records is how far it got. Before each request a ``sending`` line is written: a
+    crash leaves at most one request per session without an outcome, and those events,
+    sent again by the next attempt, are counted as possible duplicates (the API may have
+    stored them before the crash)."""
+
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self._file: Any = None
+        self._lock = threading.Lock()
+
+    def sending(self, key: str, events: list[_Event]) -> None:
+        """A request is about to be sent: if no outcome follows (a crash), the API may
+        have stored its events, and they are counted as possible duplicates."""
+        self._append({"key": key, "sending": len(events)})
+
+    def record(self, key: str, events: list[_Event], *, delivered: bool, error: str = "",
+               payload_bytes: int = 0, duplicates: int = 0) -> None:  # fmt: skip
+        """The outcome of a request."""
+        entry: dict[str, Any] = {"key": key, "last": events[-1].row}
+        if delivered:
+            entry.update(delivered=len(events), bytes=payload_bytes, duplicates=duplicates)
+        else:
+            entry.update(failed=[e.row for e in events], error=error)
+        self._append(entry)
+
+    def _append(self, entry: dict[str, Any]) -> None:
+        line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+        with self._lock:
+            if self._file is None:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self._file = (self.directory / f"{uuid.uuid4().hex}.jsonl").open("ab")
+            self._file.write(line)
+            self._file.flush()
+            os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def _files(self) -> Iterator[list[dict[str, Any]]]:
+        """The records of each attempt's file."""
+        if not self.directory.is_dir():
+            return
+        for path in sorted(self.directory.glob("*.jsonl")):
+            records = []
+            with path.open("rb") as lines:
+                for line in lines:
+                    try:
+                        records.append(orjson.loads(line))
+                    except orjson.JSONDecodeError:
+                        break  # torn by a crash: the last line, its request is sent again
+            yield records
+
+    def done(self) -> dict[str, int]:
+        """The last row handled per session key."""
+        last: dict[str, int] = {}
+        for records in self._files():
+            for record in records:
+                if "last" in record:
+                    last[record["key"]] = max(last.get(record["key"], -1), record["last"])
+        return last
+
+    def totals(self) -> Totals:
+        totals = Totals()
+        for records in self._files():
+            unanswered: dict[str, int] = {}  # per session: events of a request in flight
+            for record in records:
+                if "sending" in record:
+                    unanswered[record["key"]] = record["sending"]
+                    continue
+                unanswered.pop(record["key"], None)
+                if "failed" in record:
+                    totals.failed += [Failed(row, record["error"]) for row in record["failed"]]
+                    continue
+                totals.delivered += record["delivered"]
+                totals.requests += 1
+                totals.payload_bytes += record["bytes"]
+                totals.possible_duplicates += record["duplicates"]
+            # The attempt ended with these in flight; a later one sent them again.
+            totals.possible_duplicates += sum(unanswered.values())
+        return totals

@@ -603,7 +603,7 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
     delivered go to failed/ with the API's answer."""
     import orjson
 
-    from eventpipe.destinations.http import HttpSettings, deliver_batches
+    from eventpipe.destinations.http import HttpSettings, Progress, deliver_batches
 
     dest_id, dest = target.id, target.config
     if run.state.table_ok(run.segments, dest_id, SENT_TABLE):
@@ -629,8 +629,10 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
             F.to_json(F.struct(*(_ref(c) for c in attrs))).alias("attrs"),
         )
         .repartition(tasks, "key")
-        .sortWithinPartitions("key", "row")
+        # Log order: a task's sessions fill side by side, their requests overlap.
+        .sortWithinPartitions("row")
     )
+    progress = run.layout.tmp / run.run_id / f"dst={dest_id}" / "sent"
     settings = HttpSettings(
         destination=dest_id, url=str(dest.url), headers=dict(dest.headers), format=dest.format,
         max_payload_bytes=dest.max_payload_bytes, max_lifetime_seconds=dest.max_lifetime_seconds,
@@ -638,32 +640,33 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
         retry_initial_seconds=dest.retry_initial_seconds,
         retry_max_seconds=dest.retry_max_seconds,
         retry_max_elapsed_seconds=dest.retry_max_elapsed_seconds,
-        max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip,
+        max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip, progress=str(progress),
+        run=run.run_id,
     )  # fmt: skip
     with _step(f"{dest_id}: send"):
-        outcomes = rows.mapInArrow(
-            lambda batches: deliver_batches(settings, batches),
-            "kind string, row long, detail string",
+        attempts = rows.mapInArrow(
+            lambda batches: deliver_batches(settings, batches), "stats string"
         ).collect()
-    failed = [(o["row"], o["detail"]) for o in outcomes if o["kind"] == "failed"]
-    totals: dict[str, int] = {}
-    for o in outcomes:
-        if o["kind"] == "stats":
-            for name, value in orjson.loads(o["detail"]).items():
-                totals[name] = totals.get(name, 0) + int(value)
-    if failed:
-        frame = spark.createDataFrame(failed, f"{ROW} long, {ERROR} string")
+    stats: dict[str, int] = {}
+    for attempt in attempts:
+        for name, value in orjson.loads(attempt["stats"]).items():
+            stats[name] = stats.get(name, 0) + int(value)
+    # What was delivered and what failed, by this attempt and any earlier one of the run.
+    totals = Progress(progress).totals()
+    if totals.failed:
+        frame = spark.createDataFrame([(f.row, f.error) for f in totals.failed],
+                                      f"{ROW} long, {ERROR} string")  # fmt: skip
         _fail_once(frame, run, dest_id, "sent", table=None, stage=Stage.SENDING)
-    delivered = totals.get("delivered", 0)
-    run.report.loaded[(dest_id, SENT_TABLE)] = delivered
-    requests = totals.get("requests", 0)
+    run.report.loaded[(dest_id, SENT_TABLE)] = totals.delivered
     log.info(
-        "%s: %d event(s) in %d request(s) (mean payload %.0f bytes), %d trimmed, %d "
-        "retries, %d possible duplicate(s), %d failed", dest_id, delivered, requests,
-        totals.get("payload_bytes", 0) / max(requests, 1), totals.get("trimmed", 0),
-        totals.get("retries", 0), totals.get("possible_duplicates", 0), len(failed),
+        "%s: %d event(s) in %d request(s) (mean payload %.0f bytes), %d failed, %d possible "
+        "duplicate(s); this attempt: %d trimmed, %d retries, %d skipped as sent before",
+        dest_id, totals.delivered, totals.requests,
+        totals.payload_bytes / max(totals.requests, 1), len(totals.failed),
+        totals.possible_duplicates, stats.get("trimmed", 0), stats.get("retries", 0),
+        stats.get("already_sent", 0),
     )  # fmt: skip
-    run.state.record(run.segments, dest_id, SENT_TABLE, ok=True, rows=delivered,
+    run.state.record(run.segments, dest_id, SENT_TABLE, ok=True, rows=totals.delivered,
                      run_id=run.run_id)  # fmt: skip
 
 
