@@ -4,7 +4,9 @@ sink's tests and benchmark.
 It records every request (session, events, start and end), and notes a violation when two
 requests of one session overlap. It can be told to be unavailable for a while (connections
 closed without an answer), to answer 429 with ``Retry-After``, a burst of 500s, slow
-responses, or 400 for payloads holding chosen events (``attrs.marker`` values).
+responses, 400 for payloads holding chosen events (``attrs.marker`` values), or 503 for
+chosen sessions. NDJSON bodies are taken too (events as ``{"attrs": line}``, the session
+from the ``X-Eventpipe-Session`` header).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class Behaviour:
     max_payload_bytes: int = 6_000_000
     status: int = 0
     """When set, every request gets this status (501: a plain web server, say)."""
+    down_sessions: set[str] = field(default_factory=set)
+    """Session ids whose requests get 503 (one shard of the API down)."""
 
 
 class AddEventsServer:
@@ -100,11 +104,16 @@ class AddEventsServer:
             handler.connection.close()  # a server restarting: no answer at all
             return
         body = gzip.decompress(raw) if handler.headers.get("Content-Encoding") == "gzip" else raw
-        payload = orjson.loads(body)
-        session = payload["session"]
-        request = Request(session, payload.get("sessionInfo", {}), payload["events"], len(body),
-                          time.monotonic(),
-                          headers={k.lower(): v for k, v in handler.headers.items()})  # fmt: skip
+        headers = {k.lower(): v for k, v in handler.headers.items()}
+        if headers.get("content-type") == "application/x-ndjson":
+            # NDJSON: the events are the lines; the session is named by a header.
+            session, info = headers.get("x-eventpipe-session", ""), {}
+            events = [{"attrs": orjson.loads(line)} for line in body.splitlines() if line]
+        else:
+            payload = orjson.loads(body)
+            session, info, events = payload["session"], payload.get("sessionInfo", {}), \
+                payload["events"]  # fmt: skip
+        request = Request(session, info, events, len(body), time.monotonic(), headers=headers)
         with self._lock:
             self.requests.append(request)
             if self._active.get(session):
@@ -131,6 +140,8 @@ class AddEventsServer:
         b = self.behaviour
         if b.status:
             return b.status, {}, b"Unsupported method"
+        if request.session in b.down_sessions:
+            return 503, {}, b'{"status":"error/server/unavailable"}'
         with self._lock:
             if b.too_many > 0:
                 b.too_many -= 1

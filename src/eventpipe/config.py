@@ -218,8 +218,8 @@ _SQL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
 
 
 class DestinationConfig(_Model):
-    """Where events go: ``type`` duckdb, postgres or parquet, in ``mode`` batch, or stream
-    (duckdb, postgres)."""
+    """Where events go: ``type`` duckdb, postgres, parquet or http, in ``mode`` batch, or
+    stream (duckdb, postgres, http)."""
 
     model_config = ConfigDict(
         extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True,
@@ -231,7 +231,7 @@ class DestinationConfig(_Model):
     API such as DataSet's addEvents, docs/http.md)."""
     mode: Literal["batch", "stream"] = "batch"
     """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
-    (duckdb, postgres): loaded within seconds, the log read as it is written."""
+    (duckdb, postgres, http): loaded within seconds, the log read as it is written."""
     stream_interval_seconds: float = Field(default=1.0, gt=0)
     """stream: how often a micro-batch starts (when there are new events)."""
     path: str | None = None
@@ -303,8 +303,6 @@ class DestinationConfig(_Model):
         if self.type == "http":
             if not self.url or not self.url.startswith(("http://", "https://")):
                 raise ValueError("type http needs url: https://host/path")
-            if self.mode == "stream":
-                raise ValueError("mode stream: the http sink takes batch for now (docs/http.md)")
             if self.primary_key:
                 raise ValueError("primary_key: an http sink cannot upsert")
         elif self.url is not None:

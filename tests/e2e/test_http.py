@@ -62,3 +62,85 @@ def test_events_reach_the_api_in_sessions_and_refused_ones_fail_with_its_answer(
     # The other destination got everything, the segment is archived once both are done.
     assert _query(c, "SELECT count(*) FROM events") == [(200,)]
     assert not c.layout.sealed_segments()
+
+
+def test_a_stream_sink_waits_out_an_outage_while_a_stream_warehouse_keeps_loading(
+    start_collector: Any, spark: Any, api: AddEventsServer
+) -> None:
+    import duckdb
+
+    from eventpipe.processing import stream
+
+    c = start_collector(destinations={
+        "warehouse": {"type": "duckdb", "mode": "stream"},
+        "dataset": {"type": "http", "mode": "stream", "url": api.url, "group_by": ["host"],
+                    "retry_initial_seconds": 0.2, "retry_max_seconds": 1,
+                    "max_buffer_bytes": 8192, "max_payload_bytes": 2048},
+    })  # fmt: skip
+
+    def rows() -> int:
+        try:
+            return int(_query(c, "SELECT count(*) FROM events")[0][0])
+        except duckdb.Error:  # not created yet, or held by the stream's load
+            return -1
+
+    def wait_until(done: Any, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not done():
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+
+    streams = stream.StreamSupervisor(spark, c.config)
+    streams.start()
+    try:
+        outage_ends = time.monotonic() + 25.0  # a 120 s restart, compressed
+        api.behaviour.unavailable_until = outage_ends
+        _post(c, [{"host": f"h{i % 2}", "seq": i, "text": "x" * 100} for i in range(50)],
+              server=True)  # fmt: skip
+        wait_until(lambda: rows() == 50, 60)
+        _post(c, [{"host": f"h{i % 2}", "seq": i, "text": "x" * 100} for i in range(50, 100)],
+              server=True)  # fmt: skip
+        wait_until(lambda: rows() == 100, 60)
+        # The warehouse loaded both batches while the API was down.
+        assert time.monotonic() < outage_ends
+        assert api.delivered == []
+        wait_until(lambda: len(api.delivered) >= 100, 90)
+    finally:
+        streams.stop()
+    assert api.violations == []
+    assert sorted(e["attrs"]["seq"] for e in api.delivered) == list(range(100))  # each once
+    assert max(r.size for r in api.requests) <= 2048
+    assert not c.layout.failed_destination("dataset").exists()
+
+
+def test_a_batch_run_loads_its_tables_while_its_http_sink_waits_for_the_api(
+    start_collector: Any, spark: Any, api: AddEventsServer
+) -> None:
+    import threading
+
+    import duckdb
+
+    c = start_collector(destinations={
+        "dataset": {"type": "http", "url": api.url, "retry_initial_seconds": 0.2,
+                    "retry_max_seconds": 1},
+        "warehouse": {"type": "duckdb"},
+    })  # fmt: skip
+    _post(c, [{"seq": i} for i in range(30)], server=True)
+    _seal(c)
+    outage_ends = time.monotonic() + 15.0
+    api.behaviour.unavailable_until = outage_ends
+    done: list[Any] = []
+    run = threading.Thread(target=lambda: done.append(process_once(c.config, spark)))
+    run.start()
+    loaded_at = None
+    while run.is_alive() and loaded_at is None:
+        try:
+            if _query(c, "SELECT count(*) FROM events") == [(30,)]:
+                loaded_at = time.monotonic()
+        except duckdb.Error:  # not created yet, or held by the load
+            time.sleep(0.2)
+    run.join(120)
+    assert loaded_at is not None and loaded_at < outage_ends  # loaded during the outage
+    [report] = done
+    assert report.loaded[("dataset", "*sent*")] == 30
+    assert sorted(e["attrs"]["seq"] for e in api.delivered) == list(range(30))

@@ -205,12 +205,12 @@ def test_a_parquet_path_may_be_a_uri_and_a_duckdb_path_may_not() -> None:
     assert "parquet files cannot upsert" in message
 
 
-def test_an_http_sink_needs_a_url_and_takes_batch_mode_for_now() -> None:
+def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
     sink = {"type": "http", "url": "https://api.example/addEvents", "group_by": ["host"]}
     config = parse_config({"destinations": {"api": sink}}, source="eventpipe.yaml", env={})
     assert config.destinations["api"].max_payload_bytes == 6_000_000
     assert "type http needs url" in _error({"destinations": {"api": {"type": "http"}}})
-    assert "the http sink takes batch for now" in _error(
-        {"destinations": {"api": {**sink, "mode": "stream"}}}
-    )
+    streamed = {"destinations": {"api": {**sink, "mode": "stream"}}}
+    config = parse_config(streamed, source="eventpipe.yaml", env={})
+    assert config.destinations["api"].mode == "stream"
     assert "url is for http" in _error({"destinations": {"w": {"type": "duckdb", "url": "x"}}})

@@ -38,6 +38,7 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
 from __future__ import annotations
 
 import email.utils
+import enum
 import gzip
 import logging
 import os
@@ -86,6 +87,13 @@ class HttpSettings:
     timeout_seconds: float = 30.0
     progress: str | None = None
     """The run's :class:`Progress` directory (shared by its tasks); None: not recorded."""
+    hold_seconds: float | None = None
+    """How long a request is retried in the task before the task hands its session back
+    (``Stats.unsent``): the job waits without holding a Spark slot and runs the send
+    again. None: retried in the task for ``retry_max_elapsed_seconds``."""
+    give_up_at: float | None = None
+    """Wall-clock time (``time.time()``) after which a transient failure is final; None:
+    ``retry_max_elapsed_seconds`` after the request's first try."""
     run: str = ""
     """The run id: with the rows of a payload, its ``Idempotency-Key``."""
 
@@ -111,6 +119,10 @@ class Stats:
     """The most event bytes held at once (buffers and requests in flight)."""
     already_sent: int = 0
     """Events skipped because a progress record says an earlier attempt handled them."""
+    unsent: int = 0
+    """Events of sessions handed back (``hold_seconds``): neither delivered nor failed."""
+    retry_after: float = 0.0
+    """The longest wait the API asked for (Retry-After) when a session was handed back."""
 
 
 @dataclass
@@ -131,6 +143,9 @@ class _Session:
     """Bytes of ``events`` in a payload (with their separators)."""
     started: float = 0.0
     in_flight: Future[None] | None = None
+    handed_back: bool = False
+    """The API kept failing longer than ``hold_seconds``: the session's further events
+    are left for the next attempt, in order (none is sent after one that was not)."""
 
     @property
     def envelope(self) -> int:
@@ -192,6 +207,10 @@ class Delivery:
         if session is None:
             session = _Session(key, self._head(key, info))
             self._sessions[key] = session
+        if session.handed_back:
+            with self._lock:
+                self.stats.unsent += 1
+            return
         body = self._encode(ts_ns, attrs)
         room = self.settings.max_payload_bytes - session.envelope
         if len(body) > room:
@@ -291,6 +310,11 @@ class Delivery:
         if session.in_flight is not None:
             session.in_flight.result()  # one request per session at a time
         events, session.events, session.size = session.events, [], 0
+        if session.handed_back:  # its request in flight was: these wait for it
+            with self._lock:
+                self.stats.unsent += len(events)
+            self._release(sum(len(e.body) for e in events))
+            return
         session.in_flight = self._pool.submit(self._deliver, session, events)
 
     def _deliver(self, session: _Session, events: list[_Event]) -> None:
@@ -301,22 +325,36 @@ class Delivery:
 
     def _send_all(self, session: _Session, events: list[_Event]) -> None:
         """Send ``events`` as one payload; on a terminal answer, each half again."""
-        outcome = self._send(session, events)
-        if outcome is None:
+        outcome, reason, timed_out = self._send(session, events)
+        if outcome is _Outcome.DELIVERED:
             return
-        terminal, error = outcome
-        if terminal and len(events) > 1:
+        duplicates = len(events) if timed_out else 0  # the API may have stored them
+        if outcome is _Outcome.LATER:
+            with self._lock:
+                session.handed_back = True
+                self.stats.unsent += len(events)
+            if self._progress is not None:
+                self._progress.waiting(session.key, events, duplicates=duplicates)
+            return
+        if outcome is _Outcome.REFUSED and len(events) > 1:
             middle = len(events) // 2
             self._send_all(session, events[:middle])
-            self._send_all(session, events[middle:])
+            if not session.handed_back:  # in order: not after events that wait
+                self._send_all(session, events[middle:])
+            else:
+                with self._lock:
+                    self.stats.unsent += len(events) - middle
             return
         with self._lock:
-            self.failed.extend(Failed(e.row, error) for e in events)
+            self.failed.extend(Failed(e.row, reason) for e in events)
+            self.stats.possible_duplicates += duplicates
         if self._progress is not None:
-            self._progress.record(session.key, events, delivered=False, error=error)
+            self._progress.record(session.key, events, delivered=False, error=reason,
+                                  duplicates=duplicates)  # fmt: skip
 
-    def _send(self, session: _Session, events: list[_Event]) -> tuple[bool, str] | None:
-        """None when delivered, else (terminal, the reason)."""
+    def _send(self, session: _Session, events: list[_Event]) -> tuple[_Outcome, str, bool]:
+        """Post ``events`` as one payload, retrying transient failures: the outcome, the
+        reason when not delivered, and whether a try timed out."""
         s = self.settings
         payload = self._payload(session, events)
         body = gzip.compress(payload, compresslevel=3) if s.gzip else payload
@@ -357,14 +395,26 @@ class Delivery:
                     self._progress.record(session.key, events, delivered=True,
                                           payload_bytes=len(payload),
                                           duplicates=len(events) if timed_out else 0)  # fmt: skip
-                return None
+                return _Outcome.DELIVERED, "", timed_out
             reason = _reason(status, text)
             if status and ((status != 429 and status < 500) or status in NEVER_TRANSIENT):
-                return True, reason
-            wait = random.uniform(delay / 2, delay)
-            wait = max(wait, _retry_after(response_headers.get("retry-after")) or 0.0)
-            if self._clock() - started + wait > s.retry_max_elapsed_seconds:
-                return False, f"{reason} (gave up after {s.retry_max_elapsed_seconds:.0f} s)"
+                return _Outcome.REFUSED, reason, timed_out
+            retry_after = _retry_after(response_headers.get("retry-after")) or 0.0
+            wait = max(random.uniform(delay / 2, delay), retry_after)
+            elapsed = self._clock() - started + wait
+            if (
+                elapsed > s.retry_max_elapsed_seconds
+                if s.give_up_at is None
+                else time.time() + wait > s.give_up_at
+            ):
+                gave_up = f"{reason} (gave up after {s.retry_max_elapsed_seconds:.0f} s)"
+                return _Outcome.FAILED, gave_up, timed_out
+            if s.hold_seconds is not None and elapsed > s.hold_seconds:
+                log.warning("%s session %s: %s; handed back to wait outside the task",
+                            s.destination, sid, reason)  # fmt: skip
+                with self._lock:
+                    self.stats.retry_after = max(self.stats.retry_after, retry_after)
+                return _Outcome.LATER, reason, timed_out
             with self._lock:
                 self.stats.retries += 1
             log.warning("%s session %s: %s; retrying in %.1f s", s.destination, sid, reason,
@@ -386,6 +436,16 @@ class Delivery:
             {k.lower(): v for k, v in response.headers.items()},
             (response.content),
         )
+
+
+class _Outcome(enum.Enum):
+    DELIVERED = "delivered"
+    REFUSED = "refused"
+    """A terminal answer (4xx, 501, 505): split the payload to find the events refused."""
+    FAILED = "failed"
+    """Retries ran out."""
+    LATER = "later"
+    """Still failing after ``hold_seconds``: left for the next attempt."""
 
 
 def _busy(session: _Session) -> bool:
@@ -525,13 +585,19 @@ class Progress:
 
     def record(self, key: str, events: list[_Event], *, delivered: bool, error: str = "",
                payload_bytes: int = 0, duplicates: int = 0) -> None:  # fmt: skip
-        """The outcome of a request."""
-        entry: dict[str, Any] = {"key": key, "last": events[-1].row}
+        """The outcome of a request: its events delivered, or failed with ``error``;
+        ``duplicates``: events the API may have stored by an earlier try that timed out."""
+        entry: dict[str, Any] = {"key": key, "last": events[-1].row, "duplicates": duplicates}
         if delivered:
-            entry.update(delivered=len(events), bytes=payload_bytes, duplicates=duplicates)
+            entry.update(delivered=len(events), bytes=payload_bytes)
         else:
             entry.update(failed=[e.row for e in events], error=error)
         self._append(entry)
+
+    def waiting(self, key: str, events: list[_Event], *, duplicates: int = 0) -> None:
+        """A request handed back: answered (not stored, unless a try timed out), but not
+        done; its events are sent again by the next attempt."""
+        self._append({"key": key, "waiting": len(events), "duplicates": duplicates})
 
     def _append(self, entry: dict[str, Any]) -> None:
         line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
@@ -581,13 +647,13 @@ class Progress:
                     unanswered[record["key"]] = record["sending"]
                     continue
                 unanswered.pop(record["key"], None)
+                totals.possible_duplicates += record["duplicates"]
                 if "failed" in record:
                     totals.failed += [Failed(row, record["error"]) for row in record["failed"]]
-                    continue
-                totals.delivered += record["delivered"]
-                totals.requests += 1
-                totals.payload_bytes += record["bytes"]
-                totals.possible_duplicates += record["duplicates"]
+                elif "delivered" in record:
+                    totals.delivered += record["delivered"]
+                    totals.requests += 1
+                    totals.payload_bytes += record["bytes"]
             # The attempt ended with these in flight; a later one sent them again.
             totals.possible_duplicates += sum(unanswered.values())
         return totals

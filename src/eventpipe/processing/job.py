@@ -21,13 +21,14 @@ import gzip
 import json
 import logging
 import os
+import random
 import shutil
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -70,6 +71,8 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
+    from eventpipe.destinations.http import HttpSettings
+
 log = logging.getLogger("eventpipe.processing")
 
 TABLE = "__table"
@@ -105,6 +108,8 @@ class _Run:
     lookups: Lookups
     paths: tuple[str, ...]
     """The files the run reads (segments, or the events of a replay)."""
+    pause: Callable[[float], None] = time.sleep
+    """Waits between attempts (a stream's raises when the stream is stopping)."""
 
     @property
     def layout(self) -> DataLayout:
@@ -250,11 +255,13 @@ def process_stream_batch(
     epoch: int,
     lines: Sequence[Path],
     schemas: SchemaCache | None = None,
+    pause: Callable[[float], None] = time.sleep,
 ) -> RunReport:
     """One micro-batch of a stream destination, its log lines in the files ``lines``,
     through the same job as batch mode, for that destination only. The run id is the
     destination's and the micro-batch's, so a replayed micro-batch loads nothing twice.
-    ``schemas``: the stream's, kept from one micro-batch to the next."""
+    ``schemas``: the stream's, kept from one micro-batch to the next; ``pause``: how the
+    job waits (for an HTTP API that is down)."""
     layout = config.layout
     run_id = f"stream-{dest_id}-{epoch}"
     name = micro_batch(dest_id, epoch)
@@ -263,7 +270,8 @@ def process_stream_batch(
     paths = [str(p) for p in lines]
     known = {dest_id: schemas or SchemaCache()}
     state = StateStore(layout.state)
-    _run_job(spark, only, run_id, (name,), paths, state, report, known, small=True)
+    _run_job(spark, only, run_id, (name,), paths, state, report, known, small=True,
+             pause=pause)  # fmt: skip
     state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
@@ -280,10 +288,14 @@ def _run_job(
     schemas: dict[str, SchemaCache] | None = None,
     *,
     small: bool = False,
+    pause: Callable[[float], None] = time.sleep,
 ) -> None:
     """Read ``paths`` once, then load every destination of ``config`` (with the table
     schemas of ``schemas`` where given, else read from each destination). ``small``: a
-    micro-batch, read where it is rather than staged first (see _stage_events)."""
+    micro-batch, read where it is rather than staged first (see _stage_events).
+
+    HTTP sinks are sent on threads of their own beside the tables' loads: an API that is
+    down for minutes delays no other destination of the run."""
     lookups = Lookups.plan(config)
     events = _stage_events(spark, config, run_id, paths, lookups, staged=not small)
     if CORRUPT_COLUMN in events.columns:
@@ -293,12 +305,22 @@ def _run_job(
         )
     columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
     originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
-    shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths))
-    for dest_id, dest in config.destinations.items():
-        cache = (schemas or {}).get(dest_id) or SchemaCache()
-        opened = None if dest.type == "http" else open_destination(dest_id, dest, config)
-        target = _Target(dest_id, dest, opened, cache)
-        _process_destination(events, shared, target)
+    shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths),
+                  pause)  # fmt: skip
+    sinks = [d for d, dest in config.destinations.items() if dest.type == "http"]
+    with ThreadPoolExecutor(max_workers=max(1, len(sinks)), thread_name_prefix="send") as pool:
+        sending = [
+            pool.submit(_process_destination, events, shared,
+                        _Target(d, config.destinations[d], None, SchemaCache()))
+            for d in sinks
+        ]  # fmt: skip
+        for dest_id, dest in config.destinations.items():
+            if dest_id not in sinks:
+                cache = (schemas or {}).get(dest_id) or SchemaCache()
+                target = _Target(dest_id, dest, open_destination(dest_id, dest, config), cache)
+                _process_destination(events, shared, target)
+        for future in sending:
+            future.result()
 
 
 def replay_failed(config: Config, spark: SparkSession, dest_id: str) -> RunReport | None:
@@ -601,9 +623,8 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
     Spark: rows partitioned by session key, so that a task owns each session (one request
     in flight per session, in order, on a cluster too). Events that could not be
     delivered go to failed/ with the API's answer."""
-    import orjson
 
-    from eventpipe.destinations.http import HttpSettings, Progress, deliver_batches
+    from eventpipe.destinations.http import HttpSettings, Progress
 
     dest_id, dest = target.id, target.config
     if run.state.table_ok(run.segments, dest_id, SENT_TABLE):
@@ -633,6 +654,7 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
         .sortWithinPartitions("row")
     )
     progress = run.layout.tmp / run.run_id / f"dst={dest_id}" / "sent"
+    hold = min(HOLD_SECONDS, dest.retry_max_elapsed_seconds)
     settings = HttpSettings(
         destination=dest_id, url=str(dest.url), headers=dict(dest.headers), format=dest.format,
         max_payload_bytes=dest.max_payload_bytes, max_lifetime_seconds=dest.max_lifetime_seconds,
@@ -641,16 +663,28 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
         retry_max_seconds=dest.retry_max_seconds,
         retry_max_elapsed_seconds=dest.retry_max_elapsed_seconds,
         max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip, progress=str(progress),
-        run=run.run_id,
+        run=run.run_id, hold_seconds=hold,
     )  # fmt: skip
+    give_up_at: float | None = None
+    stats: dict[str, float] = {}
+    delay = dest.retry_initial_seconds
     with _step(f"{dest_id}: send"):
-        attempts = rows.mapInArrow(
-            lambda batches: deliver_batches(settings, batches), "stats string"
-        ).collect()
-    stats: dict[str, int] = {}
-    for attempt in attempts:
-        for name, value in orjson.loads(attempt["stats"]).items():
-            stats[name] = stats.get(name, 0) + int(value)
+        while True:
+            attempt = _send_attempt(rows, settings)
+            _add_stats(stats, attempt)
+            if not attempt["unsent"]:
+                break
+            # The API keeps failing: wait here, where no Spark slot is held, then send
+            # what is left (progress records skip what was delivered).
+            if give_up_at is None:  # counted from the first try of the failing request
+                give_up_at = time.time() - hold + dest.retry_max_elapsed_seconds
+                settings = replace(settings, give_up_at=give_up_at)
+            wait = max(random.uniform(delay / 2, delay), attempt["retry_after"])
+            wait = max(0.0, min(wait, give_up_at - time.time()))
+            log.warning("%s: %d event(s) wait for the API; sending again in %.1f s", dest_id,
+                        attempt["unsent"], wait)  # fmt: skip
+            run.pause(wait)
+            delay = min(delay * 2, dest.retry_max_seconds)
     # What was delivered and what failed, by this attempt and any earlier one of the run.
     totals = Progress(progress).totals()
     if totals.failed:
@@ -660,14 +694,42 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
     run.report.loaded[(dest_id, SENT_TABLE)] = totals.delivered
     log.info(
         "%s: %d event(s) in %d request(s) (mean payload %.0f bytes), %d failed, %d possible "
-        "duplicate(s); this attempt: %d trimmed, %d retries, %d skipped as sent before",
-        dest_id, totals.delivered, totals.requests,
+        "duplicate(s); by this process: %d trimmed, %d retries, %d skipped as sent before, "
+        "at most %d event bytes held by a task", dest_id, totals.delivered, totals.requests,
         totals.payload_bytes / max(totals.requests, 1), len(totals.failed),
         totals.possible_duplicates, stats.get("trimmed", 0), stats.get("retries", 0),
-        stats.get("already_sent", 0),
+        stats.get("already_sent", 0), stats.get("peak_buffered_bytes", 0),
     )  # fmt: skip
     run.state.record(run.segments, dest_id, SENT_TABLE, ok=True, rows=totals.delivered,
                      run_id=run.run_id)  # fmt: skip
+
+
+HOLD_SECONDS = 5.0
+"""How long a Spark task retries a failing request before it hands the session back to
+the driver, which waits without holding a slot (others' jobs need the cores)."""
+_PEAKS = frozenset({"peak_buffered_bytes", "retry_after"})
+"""Stats whose total over tasks and attempts is the largest, not the sum."""
+
+
+def _send_attempt(rows: DataFrame, settings: HttpSettings) -> dict[str, float]:
+    """One Spark job delivering ``rows``; the stats of its tasks, added up."""
+    import orjson
+
+    from eventpipe.destinations.http import deliver_batches
+
+    outputs = rows.mapInArrow(
+        lambda batches: deliver_batches(settings, batches), "stats string"
+    ).collect()
+    total: dict[str, float] = {}
+    for output in outputs:
+        _add_stats(total, orjson.loads(output["stats"]))
+    return total
+
+
+def _add_stats(total: dict[str, float], more: dict[str, float]) -> None:
+    for name, value in more.items():
+        before = total.get(name, 0)
+        total[name] = max(before, value) if name in _PEAKS else before + value
 
 
 def _group_column(field: str) -> str:

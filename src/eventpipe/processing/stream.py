@@ -209,7 +209,9 @@ def start_stream(
         files = sorted(f for f in batch.iterdir() if f.name != "_SUCCESS")
         if files:
             report = retry_transient(
-                lambda: process_stream_batch(spark, config, dest_id, epoch, files, schemas),
+                lambda: process_stream_batch(
+                    spark, config, dest_id, epoch, files, schemas, pause
+                ),
                 attempts=3 if available_now else None, max_delay=30.0, sleep=pause, log=log,
             )  # fmt: skip
             loaded = time.perf_counter()

@@ -155,3 +155,41 @@ def test_a_501_is_not_retried(server: AddEventsServer) -> None:
     assert stats.retries == 0
     assert sorted(f.row for f in failed) == [0, 1, 2, 3]
     assert all(f.error == "HTTP 501: Unsupported method" for f in failed)
+
+
+def test_a_failing_session_is_handed_back_in_order_while_the_others_are_delivered(
+    server: AddEventsServer, tmp_path: Any
+) -> None:
+    from eventpipe.destinations.http import Progress, session_id
+
+    # One shard of the API is down for host-1 (seed 2's KI1: its errors are its own).
+    server.behaviour.down_sessions = {session_id("dataset", "host-1")}
+    settings = _settings(server, progress=str(tmp_path / "sent"), hold_seconds=0.3,
+                         max_payload_bytes=2000)  # fmt: skip
+    rows = _rows(400, sessions=4)
+    stats, failed = deliver(settings, rows)
+    assert failed == []
+    assert stats.unsent == 100  # every event of host-1, none sent after one that waits
+    delivered = [e["attrs"]["seq"] for e in server.delivered]
+    assert sorted(delivered) == [i for i in range(400) if i % 4 != 1]
+    # The shard is back: the next attempt sends host-1's events, in order, and nothing twice.
+    server.behaviour.down_sessions = set()
+    stats, failed = deliver(settings, rows)
+    assert (failed, stats.unsent, stats.already_sent) == ([], 0, 300)
+    delivered = [e["attrs"]["seq"] for e in server.delivered]
+    assert sorted(delivered) == list(range(400))
+    assert [s for s in delivered if s % 4 == 1] == list(range(1, 400, 4))
+    totals = Progress(tmp_path / "sent").totals()
+    assert (totals.delivered, totals.possible_duplicates, totals.failed) == (400, 0, [])
+
+
+def test_ndjson_payloads_are_lines_of_attributes_and_name_their_session_in_a_header(
+    server: AddEventsServer,
+) -> None:
+    _, failed = deliver(_settings(server, format="ndjson"), _rows(50, sessions=2))
+    assert failed == []
+    assert {r.headers["content-type"] for r in server.requests} == {"application/x-ndjson"}
+    assert len({r.session for r in server.requests}) == 2
+    assert sorted(e["attrs"]["seq"] for e in server.delivered) == list(range(50))
+    assert "ts" not in server.delivered[0]  # the attributes alone
+    assert max(r.size for r in server.requests) <= 20_000
