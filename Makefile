@@ -27,6 +27,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/postgres.py
 	$(BIN)/python bench/stream.py --destination duckdb
 	$(BIN)/python bench/stream.py --destination postgres
+	$(BIN)/python bench/http_sink.py
 
 setup: $(STAMP) java
 

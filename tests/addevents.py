@@ -35,6 +35,8 @@ class Request:
     status: int = 0
     headers: dict[str, str] = field(default_factory=dict)
     """Its headers, names in lower case."""
+    count: int = 0
+    """Its events (kept in ``events`` unless the server counts only)."""
 
 
 @dataclass
@@ -58,7 +60,10 @@ class Behaviour:
 
 
 class AddEventsServer:
-    def __init__(self) -> None:
+    def __init__(self, *, keep_events: bool = True, port: int = 0) -> None:
+        """``keep_events`` False: requests keep their count of events, not the events (a
+        benchmark's million events would take gigabytes)."""
+        self.keep_events = keep_events
         self.behaviour = Behaviour()
         self.requests: list[Request] = []
         self.violations: list[str] = []
@@ -75,7 +80,15 @@ class AddEventsServer:
             def do_POST(self) -> None:
                 server._handle(self)
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+            def do_GET(self) -> None:
+                answer = orjson.dumps(server.summary())
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}/api/addEvents"
         self._thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
@@ -95,6 +108,23 @@ class AddEventsServer:
             done = sorted((r for r in self.requests if r.status == 200), key=lambda r: r.ended)
         return [e for r in done for e in r.events]
 
+    def summary(self) -> dict[str, Any]:
+        """Requests answered 200: how many, their events and uncompressed bytes; the
+        sessions seen, the statuses answered, and any violation."""
+        with self._lock:
+            ok = [r for r in self.requests if r.status == 200]
+            statuses: dict[str, int] = {}
+            for r in self.requests:
+                statuses[str(r.status)] = statuses.get(str(r.status), 0) + 1
+            return {
+                "requests": len(ok),
+                "events": sum(r.count for r in ok),
+                "payload_bytes": sum(r.size for r in ok),
+                "sessions": len({r.session for r in ok}),
+                "statuses": statuses,
+                "violations": list(self.violations),
+            }
+
     def _handle(self, handler: BaseHTTPRequestHandler) -> None:
         b = self.behaviour
         length = int(handler.headers.get("Content-Length") or 0)
@@ -113,7 +143,8 @@ class AddEventsServer:
             payload = orjson.loads(body)
             session, info, events = payload["session"], payload.get("sessionInfo", {}), \
                 payload["events"]  # fmt: skip
-        request = Request(session, info, events, len(body), time.monotonic(), headers=headers)
+        request = Request(session, info, events if self.keep_events else [], len(body),
+                          time.monotonic(), headers=headers, count=len(events))  # fmt: skip
         with self._lock:
             self.requests.append(request)
             if self._active.get(session):
@@ -161,9 +192,30 @@ class AddEventsServer:
 
 
 @contextmanager
-def addevents_server() -> Iterator[AddEventsServer]:
-    server = AddEventsServer().start()
+def addevents_server(*, keep_events: bool = True) -> Iterator[AddEventsServer]:
+    server = AddEventsServer(keep_events=keep_events).start()
     try:
         yield server
     finally:
         server.stop()
+
+
+def main() -> None:
+    """``python -m tests.addevents --port N``: serve until interrupted, counting events
+    only (a benchmark's server, in a process of its own); ``GET /`` gives the summary."""
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    server = AddEventsServer(keep_events=False, port=args.port)
+    try:
+        server.httpd.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.httpd.server_close()
+
+
+if __name__ == "__main__":
+    main()

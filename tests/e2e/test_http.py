@@ -140,7 +140,8 @@ def test_a_batch_run_loads_its_tables_while_its_http_sink_waits_for_the_api(
         except duckdb.Error:  # not created yet, or held by the load
             time.sleep(0.2)
     run.join(120)
-    assert loaded_at is not None and loaded_at < outage_ends  # loaded during the outage
+    assert loaded_at is not None
+    assert loaded_at < outage_ends  # loaded during the outage
     [report] = done
     assert report.loaded[("dataset", "*sent*")] == 30
     assert sorted(e["attrs"]["seq"] for e in api.delivered) == list(range(30))

@@ -193,3 +193,25 @@ def test_ndjson_payloads_are_lines_of_attributes_and_name_their_session_in_a_hea
     assert sorted(e["attrs"]["seq"] for e in server.delivered) == list(range(50))
     assert "ts" not in server.delivered[0]  # the attributes alone
     assert max(r.size for r in server.requests) <= 20_000
+
+
+def test_attributes_given_as_json_text_are_sent_as_they_are_and_trimmed_alike(
+    server: AddEventsServer,
+) -> None:
+    import orjson
+
+    huge = {"small": 1, "huge": "z" * 50_000}
+    rows = [
+        (0, "k", {}, 7, orjson.dumps({"seq": 0, "tag": "é"})),  # as a Spark task gives them
+        (1, "k", {}, 8, {"seq": 1, "tag": "é"}),
+        (2, "k", {}, None, orjson.dumps(huge)),
+        (3, "k", {}, None, huge),
+    ]
+    stats, failed = deliver(_settings(server), rows)
+    assert failed == []
+    assert stats.trimmed == 2
+    sent = server.delivered
+    assert sent[0] == {"attrs": {"seq": 0, "tag": "é"}, "ts": "7"}
+    assert sent[1] == {"attrs": {"seq": 1, "tag": "é"}, "ts": "8"}
+    assert sent[2] == sent[3]  # trimmed the same way from text and from a dict
+    assert sent[2]["attrs"][TRIMMED_ATTRIBUTE] is True
