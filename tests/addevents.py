@@ -50,6 +50,10 @@ class Behaviour:
     """The next this many requests get 500."""
     delay: float = 0.0
     """Seconds each request takes before its answer."""
+    stalls: int = 0
+    """The next this many requests are stored, then answered after ``stall_seconds``
+    (longer than the client waits: it times out although the events were stored)."""
+    stall_seconds: float = 2.0
     reject_markers: set[str] = field(default_factory=set)
     """A payload with an event whose ``attrs.marker`` is one of these gets 400."""
     max_payload_bytes: int = 6_000_000
@@ -150,9 +154,12 @@ class AddEventsServer:
             if self._active.get(session):
                 self.violations.append(f"two requests of session {session} overlap")
             self._active[session] = self._active.get(session, 0) + 1
+        with self._lock:
+            stall = b.stalls > 0
+            b.stalls -= stall
         try:
-            if b.delay:
-                time.sleep(b.delay)
+            if b.delay or stall:
+                time.sleep(b.stall_seconds if stall else b.delay)
             status, headers, answer = self._answer(request)
         finally:
             with self._lock:

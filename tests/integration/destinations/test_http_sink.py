@@ -215,3 +215,23 @@ def test_attributes_given_as_json_text_are_sent_as_they_are_and_trimmed_alike(
     assert sent[1] == {"attrs": {"seq": 1, "tag": "é"}, "ts": "8"}
     assert sent[2] == sent[3]  # trimmed the same way from text and from a dict
     assert sent[2]["attrs"][TRIMMED_ATTRIBUTE] is True
+
+
+def test_a_request_that_timed_out_after_the_api_stored_it_is_counted_as_duplicates(
+    server: AddEventsServer, tmp_path: Any
+) -> None:
+    from eventpipe.destinations.http import Progress
+
+    server.behaviour.stalls = 1  # stored, answered after 2 s: the client gave up at 0.5 s
+    settings = _settings(server, timeout_seconds=0.5, progress=str(tmp_path / "sent"))
+    stats, failed = deliver(settings, _rows(10, sessions=1))
+    assert failed == []
+    deadline = time.monotonic() + 10
+    while not all(r.status for r in server.requests) and time.monotonic() < deadline:
+        time.sleep(0.05)  # the stalled request is stored once its answer is written
+    seqs = [e["attrs"]["seq"] for e in server.delivered]
+    assert sorted(seqs) == sorted([*range(10), *range(10)])  # the API has them twice
+    assert stats.possible_duplicates == 10  # and they are counted, not hidden
+    assert Progress(tmp_path / "sent").totals().possible_duplicates == 10
+    # Both tries carried the same Idempotency-Key: an API that honours it keeps one.
+    assert len({r.headers["idempotency-key"] for r in server.requests}) == 1
