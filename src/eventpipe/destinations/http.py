@@ -18,7 +18,10 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   backoff and jitter (half to all of the delay), ``Retry-After`` honoured, for up to
   ``retry_max_elapsed_seconds``; each session keeps its own error state (seed 2's KI1:
   one session's success never clears another's). A request that timed out may have been
-  stored: its events are counted as possible duplicates.
+  stored: its events are counted as possible duplicates. With ``hold_seconds`` (the
+  job's), a request still failing after that long is handed back: the session sends
+  nothing more in this task (order holds), the others go on, and the job runs the send
+  again later, from the driver, holding no Spark slot while it waits.
 * **Terminal answers** (other 4xx, and 501/505, which no retry changes): the payload is
   split in halves and each half sent again, down to single events, so that only the
   events the API refuses fail, with the response; the rest is delivered. Events whose
