@@ -156,9 +156,11 @@ class StateStore:
         error: str | None = None,
         run_id: str | None = None,
     ) -> None:
-        """Record the outcome of one destination x table for every segment of a batch."""
+        """Record the outcome of one destination x table for every segment of a batch.
+        The batch's ``rows`` are counted once, on its first segment (a batch loads its
+        segments together: rows per segment are not known), so that sums are right."""
         with self._db() as db:
-            for segment in segments:
+            for index, segment in enumerate(segments):
                 db.execute(
                     "INSERT INTO segment_status (segment, destination, tbl, status, rows, "
                     "error, run_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
@@ -166,8 +168,8 @@ class StateStore:
                     "status = excluded.status, rows = excluded.rows, error = excluded.error, "
                     "attempts = segment_status.attempts + 1, run_id = excluded.run_id, "
                     "updated_at = excluded.updated_at",
-                    (segment, destination, table, "ok" if ok else "failed", rows, error,
-                     run_id, _now()),
+                    (segment, destination, table, "ok" if ok else "failed",
+                     rows if index == 0 else 0, error, run_id, _now()),
                 )  # fmt: skip
 
     def table_ok(self, segments: Sequence[str], destination: str, table: str) -> bool:

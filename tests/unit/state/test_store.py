@@ -36,6 +36,14 @@ def test_table_status_covers_every_segment_and_counts_attempts(tmp_path: Path) -
     assert store.segments_done(["s1", "s2"], ["dw"]) == ["s1"]
 
 
+def test_a_batch_of_several_segments_counts_its_rows_once(tmp_path: Path) -> None:
+    store = StateStore(tmp_path / "state.sqlite")
+    store.record(["s1", "s2", "s3"], "dw", "events", ok=True, rows=100)
+    store.record(["s1", "s2", "s3"], "dw", "events", ok=True, rows=100)  # a retry
+    store.record(["s4"], "dw", "events", ok=True, rows=5)
+    assert store.summary("dw").rows_loaded == 105
+
+
 def test_a_streams_older_micro_batches_fold_into_one_row_per_table(tmp_path: Path) -> None:
     store = StateStore(tmp_path / "state.sqlite")
     store.record(["s1"], "live", "events", ok=True, rows=7)  # a segment: never folded
