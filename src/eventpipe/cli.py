@@ -189,6 +189,80 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
         _print_report(report)
 
 
+@cli.group("log")
+def log_group() -> None:
+    """Look into the log: segments, events by position, progress per destination."""
+
+
+@log_group.command("status")
+@config_option
+def log_status(config_path: Path | None) -> None:
+    """Per destination x table: batches loaded, rows, failures; then what is pending."""
+    from eventpipe.log.tail import lag
+    from eventpipe.state.store import StateStore
+
+    config = _load(config_path).config
+    layout = config.layout
+    store = StateStore(layout.state)
+    sealed = layout.sealed_segments()
+    rows = []
+    for dest_id, dest in config.destinations.items():
+        for t in store.tables(dest_id):
+            name = "(sent)" if t.table == "*sent*" else t.table
+            rows.append((dest_id, name, f"{t.batches_ok:,}", f"{t.rows:,}",
+                         f"{t.batches_failed:,}", t.last_update,
+                         (t.last_error or "")[:60]))  # fmt: skip
+        if dest.mode == "stream":
+            behind = lag(layout, dest_id)
+            pending = f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
+        else:
+            done = store.summary(dest_id).done_segments
+            waiting = [p for p in sealed if p.name not in done]
+            pending = f"{len(waiting)} sealed segment(s) pending"
+        failed = layout.failed_destination(dest_id)
+        events = _count_lines(failed) if failed.exists() else 0
+        rows.append((dest_id, "(pending)", "", "", "", "", pending))
+        rows.append((dest_id, "(failed/)", "", "", "", "", f"{events:,} event(s) in {failed.name}"))
+    _print_table(["destination", "table", "batches ok", "rows", "batches failed",
+                  "last update (UTC)", "note"], rows)  # fmt: skip
+
+
+def _count_lines(path: Path) -> int:
+    with path.open("rb") as lines:
+        return sum(1 for _ in lines)
+
+
+@log_group.command("segments")
+@config_option
+def log_segments(config_path: Path | None) -> None:
+    """The sealed segments on disk, in log order: where they are and their size."""
+    from eventpipe.log.inspect import segments
+
+    layout = _load(config_path).config.layout
+    rows = [
+        (s.id, "archive" if s.archived else "incoming", f"{s.path.stat().st_size:,}")
+        for s in segments(layout)
+    ]
+    _print_table(["segment", "where", "bytes"], rows)
+
+
+@log_group.command("show")
+@config_option
+@click.option("--from", "start", required=True, help="First position: SEGMENT[:LINE].")
+@click.option("--to", "end", default=None, help="Last position (included); default: the end.")
+@click.option("--limit", type=int, default=1000, show_default=True, help="Events at most.")
+def log_show(config_path: Path | None, start: str, end: str | None, limit: int) -> None:
+    """Print the events from one position to another, each after its position."""
+    from itertools import islice
+
+    from eventpipe.log.inspect import Position, read
+
+    layout = _load(config_path).config.layout
+    last = Position.parse(end) if end else None
+    for position, line in islice(read(layout, Position.parse(start), last), limit):
+        click.echo(f"{position}\t{line.decode('utf-8', errors='replace')}")
+
+
 def _interrupt(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 

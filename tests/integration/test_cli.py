@@ -23,7 +23,17 @@ def test_help_lists_the_commands_that_exist() -> None:
     listed = {
         line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()
     }
-    assert listed == {"collect", "init", "process", "query", "replay", "rotate", "run", "status"}
+    assert listed == {
+        "collect",
+        "init",
+        "log",
+        "process",
+        "query",
+        "replay",
+        "rotate",
+        "run",
+        "status",
+    }
 
 
 def test_version() -> None:

@@ -89,6 +89,17 @@ class DestinationSummary:
     done_segments: frozenset[str]
 
 
+@dataclass(frozen=True)
+class TableProgress:
+    table: str
+    batches_ok: int
+    """Segments (and stream micro-batches) recorded loaded."""
+    rows: int
+    batches_failed: int
+    last_update: str
+    last_error: str | None
+
+
 class StateStore:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -269,6 +280,20 @@ class StateStore:
                 )
             }
         return DestinationSummary(last, int(rows), int(skipped), int(failed), frozenset(done))
+
+    def tables(self, destination: str) -> list[TableProgress]:
+        """Per table of one destination: what its records add up to."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tbl, count(*) FILTER (WHERE status = 'ok'), "
+                "coalesce(sum(rows) FILTER (WHERE status = 'ok'), 0), "
+                "count(*) FILTER (WHERE status = 'failed'), max(updated_at), "
+                "max(error) FILTER (WHERE status = 'failed') "
+                "FROM segment_status WHERE destination = ? AND tbl != ? GROUP BY tbl "
+                "ORDER BY tbl",
+                (destination, ALL_TABLES),
+            ).fetchall()
+        return [TableProgress(*row) for row in rows]
 
     def statuses(self) -> list[tuple[str, str, str, str, int, str | None, int]]:
         with self._db() as db:

@@ -1,0 +1,111 @@
+"""Looking into the log (``eventpipe log``): event positions, events by range.
+
+A position is ``<segment>:<line>``: the sealed segment's id (its key and seal stamp, as
+in ``incoming.tok=<key>-<stamp>.log``) and the 0-based line in it, for example
+``web-2026-11-21T10-00-00.000:15``. It is stable from the seal on, wherever the segment
+is (``incoming/``, or gzipped under ``archive/``). Events of an active segment have no
+stable position yet: it is renamed when sealed (``eventpipe rotate`` seals it now).
+"""
+
+from __future__ import annotations
+
+import gzip
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, cast
+
+from eventpipe.errors import ConfigError
+from eventpipe.paths import DataLayout, SegmentName
+
+_PREFIX = "incoming.tok="
+
+
+@dataclass(frozen=True)
+class Position:
+    segment: str
+    """The sealed segment's id: ``<key>-<stamp>``."""
+    line: int
+
+    def __str__(self) -> str:
+        return f"{self.segment}:{self.line}"
+
+    @classmethod
+    def parse(cls, text: str) -> Position:
+        """``<segment>:<line>``, or ``<segment>`` alone (its first line)."""
+        segment, _, line = text.rpartition(":") if ":" in text else (text, "", "0")
+        parsed = SegmentName.parse(f"{_PREFIX}{segment}.log")
+        if parsed is None or parsed.sealed is None or not line.isdigit():
+            raise ConfigError(
+                f"{text!r} is not a log position",
+                fix="write <segment>:<line>, e.g. web-2026-11-21T10-00-00.000:15 "
+                "(segments: eventpipe log segments)",
+            )
+        return cls(segment, int(line))
+
+
+@dataclass(frozen=True)
+class Segment:
+    id: str
+    path: Path
+    archived: bool
+
+    @property
+    def order(self) -> tuple[str, str]:
+        return _order(self.id)
+
+    def open(self) -> IO[bytes]:
+        if self.archived:
+            return cast("IO[bytes]", gzip.open(self.path, "rb"))
+        return self.path.open("rb")
+
+
+def _order(segment: str) -> tuple[str, str]:
+    """A segment id's place in the log: by seal stamp, then key."""
+    parsed = SegmentName.parse(f"{_PREFIX}{segment}.log")
+    if parsed is None or parsed.sealed is None:
+        raise ValueError(f"{segment!r} is not a sealed segment's id")
+    return parsed.sealed, parsed.key_id
+
+
+def _id(name: str) -> str:
+    """``incoming.tok=<id>.log[.gz]`` -> ``<id>``."""
+    return name.removesuffix(".gz").removeprefix(_PREFIX).removesuffix(".log")
+
+
+def segments(layout: DataLayout) -> list[Segment]:
+    """Every sealed segment still on disk, in seal order: waiting in ``incoming/`` or
+    archived (a segment being archived, in both places, is listed once)."""
+    found: dict[str, Segment] = {}
+    if layout.archive.is_dir():
+        for path in layout.archive.glob(f"*/{_PREFIX}*.log.gz"):
+            found[_id(path.name)] = Segment(_id(path.name), path, archived=True)
+    for path in layout.sealed_segments():
+        found[_id(path.name)] = Segment(_id(path.name), path, archived=False)
+    return sorted(found.values(), key=lambda s: s.order)
+
+
+def read(
+    layout: DataLayout, start: Position, end: Position | None = None
+) -> Iterator[tuple[Position, bytes]]:
+    """The log's lines from ``start`` to ``end`` (both included; None: to the end of the
+    log), with their positions, in log order."""
+    all_segments = segments(layout)
+    if start.segment not in {s.id for s in all_segments}:
+        raise ConfigError(
+            f"no segment {start.segment} in the log (incoming/ or archive/)",
+            fix="eventpipe log segments lists them",
+        )
+    first = _order(start.segment)
+    last = _order(end.segment) if end else None
+    for segment in all_segments:
+        if segment.order < first or (last is not None and segment.order > last):
+            continue
+        with segment.open() as lines:
+            for index, line in enumerate(lines):
+                here = Position(segment.id, index)
+                if segment.id == start.segment and index < start.line:
+                    continue
+                if end is not None and segment.id == end.segment and index > end.line:
+                    break
+                yield here, line.rstrip(b"\n")

@@ -1,0 +1,82 @@
+"""`eventpipe log`: segments, events by position (incoming/ and archive/), progress per
+destination x table, as a user runs it."""
+
+from __future__ import annotations
+
+import gzip
+from pathlib import Path
+
+import orjson
+
+from eventpipe.state.store import ALL_TABLES, StateStore
+from tests.process import run, write_config
+
+OLD = "web-2026-11-20T09-00-00.000"
+NEW = "web-2026-11-21T10-00-00.000"
+
+
+def _log(tmp_path: Path) -> Path:
+    """Two sealed segments of 3 events: the older archived (gzip), the newer waiting."""
+    data = tmp_path / "data"
+    lines = {seg: [orjson.dumps({"seg": seg[4:14], "n": n}) + b"\n" for n in range(3)]
+             for seg in (OLD, NEW)}  # fmt: skip
+    (data / "archive/2026-11-20").mkdir(parents=True)
+    (data / "archive/2026-11-20" / f"incoming.tok={OLD}.log.gz").write_bytes(
+        gzip.compress(b"".join(lines[OLD]))
+    )
+    (data / "incoming").mkdir()
+    (data / "incoming" / f"incoming.tok={NEW}.log").write_bytes(b"".join(lines[NEW]))
+    return write_config(tmp_path / "eventpipe.yaml", data, 0, destinations={
+        "warehouse": {"type": "duckdb"}, "api": {"type": "http", "url": "http://127.0.0.1:9/x"},
+    })  # fmt: skip
+
+
+def test_segments_are_listed_in_log_order_wherever_they_are(tmp_path: Path) -> None:
+    config = _log(tmp_path)
+    result = run("log", "segments", "-c", str(config))
+    assert result.returncode == 0, result.stderr
+    rows = [line.split("|") for line in result.stdout.splitlines()[2:-1]]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [(OLD, "archive"), (NEW, "incoming")]
+
+
+def test_show_prints_a_range_across_segments_with_positions(tmp_path: Path) -> None:
+    config = _log(tmp_path)
+    result = run("log", "show", "--from", f"{OLD}:1", "--to", f"{NEW}:0", "-c", str(config))
+    assert result.returncode == 0, result.stderr
+    shown = [line.split("\t") for line in result.stdout.splitlines()]
+    assert [p for p, _ in shown] == [f"{OLD}:1", f"{OLD}:2", f"{NEW}:0"]
+    assert orjson.loads(shown[2][1]) == {"seg": "2026-11-21", "n": 0}
+    # From a segment alone: its first line, to the end of the log.
+    result = run("log", "show", "--from", NEW, "--limit", "2", "-c", str(config))
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == [
+        f"{NEW}:0", f"{NEW}:1",
+    ]  # fmt: skip
+
+
+def test_a_bad_position_says_how_to_write_one(tmp_path: Path) -> None:
+    config = _log(tmp_path)
+    result = run("log", "show", "--from", "yesterday", "-c", str(config))
+    assert result.returncode == 2
+    assert "'yesterday' is not a log position" in result.stderr
+    assert "<segment>:<line>" in result.stderr
+    result = run("log", "show", "--from", "web-2026-01-01T00-00-00.000:0", "-c", str(config))
+    assert "no segment web-2026-01-01T00-00-00.000 in the log" in result.stderr
+
+
+def test_status_shows_each_destination_x_table_and_what_is_pending(tmp_path: Path) -> None:
+    config = _log(tmp_path)
+    store = StateStore(tmp_path / "data" / "state.sqlite")
+    store.record([f"incoming.tok={OLD}.log"], "warehouse", "events", ok=True, rows=3)
+    store.record([f"incoming.tok={OLD}.log"], "warehouse", ALL_TABLES, ok=True)
+    store.record([f"incoming.tok={OLD}.log"], "api", "*sent*", ok=True, rows=2)
+    (tmp_path / "data" / "failed").mkdir()
+    (tmp_path / "data" / "failed" / "failed.dst=api.log").write_bytes(b"{}\n")
+    result = run("log", "status", "-c", str(config))
+    assert result.returncode == 0, result.stderr
+    rows = [[c.strip() for c in line.split("|")] for line in result.stdout.splitlines()[2:-1]]
+    by = {(r[0], r[1]): r for r in rows}  # destinations in the config's order (sorted here)
+    assert by["warehouse", "events"][2:4] == ["1", "3"]
+    assert by["warehouse", "(pending)"][-1] == "1 sealed segment(s) pending"
+    assert by["warehouse", "(failed/)"][-1] == "0 event(s) in failed.dst=warehouse.log"
+    assert by["api", "(sent)"][2:4] == ["1", "2"]
+    assert by["api", "(failed/)"][-1] == "1 event(s) in failed.dst=api.log"
