@@ -30,6 +30,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -79,14 +80,22 @@ def make_event(rng: random.Random, n: int, agents: list[str]) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def generate(incoming: Path, events: int, per_segment: int = 250_000, seed: int = 2026) -> int:
+def generate(
+    incoming: Path,
+    events: int,
+    per_segment: int = 250_000,
+    seed: int = 2026,
+    extra: Callable[[int], dict[str, Any]] | None = None,
+) -> int:
+    """``events`` events as sealed segments in ``incoming``; ``extra(n)``: fields added to
+    event ``n``. Returns the bytes written."""
     rng = random.Random(seed)
     agents = user_agents(rng)
     incoming.mkdir(parents=True)
     total = 0
     for part in range(0, events, per_segment):
         lines = [
-            orjson.dumps(make_event(rng, n, agents)) + b"\n"
+            orjson.dumps({**make_event(rng, n, agents), **(extra(n) if extra else {})}) + b"\n"
             for n in range(part, min(part + per_segment, events))
         ]
         path = incoming / f"incoming.tok=web-2026-11-21T10-00-{part // per_segment:02d}.000.log"
@@ -99,20 +108,24 @@ def generate(incoming: Path, events: int, per_segment: int = 250_000, seed: int 
 PEAKS: dict[str, float] = {}
 
 
+def peak_rss_mb(pid: int) -> float:
+    """A process's peak resident memory (VmHWM) in MB; 0 when it exited meanwhile, or is a
+    zombie (an exited Python worker not yet reaped: no memory lines)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return 0.0
+    return next((int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM")), 0) / 1024
+
+
 def record_peaks() -> None:
     """Peak resident memory (VmHWM) of this process and of the Spark JVM it started."""
     import psutil
 
     me = psutil.Process()
     for proc in [me, *me.children(recursive=True)]:
-        try:
-            status = Path(f"/proc/{proc.pid}/status").read_text()
-        except OSError:
-            continue  # exited meanwhile
-        # Zombies (exited Python workers not yet reaped) have no memory lines.
-        hwm = next((int(x.split()[1]) for x in status.splitlines() if x.startswith("VmHWM")), 0)
         kind = "jvm" if "java" in proc.name() else "python"
-        PEAKS[kind] = max(PEAKS.get(kind, 0), hwm / 1024)
+        PEAKS[kind] = max(PEAKS.get(kind, 0), peak_rss_mb(proc.pid))
 
 
 def timed(label: str, results: dict[str, float], fn: Any) -> Any:

@@ -28,7 +28,6 @@ import gzip
 import logging
 import os
 import queue
-import random
 import subprocess
 import sys
 import tempfile
@@ -50,24 +49,12 @@ SESSIONS = 8
 LIMIT = 6_000_000
 
 
-def generate(incoming: Path, events: int, seed: int, per_segment: int = 250_000) -> int:
-    from batch import make_event, user_agents
+def generate(incoming: Path, events: int, seed: int) -> int:
+    """bench/batch.py's events, each with a ``host`` of ``SESSIONS`` values."""
+    from batch import generate as generate_events
 
-    rng = random.Random(seed)
-    agents = user_agents(rng)
-    incoming.mkdir(parents=True)
-    total = 0
-    for part in range(0, events, per_segment):
-        lines = []
-        for n in range(part, min(part + per_segment, events)):
-            event = make_event(rng, n, agents)
-            event["host"] = f"host-{n % SESSIONS}"
-            lines.append(orjson.dumps(event) + b"\n")
-        data = b"".join(lines)
-        name = f"incoming.tok=web-2026-11-21T10-00-{part // per_segment:02d}.000.log"
-        (incoming / name).write_bytes(data)
-        total += len(data)
-    return total
+    return generate_events(incoming, events, seed=seed,
+                           extra=lambda n: {"host": f"host-{n % SESSIONS}"})  # fmt: skip
 
 
 class Server:
@@ -115,18 +102,12 @@ def rss_peaks(pid: int) -> dict[str, float]:
     of the Python workers among its children."""
     import psutil
 
-    def hwm(p: int) -> float:
-        try:
-            status = Path(f"/proc/{p}/status").read_text()
-        except OSError:
-            return 0.0  # exited meanwhile
-        line = next((x for x in status.splitlines() if x.startswith("VmHWM")), "VmHWM: 0 kB")
-        return int(line.split()[1]) / 1024
+    from batch import peak_rss_mb
 
-    peaks = {"driver": hwm(pid), "jvm": 0.0, "python workers": 0.0}
+    peaks = {"driver": peak_rss_mb(pid), "jvm": 0.0, "python workers": 0.0}
     for child in psutil.Process(pid).children(recursive=True):
         kind = "jvm" if "java" in child.name() else "python workers"
-        peaks[kind] = max(peaks[kind], hwm(child.pid))
+        peaks[kind] = max(peaks[kind], peak_rss_mb(child.pid))
     return peaks
 
 

@@ -564,7 +564,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         _fail_once(cast.filter(F.col(ERROR).isNotNull()), run, dest_id, "processing",
                    table=None, stage=Stage.PROCESSING)  # fmt: skip
     if target.destination is None:
-        _send(staged, columns, run, target)
+        _send(staged, columns, where, run, target)
     else:
         _load_tables(staged, counts, where, columns, flat, event_schema, name, run, target)
     run.state.record(run.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
@@ -618,12 +618,12 @@ SENT_TABLE = "*sent*"
 """The state store's table name for what an http sink delivered."""
 
 
-def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> None:
+def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target: _Target) -> None:
     """Deliver the destination's staged rows to its HTTP API (destinations/http.py), on
     Spark: rows partitioned by session key, so that a task owns each session (one request
     in flight per session, in order, on a cluster too). Events that could not be
-    delivered go to failed/ with the API's answer."""
-
+    delivered go to failed/ with the API's answer. Progress records go to
+    ``where``/sent (the destination's directory of the run)."""
     from eventpipe.destinations.http import HttpSettings, Progress
 
     dest_id, dest = target.id, target.config
@@ -653,7 +653,7 @@ def _send(staged: DataFrame, columns: list[str], run: _Run, target: _Target) -> 
         # Log order: a task's sessions fill side by side, their requests overlap.
         .sortWithinPartitions("row")
     )
-    progress = run.layout.tmp / run.run_id / f"dst={dest_id}" / "sent"
+    progress = where / "sent"
     hold = min(HOLD_SECONDS, dest.retry_max_elapsed_seconds)
     settings = HttpSettings(
         destination=dest_id, url=str(dest.url), headers=dict(dest.headers), format=dest.format,
