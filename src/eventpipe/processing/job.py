@@ -65,7 +65,7 @@ from eventpipe.processing.typing import (
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
 from eventpipe.schema.types import DataType
-from eventpipe.state.store import ALL_TABLES, StateStore, micro_batch
+from eventpipe.state.store import ALL_TABLES, SENT_TABLE, StateStore, micro_batch, stream_run
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
@@ -263,7 +263,7 @@ def process_stream_batch(
     ``schemas``: the stream's, kept from one micro-batch to the next; ``pause``: how the
     job waits (for an HTTP API that is down)."""
     layout = config.layout
-    run_id = f"stream-{dest_id}-{epoch}"
+    run_id = stream_run(dest_id, epoch)
     name = micro_batch(dest_id, epoch)
     report = RunReport(run_id, (name,), resumed=(layout.tmp / run_id).exists())
     only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
@@ -612,10 +612,6 @@ def _load_tables(
     with _step(tables), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
             run.state.record(run.segments, dest_id, table, ok=True, rows=rows, run_id=run.run_id)
-
-
-SENT_TABLE = "*sent*"
-"""The state store's table name for what an http sink delivered."""
 
 
 def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target: _Target) -> None:

@@ -29,6 +29,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 ALL_TABLES = "*"
+SENT_TABLE = "*sent*"
+"""The table name an http sink's deliveries are recorded under."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -66,6 +68,11 @@ CREATE TABLE IF NOT EXISTS destination_runs (
 def micro_batch(destination: str, epoch: int) -> str:
     """The name a stream destination's micro-batch is recorded under (like a segment)."""
     return f"queue.dst={destination}/batch-{epoch:012d}"
+
+
+def stream_run(destination: str, epoch: int | str) -> str:
+    """The run id of a stream destination's micro-batch (``folded``: of the older ones)."""
+    return f"stream-{destination}-{epoch}"
 
 
 def _now() -> str:
@@ -219,9 +226,9 @@ class StateStore:
     def fold_stream(self, destination: str, epoch: int) -> None:
         """Fold the records of the stream destination's micro-batches before ``epoch``
         into its ``folded`` rows (the micro-batch under way keeps its own)."""
-        prefix = f"queue.dst={destination}/batch-"
-        runs = f"stream-{destination}-"
-        folded_run = runs + "folded"
+        prefix = micro_batch(destination, 0).removesuffix(f"{0:012d}")  # batch-<n> of any n
+        runs = stream_run(destination, "")
+        folded_run = stream_run(destination, "folded")
         older_run = (
             "run_id != ? AND substr(run_id, 1, ?) = ? AND CAST(substr(run_id, ?) AS INTEGER) < ?"
         )
