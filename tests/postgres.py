@@ -39,39 +39,55 @@ def _as_owner(command: list[str]) -> list[str]:
     return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
 
 
+class PostgresServer:
+    """One cluster in a temporary directory; ``stop()`` and ``start()`` it again (a
+    destination that goes away and comes back), ``remove()`` at the end."""
+
+    def __init__(self) -> None:
+        self.bindir = _bindir()
+        self.root = Path(tempfile.mkdtemp(prefix="eventpipe-pg-"))
+        self.data = self.root / "data"
+        self.port = _free_port()
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        if os.geteuid() == 0:
+            shutil.chown(self.root, "postgres", "postgres")
+        self._pg(["initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust",
+                  "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync"])  # fmt: skip
+
+    def _pg(self, command: list[str], check: bool = True) -> None:
+        subprocess.run(_as_owner([str(self.bindir / command[0]), *command[1:]]), check=check,
+                       capture_output=True, cwd=self.root)  # fmt: skip
+
+    def start(self) -> None:
+        options = (
+            f"-c listen_addresses=127.0.0.1 -c port={self.port} "
+            f"-c unix_socket_directories={self.root}"
+            " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+        )
+        self._pg(["pg_ctl", "-D", str(self.data), "-o", options, "-l",
+                  str(self.root / "server.log"), "-w", "-t", "60", "start"])  # fmt: skip
+        _wait(self.dsn)
+
+    def stop(self, mode: str = "fast") -> None:
+        """Stop: ``fast`` cuts the connections and writes what is committed (the
+        server runs with synchronous_commit off: ``immediate`` may lose the last commits,
+        as a crash of such a server would)."""
+        self._pg(["pg_ctl", "-D", str(self.data), "-m", mode, "-w", "stop"], check=False)
+
+    def remove(self) -> None:
+        self.stop("immediate")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
 @contextmanager
 def postgres_server() -> Iterator[str]:
     """Start a server; yield the DSN of its ``postgres`` database (superuser ``postgres``)."""
-    bindir = _bindir()
-    root = Path(tempfile.mkdtemp(prefix="eventpipe-pg-"))
-    data = root / "data"
-    port = _free_port()
-    if os.geteuid() == 0:
-        shutil.chown(root, "postgres", "postgres")
+    server = PostgresServer()
     try:
-        subprocess.run(
-            _as_owner([str(bindir / "initdb"), "-D", str(data), "-U", "postgres",
-                       "--auth=trust", "--encoding=UTF8", "--locale=C.UTF-8", "--no-sync"]),
-            check=True, capture_output=True, cwd=root,
-        )  # fmt: skip
-        options = (
-            f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={root}"
-            " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-        )
-        subprocess.run(
-            _as_owner([str(bindir / "pg_ctl"), "-D", str(data), "-o", options,
-                       "-l", str(root / "server.log"), "-w", "-t", "60", "start"]),
-            check=True, capture_output=True, cwd=root,
-        )  # fmt: skip
-        dsn = f"postgresql://postgres@127.0.0.1:{port}/postgres"
-        _wait(dsn)
-        yield dsn
+        server.start()
+        yield server.dsn
     finally:
-        subprocess.run(
-            _as_owner([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"]),
-            capture_output=True, cwd=root,
-        )  # fmt: skip
-        shutil.rmtree(root, ignore_errors=True)
+        server.remove()
 
 
 def _wait(dsn: str, timeout: float = 30) -> None:

@@ -116,7 +116,7 @@ def process(config_path: Path | None, once: bool) -> None:
 
     from eventpipe.errors import retry_transient
     from eventpipe.processing import stream
-    from eventpipe.processing.job import PipelineBusyError, process_once
+    from eventpipe.processing.job import PipelineBusyError, process_pending
     from eventpipe.processing.spark import start_session
 
     config = _load(config_path).config
@@ -136,10 +136,10 @@ def process(config_path: Path | None, once: bool) -> None:
             streams.start()
         while True:
             try:
-                # A destination that is down, a lost connection: the run stops and resumes
-                # with the same segments, after 1 s, 2 s, 4 s... (--once: 3 attempts).
-                report = retry_transient(
-                    lambda: process_once(config, spark), attempts=3 if once else None,
+                # A destination that is down stops alone: the others load, and it tries
+                # again after 1 s, 2 s, 4 s... up to the batch period (--once: 3 tries).
+                reports = retry_transient(
+                    lambda: process_pending(config, spark), attempts=3 if once else None,
                     max_delay=max(period, 1.0), log=log, unless=(PipelineBusyError,),
                 )  # fmt: skip
             except PipelineBusyError as exc:
@@ -148,9 +148,9 @@ def process(config_path: Path | None, once: bool) -> None:
                 log.warning("%s; next try later", exc)
                 time.sleep(period)
                 continue
-            if report is None:
+            if not reports:
                 click.echo("nothing to process: no sealed segment")
-            else:
+            for report in reports:
                 _print_report(report)
             if once:
                 return

@@ -259,6 +259,10 @@ class DestinationConfig(_Model):
     max_columns: int = Field(default=1000, ge=2)
     """Columns per table at most; further fields of an event go into its
     ``_unmapped_data`` JSON column, never dropped."""
+    max_poison_events: int = Field(default=100, ge=1)
+    """A load the database refuses is retried in smaller parts to find the events that
+    cause it (they go to failed/); beyond this many in one table's batch the destination
+    is taken as broken, not the events: it stops (the others go on) and tries later."""
     url: str | None = None
     """http: where events are POSTed (``https://app.scalyr.com/api/addEvents``)."""
     headers: dict[str, str] = Field(default_factory=dict, repr=False)

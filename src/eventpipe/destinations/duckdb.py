@@ -112,6 +112,10 @@ class DuckDBDestination:
                 # else since it was described): the job reads it again (a stream) or
                 # the rows go to failed/.
                 raise TerminalError(f"{request.table}: {exc}", table=request.table) from exc
+            except duckdb.ConstraintException as exc:
+                # A constraint of the table (CHECK, NOT NULL, UNIQUE made by its owner)
+                # refuses rows: the job loads the batch in parts to find them.
+                raise TerminalError(f"{request.table}: {exc}", table=request.table) from exc
             except duckdb.ConversionException as exc:
                 # Values the table's columns cannot take: those rows are left out, and
                 # the rest loads (TRY_CAST finds them, without a second failure).

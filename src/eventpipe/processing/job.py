@@ -65,9 +65,17 @@ from eventpipe.processing.typing import (
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
 from eventpipe.schema.types import DataType
-from eventpipe.state.store import ALL_TABLES, SENT_TABLE, StateStore, micro_batch, stream_run
+from eventpipe.state.store import (
+    ALL_TABLES,
+    SENT_TABLE,
+    Run,
+    StateStore,
+    micro_batch,
+    stream_run,
+)
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, SparkSession
     from pyspark.sql.types import StructType
 
@@ -80,6 +88,8 @@ ERROR = "__error"
 RAW = "__raw"
 FILE = "__file"
 ROW = "__row"
+SEGMENT = "__segment"
+"""The segment a row comes from, kept when the run's destinations take different ones."""
 
 
 @dataclass
@@ -100,6 +110,7 @@ class _Run:
 
     run_id: str
     segments: tuple[str, ...]
+    """Every destination's, together (one destination's: _Target.segments)."""
     config: Config
     state: StateStore
     report: RunReport
@@ -122,6 +133,8 @@ class _Target:
 
     id: str
     config: DestinationConfig
+    segments: tuple[str, ...]
+    """The segments it takes in this run (what its records are made for)."""
     destination: Destination | None
     """None for an http sink (no tables: events are sent, destinations/http.py)."""
     schemas: SchemaCache
@@ -185,45 +198,122 @@ def pipeline_lock(layout: DataLayout) -> Iterator[None]:
 
 
 def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") -> RunReport | None:
-    """Process every sealed segment not yet processed (or finish an interrupted run)."""
+    """Process every sealed segment not yet processed (and first finish interrupted
+    runs); the report of the last run, None if there was nothing to do. See
+    process_pending."""
+    reports = process_pending(config, spark, trigger=trigger)
+    return reports[-1] if reports else None
+
+
+class DestinationsFailingError(TransientError):
+    """Some destinations stopped on transient errors (a database that is down); the
+    others finished their work. Their segments wait for them: try again later."""
+
+    name = "destinations_failing"
+
+
+def process_pending(
+    config: Config, spark: SparkSession, *, trigger: str = "once"
+) -> list[RunReport]:
+    """Finish the runs that did not finish, then process every sealed segment not yet
+    processed, in a new run; the reports of the runs, in order.
+
+    Destinations stop alone: one that fails with a transient error (its database is
+    down) leaves its part of the run unfinished and takes no new segments, while the
+    others finish and go on with new ones. Its unfinished runs are completed first,
+    with their own segments and batch ids, when it works again. After the others are
+    done, DestinationsFailingError names the ones that stopped (retry later)."""
     with pipeline_lock(config.layout):
-        return _process_once(config, spark, trigger)
+        return _process_pending(config, spark, trigger)
 
 
-def _process_once(config: Config, spark: SparkSession, trigger: str) -> RunReport | None:
+def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[RunReport]:
     layout = config.layout
     state = StateStore(layout.state)
-    batch = batch_destinations(config)
-    streams = stream_ids(config)
-    run = state.unfinished_run()
-    if run is None:
-        sealed = [p.name for p in layout.sealed_segments()]
-        # Loaded into every batch destination already, kept for a stream destination that
-        # has not read them all yet: archived once it has, never processed again.
-        waiting = set(state.segments_done(sealed, list(batch)))
-        _archive_segments(layout, [s for s in sealed if s in waiting], streams)
-        sealed = [s for s in sealed if s not in waiting]
-        if not sealed:
-            return None
-        run = state.begin_run(sealed, trigger)
+    batch = list(batch_destinations(config))
+    failing: dict[str, str] = {}
+    reports: list[RunReport] = []
+    for run in state.unfinished_runs():
+        plan = {d: segs for d in batch if (segs := run.segments_of(d, batch))}
+        todo = {
+            d: segs
+            for d, segs in plan.items()
+            if d not in failing  # stopped by an older run: that one comes first
+            and not state.table_ok(segs, d, ALL_TABLES)
+        }
+        if todo:
+            reports.append(_execute(spark, config, state, run, todo, failing))
+        _close_run(layout, state, run, plan, failing)
+    sealed = [p.name for p in layout.sealed_segments()]
+    plan = {}
+    for dest_id in batch:
+        if dest_id not in failing:
+            done = state.done_by(dest_id, sealed)
+            if pending := tuple(s for s in sealed if s not in done):
+                plan[dest_id] = pending
+    if plan:
+        segments = [s for s in sealed if any(s in segs for segs in plan.values())]
+        run = state.begin_run(segments, trigger, plan)
+        reports.append(_execute(spark, config, state, run, plan, failing))
+        _close_run(layout, state, run, plan, failing)
+    archived = _archive_segments(layout, state.segments_done(sealed, batch), stream_ids(config))
+    if reports:
+        reports[-1].archived = archived
+    if failing:
+        problems = "; ".join(f"{d}: {error}" for d, error in sorted(failing.items()))
+        raise DestinationsFailingError(
+            f"destination(s) stopped: {problems}",
+            fix="their segments wait for them; the next run tries again",
+            reports=reports,
+        )
+    return reports
+
+
+def _execute(
+    spark: SparkSession,
+    config: Config,
+    state: StateStore,
+    run: Run,
+    plan: dict[str, tuple[str, ...]],
+    failing: dict[str, str],
+) -> RunReport:
+    """The destinations of ``plan`` through one run; those that stop are put in
+    ``failing``. A run killed or stopped by anything else stays unfinished: resumed."""
+    layout = config.layout
     report = RunReport(run.run_id, run.segments, run.resumed)
     log.info(
-        "%s %s: %d segment(s)", "resuming" if run.resumed else "starting", run.run_id,
-        len(run.segments),
+        "%s %s: %d segment(s) for %s", "resuming" if run.resumed else "starting", run.run_id,
+        len(run.segments), ", ".join(plan),
     )  # fmt: skip
-    paths = [str(layout.incoming / name) for name in run.segments]
+    paths = [str(layout.incoming / s) for s in run.segments if any(s in p for p in plan.values())]
+    only = config.model_copy(update={"destinations": {d: config.destinations[d] for d in plan}})
+    # Destinations that take different segments tell them apart by a column of their own:
+    # decided by the whole plan, so that every attempt of the run stages the same.
+    by_segment = len({frozenset(segs) for segs in (run.plan or {}).values()}) > 1
     try:
-        if batch:
-            only = config.model_copy(update={"destinations": batch})
-            _run_job(spark, only, run.run_id, run.segments, paths, state, report)
+        _run_job(spark, only, run.run_id, plan, paths, state, report, failing=failing,
+                 by_segment=by_segment)  # fmt: skip
     except BaseException as exc:
         state.finish_run(run.run_id, "interrupted", error=repr(exc)[:2000])
         raise
-    done = state.segments_done(run.segments, list(batch))
-    report.archived = _archive_segments(layout, done, streams)
-    state.finish_run(run.run_id, "done")
-    shutil.rmtree(layout.tmp / run.run_id, ignore_errors=True)
     return report
+
+
+def _close_run(
+    layout: DataLayout,
+    state: StateStore,
+    run: Run,
+    plan: dict[str, tuple[str, ...]],
+    failing: dict[str, str],
+) -> None:
+    """Mark the run done when every destination of its plan finished it."""
+    left = [d for d, segs in plan.items() if not state.table_ok(segs, d, ALL_TABLES)]
+    if left:
+        errors = "; ".join(f"{d}: {failing.get(d, 'not finished')}" for d in left)
+        state.finish_run(run.run_id, "interrupted", error=errors[:2000])
+    else:
+        state.finish_run(run.run_id, "done")
+        shutil.rmtree(layout.tmp / run.run_id, ignore_errors=True)
 
 
 def batch_destinations(config: Config) -> dict[str, DestinationConfig]:
@@ -270,7 +360,7 @@ def process_stream_batch(
     paths = [str(p) for p in lines]
     known = {dest_id: schemas or SchemaCache()}
     state = StateStore(layout.state)
-    _run_job(spark, only, run_id, (name,), paths, state, report, known, small=True,
+    _run_job(spark, only, run_id, {dest_id: (name,)}, paths, state, report, known, small=True,
              pause=pause)  # fmt: skip
     state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
@@ -281,7 +371,7 @@ def _run_job(
     spark: SparkSession,
     config: Config,
     run_id: str,
-    segments: tuple[str, ...],
+    plan: dict[str, tuple[str, ...]],
     paths: list[str],
     state: StateStore,
     report: RunReport,
@@ -289,36 +379,59 @@ def _run_job(
     *,
     small: bool = False,
     pause: Callable[[float], None] = time.sleep,
+    failing: dict[str, str] | None = None,
+    by_segment: bool = False,
 ) -> None:
-    """Read ``paths`` once, then load every destination of ``config`` (with the table
-    schemas of ``schemas`` where given, else read from each destination). ``small``: a
-    micro-batch, read where it is rather than staged first (see _stage_events).
+    """Read ``paths`` once, then load every destination of ``config``, each the segments
+    ``plan`` gives it (with the table schemas of ``schemas`` where given, else read from
+    each destination). ``small``: a micro-batch, read where it is rather than staged
+    first (see _stage_events). ``by_segment``: destinations take different segments
+    (the staged rows keep their segment's name).
 
     HTTP sinks are sent on threads of their own beside the tables' loads: an API that is
-    down for minutes delays no other destination of the run."""
+    down for minutes delays no other destination of the run. ``failing``: a destination
+    that fails with a TransientError is recorded there (and in the state store) and the
+    others go on; without it the error is raised."""
     lookups = Lookups.plan(config)
-    events = _stage_events(spark, config, run_id, paths, lookups, staged=not small)
+    events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
+                           by_segment=by_segment)  # fmt: skip
     if CORRUPT_COLUMN in events.columns:
         report.corrupt = _once(
             config.layout.tmp / run_id / "failed.corrupt.done",
             lambda: _fail_corrupt(events, config.layout),
         )
-    columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
+    passed = ("__", CORRUPT_COLUMN)
+    columns = [c for c in events.columns if not c.startswith(passed)]
     originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
+    segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths),
                   pause)  # fmt: skip
+
+    def process(dest_id: str, open_target: Callable[[], _Target]) -> None:
+        try:
+            _process_destination(events, shared, open_target())
+        except TransientError as exc:
+            if failing is None:
+                raise
+            log.error("%s stopped: %s; its segments wait for the next run", dest_id, exc)
+            failing[dest_id] = exc.message
+            state.record(plan[dest_id], dest_id, ALL_TABLES, ok=False, error=exc.message[:2000],
+                         run_id=run_id)  # fmt: skip
+
+    def sink(d: str) -> Callable[[], _Target]:
+        return lambda: _Target(d, config.destinations[d], plan[d], None, SchemaCache())
+
+    def table_target(d: str) -> Callable[[], _Target]:
+        cache = (schemas or {}).get(d) or SchemaCache()
+        dest = config.destinations[d]
+        return lambda: _Target(d, dest, plan[d], open_destination(d, dest, config), cache)
+
     sinks = [d for d, dest in config.destinations.items() if dest.type == "http"]
     with ThreadPoolExecutor(max_workers=max(1, len(sinks)), thread_name_prefix="send") as pool:
-        sending = [
-            pool.submit(_process_destination, events, shared,
-                        _Target(d, config.destinations[d], None, SchemaCache()))
-            for d in sinks
-        ]  # fmt: skip
-        for dest_id, dest in config.destinations.items():
+        sending = [pool.submit(process, d, sink(d)) for d in sinks]
+        for dest_id in config.destinations:
             if dest_id not in sinks:
-                cache = (schemas or {}).get(dest_id) or SchemaCache()
-                target = _Target(dest_id, dest, open_destination(dest_id, dest, config), cache)
-                _process_destination(events, shared, target)
+                process(dest_id, table_target(dest_id))
         for future in sending:
             future.result()
 
@@ -360,7 +473,8 @@ def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | No
         _extract_events(replaying, events_file)
     state = StateStore(layout.state)
     only = config.model_copy(update={"destinations": {dest_id: dest}})
-    _run_job(spark, only, run_id, (replaying.name,), [str(events_file)], state, report)
+    _run_job(spark, only, run_id, {dest_id: (replaying.name,)}, [str(events_file)], state,
+             report)  # fmt: skip
     archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.gz"
     compress([replaying], archived)
     report.archived = [archived]
@@ -480,6 +594,7 @@ def _stage_events(
     lookups: Lookups,
     *,
     staged: bool = True,
+    by_segment: bool = False,
 ) -> DataFrame:
     """Read the run's segments once (Spark's JSON reader) into Parquet under tmp/<run>/.
 
@@ -493,6 +608,9 @@ def _stage_events(
     micro-batch). Row ids stay fixed (the same files split the same way), and a replayed
     micro-batch reads its lines again anyway. Lines Spark cannot parse still get a copy:
     Spark refuses queries on the corrupt-record column of raw JSON.
+
+    ``by_segment``: each row keeps its segment's name (SEGMENT), for destinations that
+    take only some of the run's segments.
     """
     layout = config.layout
     out = layout.tmp / run_id / "events"
@@ -507,12 +625,24 @@ def _stage_events(
         if CORRUPT_COLUMN in raw.columns:
             # The file of each unreadable line: its key id names the failed/ file.
             extra[FILE] = F.when(F.col(CORRUPT_COLUMN).isNotNull(), F.col("_metadata.file_path"))
+        if by_segment:
+            extra[SEGMENT] = _segment_name()
         extra.update(lookups.computed(raw.schema))
         if not staged and CORRUPT_COLUMN not in raw.columns:
             return raw.withColumns(extra)
         with _step(f"read {len(paths)} segment(s) and look up"):
             raw.withColumns(extra).write.mode("overwrite").parquet(str(out))
     return spark.read.parquet(str(out))
+
+
+def _segment_name() -> Column:
+    """The name of the file a row of Spark's JSON reader comes from."""
+    return F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)$", 1)
+
+
+def _of_segments(frame: DataFrame, target: _Target, column: Column) -> DataFrame:
+    """The rows of ``frame`` from the target's segments (``column``: the row's segment)."""
+    return frame.filter(column.isin(list(target.segments)))
 
 
 def _browser(schema: StructType) -> Column:
@@ -535,8 +665,10 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     if CORRUPT_COLUMN in frame.columns:
         frame = frame.filter(F.col(CORRUPT_COLUMN).isNull())
     frame = _multiplexed(frame, dest)
+    if SEGMENT in frame.columns:
+        frame = _of_segments(frame, target, F.col(SEGMENT))
     lookup_columns = [c for c in frame.columns if c.startswith("__lookup_")]
-    event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT_COLUMN).schema
+    event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT_COLUMN, SEGMENT).schema
     template = Template.parse(dest.table_name_template)
     text, error = render(template, event_schema)
     if template.literal is not None:
@@ -550,7 +682,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         if rule.column in frame.columns:
             condition = browser if rule.destinations is None else None
             frame = set_path(frame, rule.target, F.col(rule.column), condition)
-    frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN)
+    frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN, SEGMENT)
     flat = flatten_mapped(
         frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
     )
@@ -567,7 +699,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         _send(staged, columns, where, run, target)
     else:
         _load_tables(staged, counts, where, columns, flat, event_schema, name, run, target)
-    run.state.record(run.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
+    run.state.record(target.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
     run.state.record_destination_run(
         run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
     )
@@ -585,7 +717,7 @@ def _load_tables(
     target: _Target,
 ) -> None:
     """Type the destination's staged rows per table, then patch and load each table."""
-    dest_id, dest = target.id, target.config
+    dest_id = target.id
     assert target.destination is not None
     with _step(f"{dest_id}: type {len(columns)} column(s)"):
         batch = staged_column_types(
@@ -593,11 +725,11 @@ def _load_tables(
         )  # fmt: skip
     if batch.mixed:
         with _step(f"{dest_id}: bool/number mixes in {len(batch.mixed)} table(s)"):
-            _type_mixes(batch, run, dest, event_schema, name)
+            _type_mixes(batch, run, target, event_schema, name)
     pending = [
         (table, types)
         for table, types in sorted(batch.types.items())
-        if not run.state.table_ok(run.segments, dest_id, table)  # else loaded by an earlier try
+        if not run.state.table_ok(target.segments, dest_id, table)  # else loaded by an earlier try
     ]
 
     def load(item: tuple[str, dict[str, DataType]]) -> int:
@@ -611,7 +743,8 @@ def _load_tables(
     tables = f"{dest_id}: {len(pending)} table(s) on {parallel} thread(s)"
     with _step(tables), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
-            run.state.record(run.segments, dest_id, table, ok=True, rows=rows, run_id=run.run_id)
+            run.state.record(target.segments, dest_id, table, ok=True, rows=rows,
+                             run_id=run.run_id)  # fmt: skip
 
 
 def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target: _Target) -> None:
@@ -623,7 +756,7 @@ def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target:
     from eventpipe.destinations.http import HttpSettings, Progress
 
     dest_id, dest = target.id, target.config
-    if run.state.table_ok(run.segments, dest_id, SENT_TABLE):
+    if run.state.table_ok(target.segments, dest_id, SENT_TABLE):
         return  # sent by an earlier try of this run
     present = set(columns)
     group = [c for c in (_group_column(g) for g in dest.group_by) if c in present]
@@ -696,7 +829,7 @@ def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target:
         totals.possible_duplicates, stats.get("trimmed", 0), stats.get("retries", 0),
         stats.get("already_sent", 0), stats.get("peak_buffered_bytes", 0),
     )  # fmt: skip
-    run.state.record(run.segments, dest_id, SENT_TABLE, ok=True, rows=totals.delivered,
+    run.state.record(target.segments, dest_id, SENT_TABLE, ok=True, rows=totals.delivered,
                      run_id=run.run_id)  # fmt: skip
 
 
@@ -734,7 +867,7 @@ def _group_column(field: str) -> str:
 
 
 def _type_mixes(
-    batch: StagedTypes, run: _Run, dest: DestinationConfig, schema: StructType, name: Column
+    batch: StagedTypes, run: _Run, target: _Target, schema: StructType, name: Column
 ) -> None:
     """Type the text columns that may be JSON bools mixed with numbers exactly.
 
@@ -745,6 +878,7 @@ def _type_mixes(
     """
     from pyspark.sql.types import StringType, VariantType
 
+    dest = target.config
     mapping = Mapping.from_config(dest.mappings)
     mapped, _ = mapping.apply(leaves(schema))
     sources = {
@@ -759,6 +893,8 @@ def _type_mixes(
     for column in wanted:
         probe = with_type_at(probe, sources[column], VariantType())
     frame = _multiplexed(run.originals.sparkSession.read.schema(probe).json(list(run.paths)), dest)
+    if target.segments != run.segments:
+        frame = _of_segments(frame, target, _segment_name())
     frame = frame.withColumn(TABLE, name)
     flat = flatten_mapped(frame, passthrough=(TABLE,), mapping=mapping).frame
     found = token_types(flat.select(TABLE, *(_ref(c) for c in sorted(wanted))), TABLE, wanted)
@@ -939,19 +1075,19 @@ def _load_files(
     destination.patch(patch)
     if not patch.empty:
         target.schemas.forget(table)  # read again next time: others may have added more
+    request = LoadRequest(
+        table, f"{run_id}:{dest_id}:{table}", staged.files, targets, dest.primary_key
+    )
+    parts = Parts(run.layout.tmp / run_id / f"dst={dest_id}" / f"table={table}.parts")
+    if parts.started:  # an earlier try of the run was loading it in parts: go on
+        return _load_in_parts(parts, request, run, target, ok, parts.error)
     try:
         with _step(f"{dest_id}.{table}: load"):
-            result = destination.load(
-                LoadRequest(
-                    table, f"{run_id}:{dest_id}:{table}", staged.files, targets, dest.primary_key
-                )
-            )
+            result = destination.load(request)
     except TerminalError as exc:
         if retry_stale:
             raise _StaleSchema(exc.message) from exc
-        _fail_once(ok.withColumn(ERROR, F.lit(exc.message)), run, dest_id,
-                   f"table={table}.load", table=table, stage=Stage.LOADING)  # fmt: skip
-        return 0
+        return _load_in_parts(parts, request, run, target, ok, exc.message)
     report.loaded[(dest_id, table)] = result.rows
     log.info("%s.%s: %d rows%s", dest_id, table, result.rows,
              " (already loaded)" if result.already_loaded else "")  # fmt: skip
@@ -964,6 +1100,127 @@ def _load_files(
         _fail_once(rejected, run, dest_id, f"table={table}.rejected", table=table,
                    stage=Stage.LOADING)  # fmt: skip
     return result.rows
+
+
+PART_ROWS = 50_000
+"""Rows of the parts a refused load is first split into (each is then halved while it is
+refused). Held in memory one at a time, read from the staged Parquet files."""
+
+
+class PoisonLimitError(TransientError):
+    """More events of one load were refused than ``max_poison_events``: the destination
+    is taken as broken (a permission, a constraint on every row), not the events."""
+
+    name = "poison_limit"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Where a table's load in parts keeps its part files (and that it started)."""
+
+    root: Path
+
+    @property
+    def started(self) -> bool:
+        return (self.root / "started").exists()
+
+    @property
+    def error(self) -> str:
+        """Why the whole batch was refused."""
+        return (self.root / "started").read_text()
+
+    def start(self, error: str) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        (self.root / "started").write_text(error)
+
+    def file(self, rows: pa.Table, first: int) -> Path:
+        """``rows`` (from position ``first``) as a Parquet file, written once."""
+        import pyarrow.parquet as pq
+
+        path = self.root / f"rows-{first:012d}-{rows.num_rows}.parquet"
+        if not path.exists():
+            partial = path.with_name(path.name + ".partial")
+            pq.write_table(rows, partial)
+            os.replace(partial, path)
+        return path
+
+
+def _load_in_parts(
+    parts: Parts,
+    whole: LoadRequest,
+    run: _Run,
+    target: _Target,
+    ok: DataFrame,
+    error: str,
+) -> int:
+    """Load a batch the destination refused (``error``) in parts, to find the events that
+    cause it: the batch is split into parts of PART_ROWS, and a refused part into halves,
+    down to single events; those go to failed/ with the destination's reason, the rest
+    loads. Each part is a load of its own, idempotent by its batch id (the batch's and
+    its rows), so a resumed run goes on where it stopped (``parts`` marks the batch as
+    loading in parts: it is never loaded whole again, which could double rows). More
+    refused events than ``max_poison_events``: PoisonLimitError (the destination stops).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dest_id, dest, table = target.id, target.config, whole.table
+    destination = target.destination
+    assert destination is not None  # a table destination
+    if not parts.started:
+        log.warning("%s.%s: load refused (%s); loading it in parts to find the events "
+                    "that cause it", dest_id, table, error)  # fmt: skip
+        parts.start(error)
+    loaded, loads = 0, 0
+    poison: list[tuple[int, str]] = []
+
+    def attempt(rows: pa.Table, first: int, refused: str | None) -> None:
+        nonlocal loaded, loads
+        if refused is None:
+            request = replace(whole, batch_id=f"{whole.batch_id}:rows={first}+{rows.num_rows}",
+                              files=(parts.file(rows, first),))  # fmt: skip
+            loads += 1
+            try:
+                result = destination.load(request)
+            except TerminalError as exc:
+                refused = exc.message
+            else:
+                loaded += result.rows
+                ids = rows.column(ROW).to_pylist()
+                poison.extend((ids[position], why) for position, why in result.rejected)
+                return
+        if rows.num_rows == 1:
+            poison.append((rows.column(ROW)[0].as_py(), refused))
+            if len(poison) > dest.max_poison_events:
+                raise PoisonLimitError(
+                    f"{table}: more than {dest.max_poison_events} events of one batch "
+                    f"refused, the last: {refused}",
+                    fix="repair the destination (or raise max_poison_events); the batch "
+                    "goes on where it stopped",
+                    table=table,
+                )
+            return
+        half = rows.num_rows // 2
+        attempt(rows.slice(0, half), first, None)
+        attempt(rows.slice(half), first + half, None)
+
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in whole.files)
+    with _step(f"{dest_id}.{table}: load in parts"):
+        first = 0
+        for file in whole.files:
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=PART_ROWS):
+                rows = pa.Table.from_batches([batch])
+                # A batch that is one part is known refused: split it at once.
+                attempt(rows, first, error if rows.num_rows == total else None)
+                first += rows.num_rows
+    log.warning("%s.%s: %d row(s) loaded in %d part(s); %d event(s) refused -> failed/",
+                dest_id, table, loaded, loads, len(poison))  # fmt: skip
+    run.report.loaded[(dest_id, table)] = loaded
+    if poison:
+        refused = ok.sparkSession.createDataFrame(poison, f"{ROW} long, {ERROR} string")
+        _fail_once(refused, run, dest_id, f"table={table}.parts", table=table,
+                   stage=Stage.LOADING)  # fmt: skip
+    return loaded
 
 
 def _row_ids(files: Sequence[Path]) -> list[int]:

@@ -1,9 +1,11 @@
 """SQLite state store under ``data/state.sqlite`` (PostgreSQL comes with issue 8).
 
-* ``runs``: one row per pipeline run with the exact list of segments it took. A run is
-  written *before* anything is loaded, so that a run interrupted by a crash is resumed
-  with the same segments, and so the same batch ids: destinations recognise what they
-  already committed and load nothing twice.
+* ``runs``: one row per pipeline run with the exact list of segments it took, and its
+  plan: which of them each destination loads (a destination that was stopped has more
+  segments to catch up on than the others). A run is written *before* anything is
+  loaded, so that a run interrupted by a crash is resumed with the same plan, and so the
+  same batch ids: destinations recognise what they already committed and load nothing
+  twice. A run stays unfinished while any destination of its plan has not finished it.
 * ``segment_status``: segment x destination x table, ``ok`` or ``failed`` with the error
   and the number of attempts (seed 1's DestinationStatus). ``tbl = '*'`` marks a
   destination that finished every table of a segment.
@@ -22,7 +24,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -40,7 +42,8 @@ CREATE TABLE IF NOT EXISTS runs (
     finished_at TEXT,
     status TEXT NOT NULL,
     segments TEXT NOT NULL,
-    error TEXT
+    error TEXT,
+    plan TEXT
 );
 CREATE TABLE IF NOT EXISTS segment_status (
     segment TEXT NOT NULL,
@@ -85,6 +88,15 @@ class Run:
     segments: tuple[str, ...]
     trigger: str
     resumed: bool = False
+    plan: dict[str, tuple[str, ...]] | None = None
+    """Destination -> the segments it loads in this run (None: a run recorded before
+    plans existed; every batch destination loads every segment)."""
+
+    def segments_of(self, destination: str, destinations: Sequence[str]) -> tuple[str, ...]:
+        """What ``destination`` loads in this run (``destinations``: the batch ones now)."""
+        if self.plan is None:
+            return self.segments if destination in destinations else ()
+        return self.plan.get(destination, ())
 
 
 @dataclass(frozen=True)
@@ -115,6 +127,10 @@ class StateStore:
         connection = sqlite3.connect(self.path, timeout=30)
         try:
             connection.executescript(_SCHEMA)
+            columns = {row[1] for row in connection.execute("PRAGMA table_info(runs)")}
+            if "plan" not in columns:  # a store made before runs had plans
+                connection.execute("ALTER TABLE runs ADD COLUMN plan TEXT")
+                connection.commit()
         finally:
             connection.close()
 
@@ -134,26 +150,43 @@ class StateStore:
         finally:
             connection.close()
 
-    def unfinished_run(self) -> Run | None:
-        """The oldest run that did not finish (killed, or stopped by an error): it must be
-        completed with its own segments before any new run is planned."""
+    def unfinished_runs(self) -> list[Run]:
+        """The runs that did not finish (killed, or a destination stopped by an error),
+        oldest first: each is completed with its own plan, by the destinations that have
+        not finished it, before they take new segments."""
         with self._db() as db:
-            row = db.execute(
-                "SELECT run_id, segments, trigger FROM runs "
-                "WHERE status IN ('running', 'interrupted') ORDER BY started_at LIMIT 1"
-            ).fetchone()
-        if row is None:
-            return None
-        return Run(row[0], tuple(json.loads(row[1])), row[2], resumed=True)
+            rows = db.execute(
+                "SELECT run_id, segments, trigger, plan FROM runs "
+                "WHERE status IN ('running', 'interrupted') ORDER BY started_at, rowid"
+            ).fetchall()
+        return [
+            Run(run_id, tuple(json.loads(segments)), trigger, resumed=True,
+                plan=None if plan is None else {d: tuple(s) for d, s in json.loads(plan).items()})
+            for run_id, segments, trigger, plan in rows
+        ]  # fmt: skip
 
-    def begin_run(self, segments: Sequence[str], trigger: str) -> Run:
-        run = Run(f"run-{uuid.uuid4().hex[:12]}", tuple(segments), trigger)
+    def unfinished_run(self) -> Run | None:
+        """The oldest unfinished run, if any."""
+        runs = self.unfinished_runs()
+        return runs[0] if runs else None
+
+    def begin_run(
+        self,
+        segments: Sequence[str],
+        trigger: str,
+        plan: Mapping[str, Sequence[str]] | None = None,
+    ) -> Run:
+        """Record a new run of ``segments`` (``plan``: each destination's; default: every
+        destination loads all of them)."""
+        fixed = None if plan is None else {d: tuple(s) for d, s in plan.items()}
+        run = Run(f"run-{uuid.uuid4().hex[:12]}", tuple(segments), trigger, plan=fixed)
         with self._db() as db:
             db.execute(
-                "INSERT INTO runs (run_id, trigger, started_at, status, segments) "
-                "VALUES (?, ?, ?, 'running', ?)",
-                (run.run_id, trigger, _now(), json.dumps(list(segments))),
-            )
+                "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan) "
+                "VALUES (?, ?, ?, 'running', ?, ?)",
+                (run.run_id, trigger, _now(), json.dumps(list(segments)),
+                 None if fixed is None else json.dumps(fixed)),
+            )  # fmt: skip
         return run
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
@@ -200,19 +233,24 @@ class StateStore:
             ).fetchone()
         return int(count) == len(set(segments))
 
-    def segments_done(self, segments: Sequence[str], destinations: Sequence[str]) -> list[str]:
-        """Those of ``segments`` that every destination finished (``tbl = '*'`` ok)."""
+    def done_by(self, destination: str, segments: Sequence[str]) -> set[str]:
+        """Those of ``segments`` that ``destination`` finished (``tbl = '*'`` ok)."""
         with self._db() as db:
-            done = []
-            for segment in segments:
-                (count,) = db.execute(
-                    "SELECT count(*) FROM segment_status WHERE segment = ? AND tbl = ? "
+            return {
+                segment
+                for (segment,) in db.execute(
+                    "SELECT segment FROM segment_status WHERE destination = ? AND tbl = ? "
                     "AND status = 'ok'",
-                    (segment, ALL_TABLES),
-                ).fetchone()
-                if count >= len(destinations):
-                    done.append(segment)
-        return done
+                    (destination, ALL_TABLES),
+                )
+            } & set(segments)
+
+    def segments_done(self, segments: Sequence[str], destinations: Sequence[str]) -> list[str]:
+        """Those of ``segments`` that every one of ``destinations`` finished."""
+        done = set(segments)
+        for destination in destinations:
+            done &= self.done_by(destination, segments)
+        return [s for s in segments if s in done]
 
     def record_destination_run(
         self, run_id: str, destination: str, *, skipped: int, failed: int
