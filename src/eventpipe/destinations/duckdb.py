@@ -176,14 +176,15 @@ class DuckDBDestination:
 
 def _open_for_writing(path: Path, wait: float) -> duckdb.DuckDBPyConnection:
     """A writing connection to ``path``, waiting up to ``wait`` seconds while another
-    process holds the file (polling from 10 ms up to 0.25 s apart)."""
+    process holds the file, or this one a read-only connection to it (``eventpipe
+    query`` beside a stream, in one process), polling from 10 ms up to 0.25 s apart."""
     deadline = time.monotonic() + wait
     pause = 0.01
     while True:
         try:
             return duckdb.connect(str(path))
-        except duckdb.IOException as exc:
-            held = "Could not set lock" in str(exc)
+        except (duckdb.IOException, duckdb.ConnectionException) as exc:
+            held = "Could not set lock" in str(exc) or "different configuration" in str(exc)
             if not held or time.monotonic() + pause > deadline:
                 raise TransientError(
                     f"cannot open {path}: {exc}",
