@@ -175,9 +175,7 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
     from eventpipe.processing.spark import start_session
 
     config = _load(config_path).config
-    if destination_id not in config.destinations:
-        known = ", ".join(sorted(config.destinations))
-        raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
+    _destination(config, destination_id)
     spark = start_session(config.spark.settings)
     try:
         report = replay_failed(config, spark, destination_id)
@@ -198,6 +196,7 @@ def log_group() -> None:
 @config_option
 def log_status(config_path: Path | None) -> None:
     """Per destination x table: batches loaded, rows, failures; then what is pending."""
+    from eventpipe.paths import count_lines
     from eventpipe.state.store import SENT_TABLE, StateStore
 
     config = _load(config_path).config
@@ -213,16 +212,11 @@ def log_status(config_path: Path | None) -> None:
                          (t.last_error or "")[:60]))  # fmt: skip
         pending = _backlog(config, dest_id, store.summary(dest_id).done_segments, sealed)
         failed = layout.failed_destination(dest_id)
-        events = _count_lines(failed) if failed.exists() else 0
+        events = count_lines(failed) if failed.exists() else 0
         rows.append((dest_id, "(pending)", "", "", "", "", pending))
         rows.append((dest_id, "(failed/)", "", "", "", "", f"{events:,} event(s) in {failed.name}"))
     _print_table(["destination", "table", "batches ok", "rows", "batches failed",
                   "last update (UTC)", "note"], rows)  # fmt: skip
-
-
-def _count_lines(path: Path) -> int:
-    with path.open("rb") as lines:
-        return sum(1 for _ in lines)
 
 
 @log_group.command("segments")
@@ -244,16 +238,116 @@ def log_segments(config_path: Path | None) -> None:
 @click.option("--from", "start", required=True, help="First position: SEGMENT[:LINE].")
 @click.option("--to", "end", default=None, help="Last position (included); default: the end.")
 @click.option("--limit", type=int, default=1000, show_default=True, help="Events at most.")
-def log_show(config_path: Path | None, start: str, end: str | None, limit: int) -> None:
+@click.option(
+    "--destination", "destination_id", default=None,
+    help="Show each event as this destination would receive it (table, flat columns).",
+)  # fmt: skip
+def log_show(
+    config_path: Path | None, start: str, end: str | None, limit: int, destination_id: str | None
+) -> None:
     """Print the events from one position to another, each after its position."""
     from itertools import islice
 
     from eventpipe.log.inspect import Position, read
 
-    layout = _load(config_path).config.layout
+    config = _load(config_path).config
     last = Position.parse(end) if end else None
-    for position, line in islice(read(layout, Position.parse(start), last), limit):
-        click.echo(f"{position}\t{line.decode('utf-8', errors='replace')}")
+    found = list(islice(read(config.layout, Position.parse(start), last), limit))
+    if destination_id is None:
+        for position, line in found:
+            click.echo(f"{position}\t{line.decode('utf-8', errors='replace')}")
+        return
+    import orjson
+
+    from eventpipe.processing.job import preview
+    from eventpipe.processing.spark import start_session
+
+    _destination(config, destination_id)
+    spark = start_session(config.spark.settings)
+    try:
+        previews = preview(config, spark, destination_id, [line for _, line in found])
+    finally:
+        spark.stop()
+    for (position, _), shown in zip(found, previews, strict=True):
+        if shown.table:
+            what = f"table {shown.table}\t" + orjson.dumps(shown.columns, default=str).decode()
+        elif shown.table == "":
+            what = "skipped: the table name is empty"
+        else:
+            what = f"failed: {shown.error}"
+        click.echo(f"{position}\t{what}")
+
+
+@log_group.command("ack")
+@config_option
+@click.option("--destination", "destination_id", required=True, help="The destination id.")
+@click.option("--to", "end", required=True, help="The last position handled: SEGMENT[:LINE].")
+def log_ack(config_path: Path | None, destination_id: str, end: str) -> None:
+    """Mark a destination's events up to a position (included) as handled, without
+    loading them: the destination goes on after it."""
+    from eventpipe.log.inspect import Position
+    from eventpipe.processing.operator import acknowledge
+
+    config = _load(config_path).config
+    _destination(config, destination_id)
+    marked = acknowledge(config, destination_id, Position.parse(end))
+    if not marked:
+        click.echo(f"nothing to acknowledge: {destination_id} has handled it already")
+    for what in marked:
+        click.echo(f"acknowledged {destination_id} up to {what}")
+
+
+@log_group.command("step")
+@config_option
+@click.option("--destination", "destination_id", required=True, help="The destination id.")
+def log_step(config_path: Path | None, destination_id: str) -> None:
+    """Process a destination's next pending event alone and print what happened."""
+    from eventpipe.processing.operator import step
+    from eventpipe.processing.spark import start_session
+    from eventpipe.state.store import SENT_TABLE
+
+    config = _load(config_path).config
+    _destination(config, destination_id)
+    spark = start_session(config.spark.settings)
+    try:
+        done = step(config, spark, destination_id)
+    finally:
+        spark.stop()
+    if done is None:
+        click.echo(f"nothing pending for {destination_id}")
+        return
+    report = done.report
+    click.echo(f"{done.position}\t{done.line.decode('utf-8', errors='replace')}")
+    for (_, table), rows in sorted(report.loaded.items()):
+        click.echo(f"  sent: {rows} event(s)" if table == SENT_TABLE else
+                   f"  loaded into {table}: {rows} row(s)")  # fmt: skip
+    if report.skipped.get(destination_id):
+        click.echo("  skipped: the table name is empty")
+    if report.failed.get(destination_id):
+        failed = config.layout.failed_destination(destination_id)
+        error = _last_error(failed)
+        click.echo(f"  failed: {error} (-> {failed})")
+    if report.corrupt:
+        click.echo("  failed: the line is not a JSON object (-> data/failed/)")
+    if not (report.loaded or report.skipped.get(destination_id) or
+            report.failed.get(destination_id) or report.corrupt):  # fmt: skip
+        click.echo(f"  not for {destination_id} (its key is not in only_keys)")
+
+
+def _last_error(failed: Path) -> str:
+    import orjson
+
+    with failed.open("rb") as lines:
+        last = b""
+        for last in lines:  # noqa: B007 (the last line is wanted)
+            pass
+    return str(orjson.loads(last).get("error")) if last else "?"
+
+
+def _destination(config: Any, destination_id: str) -> None:
+    if destination_id not in config.destinations:
+        known = ", ".join(sorted(config.destinations))
+        raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
 
 
 def _interrupt(signum: int, frame: object) -> None:

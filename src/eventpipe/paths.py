@@ -173,3 +173,9 @@ def fsync_directory(directory: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def count_lines(path: Path) -> int:
+    """The lines of a file (a last line without its newline counts)."""
+    with path.open("rb") as lines:
+        return sum(1 for _ in lines)

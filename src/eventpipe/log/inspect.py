@@ -68,9 +68,14 @@ def _order(segment: str) -> tuple[str, str]:
     return parsed.sealed, parsed.key_id
 
 
-def _id(name: str) -> str:
-    """``incoming.tok=<id>.log[.gz]`` -> ``<id>``."""
+def segment_id(name: str) -> str:
+    """A segment's file name, ``incoming.tok=<id>.log[.gz]``, -> ``<id>``."""
     return name.removesuffix(".gz").removeprefix(_PREFIX).removesuffix(".log")
+
+
+def segment_file(segment: str) -> str:
+    """A segment's id -> its file name in ``incoming/``."""
+    return f"{_PREFIX}{segment}.log"
 
 
 def segments(layout: DataLayout) -> list[Segment]:
@@ -79,9 +84,9 @@ def segments(layout: DataLayout) -> list[Segment]:
     found: dict[str, Segment] = {}
     if layout.archive.is_dir():
         for path in layout.archive.glob(f"*/{_PREFIX}*.log.gz"):
-            found[_id(path.name)] = Segment(_id(path.name), path, archived=True)
+            found[segment_id(path.name)] = Segment(segment_id(path.name), path, archived=True)
     for path in layout.sealed_segments():
-        found[_id(path.name)] = Segment(_id(path.name), path, archived=False)
+        found[segment_id(path.name)] = Segment(segment_id(path.name), path, archived=False)
     return sorted(found.values(), key=lambda s: s.order)
 
 

@@ -18,6 +18,7 @@ twice. Tables already recorded ok for the run are skipped.
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import logging
 import os
@@ -30,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
@@ -40,7 +41,7 @@ from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
-from eventpipe.paths import DataLayout, fsync_directory, is_uri
+from eventpipe.paths import DataLayout, count_lines, fsync_directory, is_uri
 from eventpipe.processing import lookup
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped, leaves
 from eventpipe.processing.mapping import Mapping
@@ -68,6 +69,7 @@ from eventpipe.schema.types import DataType
 from eventpipe.state.store import (
     ALL_TABLES,
     SENT_TABLE,
+    Part,
     Run,
     StateStore,
     micro_batch,
@@ -242,21 +244,23 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
             and not state.table_ok(segs, d, ALL_TABLES)
         }
         if todo:
-            reports.append(_execute(spark, config, state, run, todo, failing))
-        _close_run(layout, state, run, plan, failing)
+            reports.append(execute_run(spark, config, state, run, todo, failing))
+        close_run(layout, state, run, plan, failing)
     sealed = [p.name for p in layout.sealed_segments()]
     plan = {}
     for dest_id in batch:
         if dest_id not in failing:
             done = state.done_by(dest_id, sealed)
-            if pending := tuple(s for s in sealed if s not in done):
+            # A segment whose first lines it handled alone (log step, log ack): the rest.
+            pending = tuple(str(Part(s, state.cursor(dest_id, s))) for s in sealed if s not in done)
+            if pending:
                 plan[dest_id] = pending
     if plan:
-        segments = [s for s in sealed if any(s in segs for segs in plan.values())]
+        segments = list(dict.fromkeys(e for entries in plan.values() for e in entries))
         run = state.begin_run(segments, trigger, plan)
-        reports.append(_execute(spark, config, state, run, plan, failing))
-        _close_run(layout, state, run, plan, failing)
-    archived = _archive_segments(layout, state.segments_done(sealed, batch), stream_ids(config))
+        reports.append(execute_run(spark, config, state, run, plan, failing))
+        close_run(layout, state, run, plan, failing)
+    archived = archive_segments(layout, state.segments_done(sealed, batch), stream_ids(config))
     if reports:
         reports[-1].archived = archived
     if failing:
@@ -269,7 +273,7 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
     return reports
 
 
-def _execute(
+def execute_run(
     spark: SparkSession,
     config: Config,
     state: StateStore,
@@ -285,7 +289,8 @@ def _execute(
         "%s %s: %d segment(s) for %s", "resuming" if run.resumed else "starting", run.run_id,
         len(run.segments), ", ".join(plan),
     )  # fmt: skip
-    paths = [str(layout.incoming / s) for s in run.segments if any(s in p for p in plan.values())]
+    wanted = {entry for entries in plan.values() for entry in entries}
+    paths = [str(_entry_file(layout, run.run_id, e)) for e in run.segments if e in wanted]
     only = config.model_copy(update={"destinations": {d: config.destinations[d] for d in plan}})
     # Destinations that take different segments tell them apart by a column of their own:
     # decided by the whole plan, so that every attempt of the run stages the same.
@@ -299,21 +304,50 @@ def _execute(
     return report
 
 
-def _close_run(
+def close_run(
     layout: DataLayout,
     state: StateStore,
     run: Run,
     plan: dict[str, tuple[str, ...]],
     failing: dict[str, str],
 ) -> None:
-    """Mark the run done when every destination of its plan finished it."""
+    """Mark the run done when every destination of its plan finished it (a part of a
+    segment moves its destination's cursor in the segment: before the run is marked
+    done, so that a crash in between repeats this step, not the load)."""
     left = [d for d, segs in plan.items() if not state.table_ok(segs, d, ALL_TABLES)]
+    for dest_id, entries in plan.items():
+        if dest_id not in left:
+            for part in (Part.parse(e) for e in entries):
+                if not part.whole:
+                    end = None if part.count is None else part.start + part.count
+                    total = count_lines(layout.incoming / part.segment) if end else None
+                    done = end is None or (total is not None and end >= total)
+                    state.advance(dest_id, part.segment, end or 0, done=done, run_id=run.run_id)
     if left:
         errors = "; ".join(f"{d}: {failing.get(d, 'not finished')}" for d in left)
         state.finish_run(run.run_id, "interrupted", error=errors[:2000])
     else:
         state.finish_run(run.run_id, "done")
         shutil.rmtree(layout.tmp / run.run_id, ignore_errors=True)
+
+
+def _entry_file(layout: DataLayout, run_id: str, entry: str) -> Path:
+    """The file a plan entry is read from: a whole segment where it is; some of its
+    lines copied once under the run's tmp/ (named as the entry, which is how its rows
+    are told apart)."""
+    part = Part.parse(entry)
+    source = layout.incoming / part.segment
+    if part.whole:
+        return source
+    out = layout.tmp / run_id / "parts" / entry
+    if not out.exists():
+        out.parent.mkdir(parents=True, exist_ok=True)
+        partial = out.with_name(out.name + ".partial")
+        end = None if part.count is None else part.start + part.count
+        with source.open("rb") as lines, partial.open("wb") as copy:
+            copy.writelines(itertools.islice(lines, part.start, end))
+        os.replace(partial, out)
+    return out
 
 
 def batch_destinations(config: Config) -> dict[str, DestinationConfig]:
@@ -325,7 +359,7 @@ def stream_ids(config: Config) -> list[str]:
     return [d for d, dest in config.destinations.items() if dest.mode == "stream"]
 
 
-def _archive_segments(layout: DataLayout, names: Sequence[str], streams: list[str]) -> list[Path]:
+def archive_segments(layout: DataLayout, names: Sequence[str], streams: list[str]) -> list[Path]:
     """Archive the segments of ``names`` that every stream destination has read."""
     from eventpipe.log.tail import consumed
 
@@ -480,6 +514,70 @@ def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | No
     report.archived = [archived]
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
+
+
+@dataclass(frozen=True)
+class Preview:
+    """One event as a destination would receive it (``eventpipe log show
+    --destination``)."""
+
+    table: str | None
+    """Its table; None: it would fail (``error``); "": skipped (empty table name)."""
+    error: str | None
+    columns: dict[str, object]
+    """Its flat columns that have a value."""
+
+
+def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes]) -> list[Preview]:
+    """``lines`` of the log through every step of ``dest_id`` before its tables are
+    typed (keys, table name, lookups, mapping, flattening, explicit casts); nothing is
+    loaded or recorded. One Preview per line, in order."""
+    import tempfile
+
+    import orjson
+
+    def is_event(line: bytes) -> bool:
+        try:
+            return isinstance(orjson.loads(line), dict)
+        except orjson.JSONDecodeError:
+            return False
+
+    valid = [is_event(line) for line in lines]
+    only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
+    lookups = Lookups.plan(only)
+    rows: list[dict[str, Any]] = []
+    with tempfile.TemporaryDirectory(prefix="preview-", dir=_made(config.layout.tmp)) as tmp:
+        path = Path(tmp) / "events.log"
+        path.write_bytes(
+            b"".join(line.strip() + b"\n" for line, ok in zip(lines, valid, strict=True) if ok)
+        )
+        if any(valid):
+            run_id = Path(tmp).name
+            events = _stage_events(spark, only, run_id, [str(path)], lookups, staged=False)
+            target = _Target(dest_id, only.destinations[dest_id], (), None, SchemaCache())
+            run = _Run(run_id, (), only, StateStore(config.layout.state),
+                       RunReport(run_id, (), False), events, lookups, (str(path),))  # fmt: skip
+            ids = sorted(r[ROW] for r in events.select(ROW).collect())  # in the file's order
+            flat = {r[ROW]: r.asDict() for r in _flatten_for(events, run, target).frame.collect()}
+            rows = [flat.get(i, {}) for i in ids]
+    out: list[Preview] = []
+    events_in_order = iter(rows)
+    for ok in valid:
+        if not ok:
+            out.append(Preview(None, "line is not a JSON object", {}))
+        elif not (row := next(events_in_order)):
+            out.append(Preview(None, f"not for {dest_id}: its key is not in only_keys", {}))
+        else:
+            values = {
+                k: v for k, v in row.items() if k not in (TABLE, ERROR, ROW) and v is not None
+            }
+            out.append(Preview(row[TABLE], row[ERROR], values))
+    return out
+
+
+def _made(path: Path) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _extract_events(failed_file: Path, out: Path) -> None:
@@ -659,8 +757,24 @@ def _multiplexed(frame: DataFrame, dest: DestinationConfig) -> DataFrame:
     return frame.filter(F.col("api_key").isin(list(dest.only_keys)))
 
 
-def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
-    dest_id, dest, report = target.id, target.config, run.report
+@dataclass(frozen=True)
+class _Flattened:
+    """A destination's events as its tables take them (before typing per table)."""
+
+    frame: DataFrame
+    """The flat columns, explicit casts done, with TABLE (null: failed, ERROR says why;
+    empty: skipped) and ROW."""
+    flat: Flat
+    event_schema: StructType
+    """The events' schema as read (the destination's, before its lookups)."""
+    name: Column
+    """Each event's table name (an expression over the events as read)."""
+
+
+def _flatten_for(events: DataFrame, run: _Run, target: _Target) -> _Flattened:
+    """Multiplex, name the tables, place the lookups, map, flatten, cast: every step
+    before the tables are typed and loaded."""
+    dest_id, dest = target.id, target.config
     frame = events
     if CORRUPT_COLUMN in frame.columns:
         frame = frame.filter(F.col(CORRUPT_COLUMN).isNull())
@@ -686,7 +800,13 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     flat = flatten_mapped(
         frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
     )
-    cast = _cast_explicit(flat.frame, flat.explicit)
+    return _Flattened(_cast_explicit(flat.frame, flat.explicit), flat, event_schema, name)
+
+
+def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
+    dest_id, report = target.id, run.report
+    flattened = _flatten_for(events, run, target)
+    cast, flat = flattened.frame, flattened.flat
     columns = [c for c in cast.columns if c not in (TABLE, ERROR, ROW)]
     where = run.layout.tmp / run.run_id / f"dst={dest_id}"
     staged, counts = _stage_flat(cast, where)
@@ -698,7 +818,8 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     if target.destination is None:
         _send(staged, columns, where, run, target)
     else:
-        _load_tables(staged, counts, where, columns, flat, event_schema, name, run, target)
+        _load_tables(staged, counts, where, columns, flat, flattened.event_schema,
+                     flattened.name, run, target)  # fmt: skip
     run.state.record(target.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
     run.state.record_destination_run(
         run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]

@@ -33,6 +33,8 @@ from pathlib import Path
 ALL_TABLES = "*"
 SENT_TABLE = "*sent*"
 """The table name an http sink's deliveries are recorded under."""
+ACKED_TABLE = "*acked*"
+"""The table name of segments marked handled without loading (``eventpipe log ack``)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -57,6 +59,13 @@ CREATE TABLE IF NOT EXISTS segment_status (
     updated_at TEXT NOT NULL,
     PRIMARY KEY (segment, destination, tbl)
 );
+CREATE TABLE IF NOT EXISTS cursors (
+    destination TEXT NOT NULL,
+    segment TEXT NOT NULL,
+    next_line INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (destination, segment)
+);
 CREATE TABLE IF NOT EXISTS destination_runs (
     run_id TEXT NOT NULL,
     destination TEXT NOT NULL,
@@ -80,6 +89,35 @@ def stream_run(destination: str, epoch: int | str) -> str:
 
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+@dataclass(frozen=True)
+class Part:
+    """An entry of a run's plan: a whole segment (``<name>``), its lines from ``start``
+    on (``<name>@<start>``: a destination that handled the first ones alone, with
+    ``eventpipe log step`` or ``log ack``), or ``count`` lines from ``start``
+    (``<name>@<start>+<count>``: a step)."""
+
+    segment: str
+    start: int = 0
+    count: int | None = None
+
+    @classmethod
+    def parse(cls, entry: str) -> Part:
+        segment, _, lines = entry.partition("@")
+        if not lines:
+            return cls(segment)
+        start, _, count = lines.partition("+")
+        return cls(segment, int(start), int(count) if count else None)
+
+    @property
+    def whole(self) -> bool:
+        return self.start == 0 and self.count is None
+
+    def __str__(self) -> str:
+        if self.whole:
+            return self.segment
+        return f"{self.segment}@{self.start}" + ("" if self.count is None else f"+{self.count}")
 
 
 @dataclass(frozen=True)
@@ -211,17 +249,8 @@ class StateStore:
         The batch's ``rows`` are counted once, on its first segment (a batch loads its
         segments together: rows per segment are not known), so that sums are right."""
         with self._db() as db:
-            for index, segment in enumerate(segments):
-                db.execute(
-                    "INSERT INTO segment_status (segment, destination, tbl, status, rows, "
-                    "error, run_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (segment, destination, tbl) DO UPDATE SET "
-                    "status = excluded.status, rows = excluded.rows, error = excluded.error, "
-                    "attempts = segment_status.attempts + 1, run_id = excluded.run_id, "
-                    "updated_at = excluded.updated_at",
-                    (segment, destination, table, "ok" if ok else "failed",
-                     rows if index == 0 else 0, error, run_id, _now()),
-                )  # fmt: skip
+            _record(db, segments, destination, table, ok=ok, rows=rows, error=error,
+                    run_id=run_id)  # fmt: skip
 
     def table_ok(self, segments: Sequence[str], destination: str, table: str) -> bool:
         """Whether this destination x table is recorded ok for every one of ``segments``."""
@@ -232,6 +261,43 @@ class StateStore:
                 (destination, table, *segments),
             ).fetchone()
         return int(count) == len(set(segments))
+
+    def cursor(self, destination: str, segment: str) -> int:
+        """The first line of ``segment`` that ``destination`` has not handled (lines
+        before it were handled one by one: ``log step``, ``log ack``)."""
+        with self._db() as db:
+            row = db.execute(
+                "SELECT next_line FROM cursors WHERE destination = ? AND segment = ?",
+                (destination, segment),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
+    def advance(
+        self, destination: str, segment: str, next_line: int, *, done: bool, run_id: str
+    ) -> None:
+        """``destination`` handled ``segment`` up to ``next_line`` (excluded); ``done``:
+        to its end, so the segment is recorded finished. Idempotent."""
+        with self._db() as db:
+            if done:
+                db.execute("DELETE FROM cursors WHERE destination = ? AND segment = ?",
+                           (destination, segment))  # fmt: skip
+                _record(db, [segment], destination, ALL_TABLES, ok=True, run_id=run_id)
+                return
+            db.execute(
+                "INSERT INTO cursors VALUES (?, ?, ?, ?) ON CONFLICT (destination, segment) "
+                "DO UPDATE SET next_line = max(cursors.next_line, excluded.next_line), "
+                "updated_at = excluded.updated_at",
+                (destination, segment, next_line, _now()),
+            )
+
+    def acknowledge(self, destination: str, segments: Sequence[str]) -> None:
+        """Mark ``segments`` handled by ``destination`` without loading them."""
+        with self._db() as db:
+            for segment in segments:
+                db.execute("DELETE FROM cursors WHERE destination = ? AND segment = ?",
+                           (destination, segment))  # fmt: skip
+            _record(db, segments, destination, ACKED_TABLE, ok=True, run_id="ack")
+            _record(db, segments, destination, ALL_TABLES, ok=True, run_id="ack")
 
     def done_by(self, destination: str, segments: Sequence[str]) -> set[str]:
         """Those of ``segments`` that ``destination`` finished (``tbl = '*'`` ok)."""
@@ -348,3 +414,27 @@ class StateStore:
                     "FROM segment_status ORDER BY segment, destination, tbl"
                 )
             )
+
+
+def _record(
+    db: sqlite3.Connection,
+    segments: Sequence[str],
+    destination: str,
+    table: str,
+    *,
+    ok: bool,
+    rows: int = 0,
+    error: str | None = None,
+    run_id: str | None = None,
+) -> None:
+    for index, segment in enumerate(segments):
+        db.execute(
+            "INSERT INTO segment_status (segment, destination, tbl, status, rows, "
+            "error, run_id, updated_at) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+            "ON CONFLICT (segment, destination, tbl) DO UPDATE SET "
+            "status = excluded.status, rows = excluded.rows, error = excluded.error, "
+            "attempts = segment_status.attempts + 1, run_id = excluded.run_id, "
+            "updated_at = excluded.updated_at",
+            (segment, destination, table, "ok" if ok else "failed",
+             rows if index == 0 else 0, error, run_id, _now()),
+        )  # fmt: skip
