@@ -112,18 +112,19 @@ def rotate(config_path: Path | None) -> None:
 def process(config_path: Path | None, once: bool) -> None:
     """Run the Spark batch pipeline over sealed segments."""
     import signal
-    import time
 
     from eventpipe.errors import retry_transient
-    from eventpipe.processing import stream
+    from eventpipe.processing import shutdown, stream
     from eventpipe.processing.job import PipelineBusyError, process_pending
     from eventpipe.processing.spark import start_session
 
     config = _load(config_path).config
     spark = start_session(config.spark.settings)
-    # SIGTERM (from `eventpipe run`, or an init system) stops between runs, or aborts the
-    # current one, which then resumes with the same segments next time.
-    signal.signal(signal.SIGTERM, _interrupt)
+    # SIGTERM (from `eventpipe run`, or an init system): nothing new starts, loads under
+    # way get shutdown_grace_seconds to finish and record their progress (a second
+    # SIGTERM, or Ctrl-C: at once). What is cut short resumes with its batch ids.
+    grace = config.processing.shutdown_grace_seconds
+    signal.signal(signal.SIGTERM, lambda signum, frame: shutdown.request(grace))
     period = config.processing.batch_period_seconds
     log = logging.getLogger("eventpipe.processing")
     # Stream destinations: one streaming query each, beside the batch runs (--once: up to
@@ -141,20 +142,20 @@ def process(config_path: Path | None, once: bool) -> None:
                 reports = retry_transient(
                     lambda: process_pending(config, spark), attempts=3 if once else None,
                     max_delay=max(period, 1.0), log=log, unless=(PipelineBusyError,),
+                    sleep=shutdown.pause,
                 )  # fmt: skip
             except PipelineBusyError as exc:
                 if once:
                     raise
                 log.warning("%s; next try later", exc)
-                time.sleep(period)
+                shutdown.pause(period)
                 continue
             if not reports:
                 click.echo("nothing to process: no sealed segment")
             for report in reports:
                 _print_report(report)
-            if once:
+            if once or shutdown.wait(period):
                 return
-            time.sleep(period)
     finally:
         streams.stop()
         spark.stop()
@@ -348,10 +349,6 @@ def _destination(config: Any, destination_id: str) -> None:
     if destination_id not in config.destinations:
         known = ", ".join(sorted(config.destinations))
         raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
-
-
-def _interrupt(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt
 
 
 def _print_report(report: Any) -> None:

@@ -357,6 +357,9 @@ class ProcessingConfig(_Model):
 
     batch_period_seconds: float = Field(default=60.0, gt=0)
     """``eventpipe process`` (and ``run``) processes sealed segments this often."""
+    shutdown_grace_seconds: float = Field(default=30.0, ge=0)
+    """On SIGTERM, loads under way get this long to finish and record their progress
+    (nothing new starts); then the process stops anyway (the next run resumes)."""
 
 
 class EnrichmentConfig(_Model):

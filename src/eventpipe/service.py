@@ -4,7 +4,8 @@ The collector serves HTTP in this process; the pipeline (``eventpipe process``) 
 child process, so that the collector never waits on Spark and a Spark failure cannot take
 ingest down. The child is restarted with exponential backoff (1 s doubling to 60 s) if it
 exits; on SIGTERM/Ctrl-C the collector stops first (finishing requests, sealing), then the
-child gets SIGTERM and ``server.shutdown_grace_seconds`` before SIGKILL.
+child gets SIGTERM (its loads under way get ``processing.shutdown_grace_seconds`` to finish)
+and that grace plus 15 s before SIGKILL.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from pathlib import Path
 from eventpipe.config import LoadedConfig
 
 log = logging.getLogger("eventpipe.service")
+
+SPARK_STOP_SECONDS = 15.0
+"""How long the pipeline may take to stop its Spark session after its loads."""
 
 
 class PipelineSupervisor:
@@ -67,7 +71,9 @@ def run(loaded: LoadedConfig, config_path: Path | None) -> None:
     """Serve the collector and supervise the pipeline until SIGTERM/Ctrl-C."""
     from eventpipe.collector.server import serve
 
-    supervisor = PipelineSupervisor(config_path, loaded.config.server.shutdown_grace_seconds)
+    # The pipeline's own grace for its loads, and time to stop Spark after them.
+    grace = loaded.config.processing.shutdown_grace_seconds + SPARK_STOP_SECONDS
+    supervisor = PipelineSupervisor(config_path, grace)
     supervisor.start()
     try:
         serve(loaded)

@@ -42,7 +42,7 @@ from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout, count_lines, fsync_directory, is_uri
-from eventpipe.processing import lookup
+from eventpipe.processing import lookup, shutdown
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped, leaves
 from eventpipe.processing.mapping import Mapping
 from eventpipe.processing.paths import (
@@ -236,6 +236,7 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
     failing: dict[str, str] = {}
     reports: list[RunReport] = []
     for run in state.unfinished_runs():
+        shutdown.check("a run")
         plan = {d: segs for d in batch if (segs := run.segments_of(d, batch))}
         todo = {
             d: segs
@@ -256,6 +257,7 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
             if pending:
                 plan[dest_id] = pending
     if plan:
+        shutdown.check("a run")
         segments = list(dict.fromkeys(e for entries in plan.values() for e in entries))
         run = state.begin_run(segments, trigger, plan)
         reports.append(execute_run(spark, config, state, run, plan, failing))
@@ -442,6 +444,7 @@ def _run_job(
                   pause)  # fmt: skip
 
     def process(dest_id: str, open_target: Callable[[], _Target]) -> None:
+        shutdown.check(f"{dest_id}'s part of the run")
         try:
             _process_destination(events, shared, open_target())
         except TransientError as exc:
@@ -855,6 +858,7 @@ def _load_tables(
 
     def load(item: tuple[str, dict[str, DataType]]) -> int:
         table, types = item
+        shutdown.check(f"the load of {dest_id}.{table}")
         return _load_table(_staged_table(staged, where, table), run, target, types, flat)
 
     # Tables are independent batches: a destination that takes loads in parallel gets
@@ -920,6 +924,7 @@ def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target:
     delay = dest.retry_initial_seconds
     with _step(f"{dest_id}: send"):
         while True:
+            shutdown.check(f"sending to {dest_id}")
             attempt = _send_attempt(rows, settings)
             _add_stats(stats, attempt)
             if not attempt["unsent"]:
@@ -1298,6 +1303,7 @@ def _load_in_parts(
     def attempt(rows: pa.Table, first: int, refused: str | None) -> None:
         nonlocal loaded, loads
         if refused is None:
+            shutdown.check(f"a part of {dest_id}.{table}")
             request = replace(whole, batch_id=f"{whole.batch_id}:rows={first}+{rows.num_rows}",
                               files=(parts.file(rows, first),))  # fmt: skip
             loads += 1
