@@ -372,6 +372,7 @@ def _print_report(report: Any) -> None:
 def status(config_path: Path | None) -> None:
     """Per destination: backlog (stream: lag), last load, rows loaded, failed and skipped
     events."""
+    from eventpipe.paths import count_lines
     from eventpipe.state.store import StateStore
 
     config = _load(config_path).config
@@ -391,6 +392,10 @@ def status(config_path: Path | None) -> None:
     _print_table(names, rows)
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
+    received = sum(count_lines(p) for p in sorted(layout.failed.glob("failed.tok=*.log")))
+    if received:
+        click.echo(f"failed/failed.tok=*.log: {received:,} event(s) refused at the collector "
+                   "or unreadable in the log (docs/log.md)")  # fmt: skip
 
 
 def _backlog(config: Any, dest_id: str, done: frozenset[str], sealed: list[Path]) -> str:

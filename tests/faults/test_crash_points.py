@@ -193,3 +193,47 @@ def test_postgres_equals_the_clean_run_after_20_deaths(
             }
 
     _run_faults(tmp_path, spark, monkeypatch, destination, (PostgresDestination, "load"), tables)
+
+
+def test_a_batch_replayed_twice_leaves_the_tables_unchanged(
+    tmp_path: Path, spark: Any, postgres_dsn: str, schemas: list[str]
+) -> None:
+    """A finished run loaded again from the start, as if neither its status records nor
+    its archive had been written (its segments back in incoming/): every load is
+    recognised by its batch id, in DuckDB and in PostgreSQL, and nothing changes."""
+    import gzip
+    import sqlite3
+
+    data = tmp_path / "data"
+    _write_segments(data)
+    schemas.append("replayed_twice")
+    config = make_config(data, destinations={
+        "dw": {"type": "duckdb", "path": str(tmp_path / "w.duckdb"),
+               "table_name_template": "{{ event_type }}"},
+        "pg": {"type": "postgres", "dsn": postgres_dsn, "schema": "replayed_twice",
+               "table_name_template": "{{ event_type }}"},
+    })  # fmt: skip
+    [report] = process_pending(config, spark)
+
+    def snapshot() -> dict[str, str]:
+        with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as db:
+            found = {f"dw.{t}": _digest(db.execute(f"SELECT * FROM {t}").fetchall())
+                     for t in TABLES}  # fmt: skip
+        with psycopg.connect(postgres_dsn) as db:
+            for t in TABLES:
+                rows = db.execute(f'SELECT * FROM replayed_twice."{t}"').fetchall()
+                found[f"pg.{t}"] = _digest(rows)
+        return found
+
+    before = snapshot()
+    for _ in range(2):
+        for archived in report.archived:  # the segments back where they were
+            name = archived.name.removesuffix(".gz")
+            (data / "incoming" / name).write_bytes(gzip.decompress(archived.read_bytes()))
+        with sqlite3.connect(data / "state.sqlite") as db:  # its status never recorded
+            db.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", [report.run_id])
+            db.execute("DELETE FROM segment_status")
+        [again] = process_pending(config, spark)
+        assert again.run_id == report.run_id
+        assert again.resumed
+        assert snapshot() == before
