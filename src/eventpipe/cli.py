@@ -392,6 +392,12 @@ def status(config_path: Path | None) -> None:
     _print_table(names, rows)
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
+    days = sorted(d for d in layout.archive.glob("????-??-??") if d.is_dir())
+    size = sum(f.stat().st_size for d in days for f in d.iterdir() if f.is_file())
+    retention = config.processing.retention_days
+    kept = "kept forever" if retention is None else f"kept {retention} day(s)"
+    span = f" ({days[0].name} to {days[-1].name})" if days else ""
+    click.echo(f"archive: {len(days)} day(s){span}, {size / 1e6:.1f} MB, {kept}")
     received = sum(count_lines(p) for p in sorted(layout.failed.glob("failed.tok=*.log")))
     if received:
         click.echo(f"failed/failed.tok=*.log: {received:,} event(s) refused at the collector "

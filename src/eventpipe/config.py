@@ -360,6 +360,10 @@ class ProcessingConfig(_Model):
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """On SIGTERM, loads under way get this long to finish and record their progress
     (nothing new starts); then the process stops anyway (the next run resumes)."""
+    retention_days: int | None = Field(default=None, ge=1)
+    """Days ``archive/`` keeps processed segments (by the day they were sealed), and
+    replayed failed files; older days are deleted after each run. Absent: forever.
+    Segments not yet handled by every destination are never deleted."""
 
 
 class EnrichmentConfig(_Model):

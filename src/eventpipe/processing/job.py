@@ -23,6 +23,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import threading
 import time
@@ -30,6 +31,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -265,6 +267,8 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
     archived = archive_segments(layout, state.segments_done(sealed, batch), stream_ids(config))
     if reports:
         reports[-1].archived = archived
+    if config.processing.retention_days is not None:
+        prune_archive(layout, config.processing.retention_days)
     if failing:
         problems = "; ".join(f"{d}: {error}" for d, error in sorted(failing.items()))
         raise DestinationsFailingError(
@@ -1480,6 +1484,27 @@ def _append(path: Path, data: bytes) -> None:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
+
+
+def prune_archive(layout: DataLayout, days: int, today: date | None = None) -> list[Path]:
+    """Delete the archive's days older than ``days`` before ``today`` (UTC); the days
+    deleted. Only handled data is in the archive (a segment is archived once every
+    destination has it)."""
+    today = today or utc_now().date()
+    cutoff = (today - timedelta(days=days)).isoformat()
+    if not layout.archive.is_dir():
+        return []
+    old = sorted(
+        d for d in layout.archive.iterdir()
+        if d.is_dir() and _DAY.match(d.name) and d.name < cutoff
+    )  # fmt: skip
+    for day in old:
+        shutil.rmtree(day)
+        log.info("archive: %s deleted (retention_days %d)", day.name, days)
+    return old
+
+
+_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 def _archive(layout: DataLayout, name: str) -> Path:
