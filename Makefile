@@ -6,13 +6,22 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test lint bench setup java postgres clean
+.PHONY: run test soak lint bench setup java postgres clean
 
 run: $(STAMP) java
 	$(BIN)/eventpipe run
 
 test: $(STAMP) java postgres lint
 	$(BIN)/pytest
+
+# The fault suite, many more times (tens of minutes): SOAK_KILLS collector kills under
+# load, SOAK_CRASHES pipeline deaths per database. Prints acknowledged, loaded,
+# duplicates and lost.
+SOAK_KILLS   ?= 500
+SOAK_CRASHES ?= 100
+soak: $(STAMP) java postgres
+	EVENTPIPE_SOAK_KILLS=$(SOAK_KILLS) EVENTPIPE_SOAK_CRASHES=$(SOAK_CRASHES) \
+		$(BIN)/pytest -s tests/faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
