@@ -23,6 +23,7 @@ from eventpipe.errors import ConfigError, EventpipeError
 from eventpipe.logs import configure_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
 
 
 def config_option(func: F) -> F:
@@ -173,15 +174,10 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
     """Replay data/failed/failed.dst=ID.log: what loads leaves failed/ (archived), what
     fails again stays there with its new error."""
     from eventpipe.processing.job import replay_failed
-    from eventpipe.processing.spark import start_session
 
     config = _load(config_path).config
     _destination(config, destination_id)
-    spark = start_session(config.spark.settings)
-    try:
-        report = replay_failed(config, spark, destination_id)
-    finally:
-        spark.stop()
+    report = _with_spark(config, lambda spark: replay_failed(config, spark, destination_id))
     if report is None:
         click.echo(f"nothing to replay: no failed events for {destination_id}")
     else:
@@ -261,14 +257,10 @@ def log_show(
     import orjson
 
     from eventpipe.processing.job import preview
-    from eventpipe.processing.spark import start_session
 
     _destination(config, destination_id)
-    spark = start_session(config.spark.settings)
-    try:
-        previews = preview(config, spark, destination_id, [line for _, line in found])
-    finally:
-        spark.stop()
+    lines = [line for _, line in found]
+    previews = _with_spark(config, lambda spark: preview(config, spark, destination_id, lines))
     for (position, _), shown in zip(found, previews, strict=True):
         if shown.table:
             what = f"table {shown.table}\t" + orjson.dumps(shown.columns, default=str).decode()
@@ -304,16 +296,11 @@ def log_ack(config_path: Path | None, destination_id: str, end: str) -> None:
 def log_step(config_path: Path | None, destination_id: str) -> None:
     """Process a destination's next pending event alone and print what happened."""
     from eventpipe.processing.operator import step
-    from eventpipe.processing.spark import start_session
     from eventpipe.state.store import SENT_TABLE
 
     config = _load(config_path).config
     _destination(config, destination_id)
-    spark = start_session(config.spark.settings)
-    try:
-        done = step(config, spark, destination_id)
-    finally:
-        spark.stop()
+    done = _with_spark(config, lambda spark: step(config, spark, destination_id))
     if done is None:
         click.echo(f"nothing pending for {destination_id}")
         return
@@ -343,6 +330,17 @@ def _last_error(failed: Path) -> str:
         for last in lines:  # noqa: B007 (the last line is wanted)
             pass
     return str(orjson.loads(last).get("error")) if last else "?"
+
+
+def _with_spark(config: Any, call: Callable[[Any], T]) -> T:
+    """``call(spark)`` with a Spark session of the config's settings, stopped after."""
+    from eventpipe.processing.spark import start_session
+
+    spark = start_session(config.spark.settings)
+    try:
+        return call(spark)
+    finally:
+        spark.stop()
 
 
 def _destination(config: Any, destination_id: str) -> None:
