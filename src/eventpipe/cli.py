@@ -445,7 +445,13 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
                 else "run `eventpipe process --once`"
             )
             raise EventpipeError(f"{path} does not exist yet: nothing loaded so far", fix=fix)
-    names, rows = open_destination(chosen, dest, config).query(sql)
+    import duckdb
+    import psycopg
+
+    try:
+        names, rows = open_destination(chosen, dest, config).query(sql)
+    except (duckdb.Error, psycopg.Error) as exc:  # the SQL, as the database answers it
+        raise EventpipeError(f"{chosen}: the query failed: {exc}".strip()) from None
     _print_table(names, rows)
 
 

@@ -183,8 +183,22 @@ def test_query_reads_a_postgres_destination_in_its_schema(
     assert "(1 row)" in result.stdout
     # Read-only: a write is refused, with PostgreSQL's reason.
     refused = run("query", "-c", str(config), "INSERT INTO events VALUES ('x')")
-    assert refused.returncode != 0
+    assert refused.returncode == 1
     assert "read-only" in refused.stderr
+    assert "Traceback" not in refused.stderr
+
+
+def test_a_wrong_query_gets_the_databases_answer_not_a_traceback(tmp_path: Path) -> None:
+    import duckdb
+
+    data = tmp_path / "data"
+    data.mkdir()
+    duckdb.connect(str(data / "warehouse.duckdb")).close()
+    config = write_config(tmp_path / "eventpipe.yaml", data, free_port())
+    result = run("query", "-c", str(config), "SELECT * FROM nowhere GROUP")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: warehouse: the query failed: Parser Error")
+    assert "Traceback" not in result.stderr
 
 
 @pytest.mark.parametrize(
