@@ -326,8 +326,9 @@ def close_run(
             for part in (Part.parse(e) for e in entries):
                 if not part.whole:
                     end = None if part.count is None else part.start + part.count
-                    total = count_lines(layout.incoming / part.segment) if end else None
-                    done = end is None or (total is not None and end >= total)
+                    source = layout.incoming / part.segment
+                    # Archived already (this step repeated after a crash): it was done.
+                    done = end is None or not source.exists() or end >= count_lines(source)
                     state.advance(dest_id, part.segment, end or 0, done=done, run_id=run.run_id)
     if left:
         errors = "; ".join(f"{d}: {failing.get(d, 'not finished')}" for d in left)
