@@ -7,6 +7,8 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +67,19 @@ def _wait_for_blocked_load(dsn: str, proc: subprocess.Popen[bytes], log: Path) -
             time.sleep(0.2)
 
 
+@contextmanager
+def _blocked_load(
+    dsn: str, table: str, config: Path, log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    """`eventpipe process` started while the test holds a lock on ``table``; yields it
+    once its load waits for the lock, which is released on leaving."""
+    with psycopg.connect(dsn) as holder:
+        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
+        proc = _start(config, log)
+        _wait_for_blocked_load(dsn, proc, log)
+        yield proc
+
+
 def _rows(dsn: str, table: str) -> list[Any]:
     with psycopg.connect(dsn) as db:
         return db.execute(f"SELECT event_id, count(*) FROM {table} GROUP BY 1").fetchall()
@@ -75,10 +90,7 @@ def test_a_load_under_way_finishes_within_the_grace(
 ) -> None:
     config, data = _setup(tmp_path, postgres_dsn, postgres_schema, grace=60)
     log = tmp_path / "process.log"
-    with psycopg.connect(postgres_dsn) as holder:
-        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-        proc = _start(config, log)
-        _wait_for_blocked_load(postgres_dsn, proc, log)
+    with _blocked_load(postgres_dsn, table, config, log) as proc:
         proc.send_signal(signal.SIGTERM)
         time.sleep(2)
         assert proc.poll() is None  # waiting for its load, not killed
@@ -96,10 +108,7 @@ def test_past_the_grace_it_stops_and_the_next_run_completes(
 ) -> None:
     config, data = _setup(tmp_path, postgres_dsn, postgres_schema, grace=2)
     log = tmp_path / "process.log"
-    with psycopg.connect(postgres_dsn) as holder:
-        holder.execute(f"LOCK TABLE {table} IN ACCESS EXCLUSIVE MODE")
-        proc = _start(config, log)
-        _wait_for_blocked_load(postgres_dsn, proc, log)
+    with _blocked_load(postgres_dsn, table, config, log) as proc:
         stopped = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         code = proc.wait(60)
