@@ -64,7 +64,7 @@ def test_step_takes_one_event_at_a_time_and_the_run_takes_the_rest(
     assert second.report.failed == {"warehouse": 1}
     [failed] = config.layout.failed_destination("warehouse").read_bytes().splitlines()
     assert orjson.loads(failed)["event"]["n"] == 2
-    assert StateStore(config.layout.state).cursor("warehouse", f"incoming.tok={S1}.log") == 2
+    assert StateStore(config.layout.state).cursors("warehouse") == {f"incoming.tok={S1}.log": 2}
 
     # The next run takes the rest of S1 (line 2 only) and S2: nothing twice.
     reports = process_pending(config, spark)

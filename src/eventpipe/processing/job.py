@@ -239,7 +239,7 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
     reports: list[RunReport] = []
     for run in state.unfinished_runs():
         shutdown.check("a run")
-        plan = {d: segs for d in batch if (segs := run.segments_of(d, batch))}
+        plan = run.plan_for(batch)
         todo = {
             d: segs
             for d, segs in plan.items()
@@ -255,7 +255,8 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
         if dest_id not in failing:
             done = state.done_by(dest_id, sealed)
             # A segment whose first lines it handled alone (log step, log ack): the rest.
-            pending = tuple(str(Part(s, state.cursor(dest_id, s))) for s in sealed if s not in done)
+            cursors = state.cursors(dest_id)
+            pending = tuple(str(Part(s, cursors.get(s, 0))) for s in sealed if s not in done)
             if pending:
                 plan[dest_id] = pending
     if plan:
@@ -441,8 +442,7 @@ def _run_job(
             config.layout.tmp / run_id / "failed.corrupt.done",
             lambda: _fail_corrupt(events, config.layout),
         )
-    passed = ("__", CORRUPT_COLUMN)
-    columns = [c for c in events.columns if not c.startswith(passed)]
+    columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
     originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths),
@@ -554,7 +554,8 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
     only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
     lookups = Lookups.plan(only)
     rows: list[dict[str, Any]] = []
-    with tempfile.TemporaryDirectory(prefix="preview-", dir=_made(config.layout.tmp)) as tmp:
+    config.layout.tmp.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="preview-", dir=config.layout.tmp) as tmp:
         path = Path(tmp) / "events.log"
         path.write_bytes(
             b"".join(line.strip() + b"\n" for line, ok in zip(lines, valid, strict=True) if ok)
@@ -581,11 +582,6 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             }
             out.append(Preview(row[TABLE], row[ERROR], values))
     return out
-
-
-def _made(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _extract_events(failed_file: Path, out: Path) -> None:

@@ -14,6 +14,7 @@ a batch id and may have loaded part of its tables, so its events are completed b
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -90,14 +91,14 @@ def step(config: Config, spark: SparkSession, dest_id: str) -> Step | None:
             )
         sealed = [p.name for p in layout.sealed_segments()]
         done = state.done_by(dest_id, sealed)
+        cursors = state.cursors(dest_id)
         for name in (s for s in sealed if s not in done):
-            start = state.cursor(dest_id, name)
-            path = layout.incoming / name
-            if start >= count_lines(path):  # every line handled (or an empty segment)
+            start = cursors.get(name, 0)
+            with (layout.incoming / name).open("rb") as lines:
+                line = next(itertools.islice(lines, start, None), None)
+            if line is None:  # every line handled (or an empty segment)
                 state.advance(dest_id, name, start, done=True, run_id="step")
                 continue
-            with path.open("rb") as lines:
-                line = next(line for i, line in enumerate(lines) if i == start)
             entry = str(Part(name, start, 1))
             plan: dict[str, tuple[str, ...]] = {dest_id: (entry,)}
             failing: dict[str, str] = {}
@@ -144,12 +145,11 @@ def acknowledge(config: Config, dest_id: str, to: Position) -> list[str]:
                 )
             if all(inside):  # the whole run, for this destination
                 state.record(entries, dest_id, ALL_TABLES, ok=True, run_id="ack")
-                close_run(layout, state, run, {d: run.segments_of(d, batch) for d in batch
-                                               if run.segments_of(d, batch)}, {})  # fmt: skip
+                close_run(layout, state, run, run.plan_for(batch), {})
         marked = [s for s in (covered if whole else covered[:-1]) if s not in done]
         state.acknowledge(dest_id, marked)
         result = [segment_id(s) for s in marked]
-        if not whole and target not in done and state.cursor(dest_id, target) <= to.line:
+        if not whole and target not in done and state.cursors(dest_id).get(target, 0) <= to.line:
             state.advance(dest_id, target, to.line + 1, done=False, run_id="ack")
             result.append(str(to))
         archive_segments(layout, state.segments_done(covered, batch), stream_ids(config))

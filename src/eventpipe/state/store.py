@@ -136,6 +136,11 @@ class Run:
             return self.segments if destination in destinations else ()
         return self.plan.get(destination, ())
 
+    def plan_for(self, destinations: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """Each of ``destinations`` (the batch ones now) that has segments in this run,
+        with them."""
+        return {d: segs for d in destinations if (segs := self.segments_of(d, destinations))}
+
 
 @dataclass(frozen=True)
 class DestinationSummary:
@@ -262,15 +267,16 @@ class StateStore:
             ).fetchone()
         return int(count) == len(set(segments))
 
-    def cursor(self, destination: str, segment: str) -> int:
-        """The first line of ``segment`` that ``destination`` has not handled (lines
-        before it were handled one by one: ``log step``, ``log ack``)."""
+    def cursors(self, destination: str) -> dict[str, int]:
+        """Per segment that ``destination`` handled in part (lines one by one: ``log
+        step``, ``log ack``), the first line it has not handled."""
         with self._db() as db:
-            row = db.execute(
-                "SELECT next_line FROM cursors WHERE destination = ? AND segment = ?",
-                (destination, segment),
-            ).fetchone()
-        return int(row[0]) if row else 0
+            return dict(
+                db.execute(
+                    "SELECT segment, next_line FROM cursors WHERE destination = ?",
+                    (destination,),
+                ).fetchall()
+            )
 
     def advance(
         self, destination: str, segment: str, next_line: int, *, done: bool, run_id: str
