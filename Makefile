@@ -6,12 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test soak lint bench setup java postgres clean
+.PHONY: run test soak lint bench setup java postgres tools clean
 
 run: $(STAMP) java
 	$(BIN)/eventpipe run
 
-test: $(STAMP) java postgres lint
+test: $(STAMP) java postgres tools lint
 	$(BIN)/pytest
 
 # The fault suite, many more times (tens of minutes): SOAK_KILLS collector kills under
@@ -46,6 +46,10 @@ java:
 # The PostgreSQL destination's tests start a throwaway server of their own (tests/postgres.py).
 postgres:
 	@scripts/ensure-apt.sh postgresql
+
+# The archive's tests check that the standard `lz4` tool reads eventpipe's archive files.
+tools:
+	@scripts/ensure-apt.sh lz4
 
 $(STAMP): pyproject.toml scripts/setup-venv.sh
 	PYTHON=$(PYTHON) scripts/setup-venv.sh $(VENV)

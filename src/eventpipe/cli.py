@@ -184,6 +184,76 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
         _print_report(report)
 
 
+@cli.group("archive")
+def archive_group() -> None:
+    """The raw archive of processed segments: verify its checksums, read events back."""
+
+
+_DAY = click.DateTime(["%Y-%m-%d"])
+
+
+@archive_group.command("verify")
+@config_option
+@click.option("--from", "first", type=_DAY, default=None, help="First day (YYYY-MM-DD).")
+@click.option("--to", "last", type=_DAY, default=None, help="Last day (included).")
+def archive_verify(config_path: Path | None, first: Any, last: Any) -> None:
+    """Recompute every size and checksum of the archive (all days, or --from/--to) and
+    name each file and frame that does not match. Exits 1 if one does not."""
+    from eventpipe.archive.verify import verify
+
+    layout = _load(config_path).config.layout
+    report = verify(
+        layout,
+        first.date() if first else None,
+        last.date() if last else None,
+        progress=lambda path: logging.getLogger("eventpipe.archive").debug("verify %s", path),
+    )
+    for problem in report.problems:
+        click.echo(f"MISMATCH {problem}")
+    summary = (
+        f"{report.days} day(s), {report.files} file(s), {report.frames:,} frame(s), "
+        f"{report.events:,} event(s), {report.compressed_bytes / 1e6:.1f} MB"
+    )
+    if report.problems:
+        raise EventpipeError(
+            f"{len(report.problems)} problem(s) in {summary}",
+            fix="a damaged file can be archived again from a copy of its segment, or "
+            "deleted with its sidecars; docs/archive.md",
+        )
+    click.echo(f"ok: {summary}")
+
+
+@archive_group.command("cat")
+@config_option
+@click.option("--day", required=True, type=_DAY, help="The archive day (YYYY-MM-DD).")
+@click.option("--event-id", default=None, help="Only the event(s) with this eventn_ctx.event_id.")
+def archive_cat(config_path: Path | None, day: Any, event_id: str | None) -> None:
+    """Print a day's archived events, in log order, one JSON per line; with --event-id,
+    only that event (one frame is read), its position on stderr."""
+    from eventpipe.archive.files import segments_of_day
+    from eventpipe.archive.read import find, lines
+    from eventpipe.log.inspect import segment_id
+
+    layout = _load(config_path).config.layout
+    directory = layout.archive / day.date().isoformat()
+    if not directory.is_dir():
+        raise EventpipeError(f"the archive has no day {directory.name}",
+                             fix="`eventpipe status` shows the days it has")  # fmt: skip
+    out = sys.stdout.buffer
+    if event_id is None:
+        for segment in segments_of_day(directory):
+            for _, line in lines(segment):
+                out.write(line)
+        return
+    found = 0
+    for match in find(directory, event_id):
+        found += 1
+        click.echo(f"{segment_id(match.segment.segment_file)}:{match.line}", err=True)
+        out.write(match.event + b"\n")
+    if not found:
+        raise EventpipeError(f"no event {event_id!r} in archive/{directory.name}")
+
+
 @cli.group("log")
 def log_group() -> None:
     """Look into the log: segments, events by position, progress per destination."""
@@ -390,16 +460,32 @@ def status(config_path: Path | None) -> None:
     _print_table(names, rows)
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
-    days = sorted(d for d in layout.archive.glob("????-??-??") if d.is_dir())
-    size = sum(f.stat().st_size for d in days for f in d.iterdir() if f.is_file())
-    retention = config.processing.retention_days
-    kept = "kept forever" if retention is None else f"kept {retention} day(s)"
-    span = f" ({days[0].name} to {days[-1].name})" if days else ""
-    click.echo(f"archive: {len(days)} day(s){span}, {size / 1e6:.1f} MB, {kept}")
+    click.echo(_archive_line(config))
     received = sum(count_lines(p) for p in sorted(layout.failed.glob("failed.tok=*.log")))
     if received:
         click.echo(f"failed/failed.tok=*.log: {received:,} event(s) refused at the collector "
                    "or unreadable in the log (docs/log.md)")  # fmt: skip
+
+
+def _archive_line(config: Any) -> str:
+    from eventpipe.archive.retention import usage
+
+    held = usage(config.layout)
+    days = held.days
+    span = f" ({days[0]} to {days[-1]})" if days else ""
+    ratio = (
+        f" ({held.disk_bytes / held.raw_bytes:.0%} of {held.raw_bytes / 1e6:.1f} MB)"
+        if held.raw_bytes
+        else ""
+    )
+    kept = config.archive.retention_days
+    bound = config.archive.max_bytes
+    return (
+        f"archive: {len(days)} day(s){span}, {held.files} file(s), {held.events:,} event(s), "
+        f"{held.disk_bytes / 1e6:.1f} MB{ratio}; "
+        f"{'kept forever' if kept is None else f'kept {kept} day(s)'}, "
+        f"{'no size bound' if bound is None else f'at most {bound / 1e6:.1f} MB'}"
+    )
 
 
 def _backlog(config: Any, dest_id: str, done: frozenset[str], sealed: list[Path]) -> str:

@@ -360,10 +360,26 @@ class ProcessingConfig(_Model):
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """On SIGTERM, loads under way get this long to finish and record their progress
     (nothing new starts); then the process stops anyway (the next run resumes)."""
+
+
+class ArchiveConfig(_Model):
+    """The raw archive: processed segments as LZ4 frames with an index and a manifest
+    (docs/archive.md)."""
+
     retention_days: int | None = Field(default=None, ge=1)
-    """Days ``archive/`` keeps processed segments (by the day they were sealed), and
-    replayed failed files; older days are deleted after each run. Absent: forever.
-    Segments not yet handled by every destination are never deleted."""
+    """Days ``archive/`` keeps (by the day segments were sealed), with the replayed
+    failed files of those days; older days are deleted after each run. Absent: forever.
+    Segments not yet handled by every destination are never in the archive."""
+    max_bytes: int | None = Field(default=None, ge=1)
+    """A bound on the archive's size on disk: after each run, the oldest days are
+    deleted while it is larger (never the newest day). Absent: no bound."""
+    frame_events: int = Field(default=1000, ge=1, le=1_000_000)
+    """Events per LZ4 frame at most: reading one event decompresses one frame."""
+    frame_max_bytes: int = Field(default=1 << 20, ge=1024)
+    """A frame closes before it exceeds this many uncompressed bytes."""
+    compression_level: int = Field(default=0, ge=0, le=16)
+    """LZ4 level: 0-2 fast (as ``lz4 -1``), 3-16 smaller and slower (docs/archive.md
+    has the measurements)."""
 
 
 class EnrichmentConfig(_Model):
@@ -401,6 +417,8 @@ class Config(_Model):
     """Operator logs."""
     processing: ProcessingConfig = ProcessingConfig()
     """The batch pipeline."""
+    archive: ArchiveConfig = ArchiveConfig()
+    """The raw archive of processed segments."""
     spark: SparkConfig = SparkConfig()
     """Spark settings for the pipeline."""
     enrichment: EnrichmentConfig = EnrichmentConfig()

@@ -12,7 +12,8 @@ Layout (``data_dir`` defaults to ``./data``)::
     incoming/collector.lock                                     held by the running collector
     failed/failed.tok=<key id>.log                              events rejected while receiving
     failed/failed.dst=<destination id>.log                      events a destination refused
-    archive/YYYY-MM-DD/<sealed segment>.gz                      processed segments
+    archive/YYYY-MM-DD/<sealed segment>.lz4 (+ .index.json, .ids,  processed segments
+                       .manifest.json; eventpipe.archive)
     state.sqlite                                                runs and statuses
     tmp/<run id>/                                               a run's staging files
     locks/                                                      per destination x table locks
@@ -120,13 +121,6 @@ class DataLayout:
 
     def failed_destination(self, destination_id: str) -> Path:
         return self.failed / f"failed.dst={check_safe_id(destination_id, 'destination id')}.log"
-
-    def archived_segment(self, name: str) -> Path:
-        """``archive/YYYY-MM-DD/<name>.gz``, the day taken from the seal stamp."""
-        parsed = SegmentName.parse(name)
-        if parsed is None or parsed.sealed is None:
-            raise ValueError(f"{name!r} is not a sealed segment name")
-        return self.archive / parsed.sealed[:10] / f"{name}.gz"
 
     def active_segment(self, key_id: str) -> Path:
         return self.incoming / f"incoming.tok={check_safe_id(key_id, 'key id')}.log"

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 from typing import Any
 
 import httpx
 import orjson
 
+from eventpipe.archive.files import ArchivedSegment
+from eventpipe.archive.read import lines
+from eventpipe.archive.verify import verify
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.processing.job import process_once
 from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
@@ -63,8 +65,8 @@ def test_http_post_to_rows_in_duckdb(start_collector: Any, spark: Any) -> None:
     # The segment moved to the archive, compressed, intact.
     [archived] = report.archived
     assert archived.parent.parent == c.layout.archive
-    lines = gzip.decompress(archived.read_bytes()).splitlines()
-    assert len(lines) == 4
+    assert len(list(lines(ArchivedSegment(archived)))) == 4
+    assert verify(c.layout).ok
     assert c.layout.sealed_segments() == []
     assert process_once(c.config, spark) is None  # nothing left
 

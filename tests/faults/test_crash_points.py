@@ -1,8 +1,9 @@
 """The pipeline dies at 20 points spread over a batch load, into DuckDB and into
 PostgreSQL: before a load, during it (the database committed, the call did not return),
-after it but before its status is recorded, before a run is marked done, before a
-segment is archived. After each, the next run completes the work, and every table equals
-(by a content hash) the tables of a run with no fault: no event lost, none doubled.
+after it but before its status is recorded, before a run is marked done, before and
+after a segment's archive files are written. After each, the next run completes the work,
+every table equals (by a content hash) the tables of a run with no fault: no event lost,
+none doubled, and the archive holds every event once and verifies.
 
 The death is an exception the pipeline cannot catch as an error (a BaseException, like
 Ctrl-C) raised at the chosen call, in the test's process with its Spark session, so that
@@ -25,6 +26,10 @@ import orjson
 import psycopg
 import pytest
 
+from eventpipe.archive import write as archive_write
+from eventpipe.archive.files import ArchivedSegment
+from eventpipe.archive.read import lines
+from eventpipe.archive.verify import verify
 from eventpipe.config import Config
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.destinations.postgres import PostgresDestination
@@ -35,6 +40,7 @@ from tests.conftest import make_config
 
 TABLES = ("page", "click", "signup")
 CRASHES = int(os.environ.get("EVENTPIPE_SOAK_CRASHES", "20"))
+EVENTS = 3 * 60
 
 
 class Died(BaseException):
@@ -70,7 +76,8 @@ class CrashPoints:
             (load[0], load[1], "before and after a load"),
             (StateStore, "record", "before and after a status record"),
             (StateStore, "finish_run", "before a run is marked"),
-            (job, "_archive", "before a segment is archived"),
+            (job, "archive_segment", "before and after a segment is archived"),
+            (archive_write, "write_segment", "before and after its archive files are written"),
         ]
         for owner, name, _ in points:
             monkeypatch.setattr(owner, name, self._wrap(getattr(owner, name), name))
@@ -100,6 +107,9 @@ def _crash_then_complete(config: Config, spark: Any, points: CrashPoints, at: in
     process_pending(config, spark)
     assert StateStore(config.layout.state).unfinished_runs() == []
     assert not config.layout.sealed_segments()  # everything archived
+    archive = verify(config.layout)
+    assert archive.ok, archive.problems
+    assert archive.events == EVENTS
     return points.where
 
 
@@ -205,7 +215,6 @@ def test_a_batch_replayed_twice_leaves_the_tables_unchanged(
     """A finished run loaded again from the start, as if neither its status records nor
     its archive had been written (its segments back in incoming/): every load is
     recognised by its batch id, in DuckDB and in PostgreSQL, and nothing changes."""
-    import gzip
     import sqlite3
 
     data = tmp_path / "data"
@@ -232,8 +241,9 @@ def test_a_batch_replayed_twice_leaves_the_tables_unchanged(
     before = snapshot()
     for _ in range(2):
         for archived in report.archived:  # the segments back where they were
-            name = archived.name.removesuffix(".gz")
-            (data / "incoming" / name).write_bytes(gzip.decompress(archived.read_bytes()))
+            segment = ArchivedSegment(archived)
+            events = b"".join(line for _, line in lines(segment))
+            (data / "incoming" / segment.segment_file).write_bytes(events)
         with sqlite3.connect(data / "state.sqlite") as db:  # its status never recorded
             db.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", [report.run_id])
             db.execute("DELETE FROM segment_status")

@@ -24,6 +24,7 @@ def test_help_lists_the_commands_that_exist() -> None:
         line.split()[0] for line in result.stdout.split("Commands:")[1].splitlines() if line.strip()
     }
     assert listed == {
+        "archive",
         "collect",
         "init",
         "log",
@@ -34,6 +35,21 @@ def test_help_lists_the_commands_that_exist() -> None:
         "run",
         "status",
     }
+
+
+def test_archive_and_log_list_their_subcommands() -> None:
+    for group, expected in (
+        ("archive", {"cat", "verify"}),
+        ("log", {"ack", "segments", "show", "status", "step"}),
+    ):
+        result = run(group, "--help")
+        assert result.returncode == 0
+        listed = {
+            line.split()[0]
+            for line in result.stdout.split("Commands:")[1].splitlines()
+            if line.strip()
+        }
+        assert listed == expected
 
 
 def test_version() -> None:

@@ -8,24 +8,31 @@ from pathlib import Path
 
 import orjson
 
+from eventpipe.archive.write import archive_segment
+from eventpipe.config import ArchiveConfig
+from eventpipe.paths import DataLayout
 from eventpipe.state.store import ALL_TABLES, StateStore
 from tests.process import run, write_config
 
+LEGACY = "web-2026-11-19T09-00-00.000"
 OLD = "web-2026-11-20T09-00-00.000"
 NEW = "web-2026-11-21T10-00-00.000"
 
 
 def _log(tmp_path: Path) -> Path:
-    """Two sealed segments of 3 events: the older archived (gzip), the newer waiting."""
+    """Three sealed segments of 3 events: the oldest archived in the legacy format
+    (gzip), the next archived (LZ4 frames), the newest waiting."""
     data = tmp_path / "data"
     lines = {seg: [orjson.dumps({"seg": seg[4:14], "n": n}) + b"\n" for n in range(3)]
-             for seg in (OLD, NEW)}  # fmt: skip
-    (data / "archive/2026-11-20").mkdir(parents=True)
-    (data / "archive/2026-11-20" / f"incoming.tok={OLD}.log.gz").write_bytes(
-        gzip.compress(b"".join(lines[OLD]))
+             for seg in (LEGACY, OLD, NEW)}  # fmt: skip
+    (data / "archive/2026-11-19").mkdir(parents=True)
+    (data / "archive/2026-11-19" / f"incoming.tok={LEGACY}.log.gz").write_bytes(
+        gzip.compress(b"".join(lines[LEGACY]))
     )
     (data / "incoming").mkdir()
-    (data / "incoming" / f"incoming.tok={NEW}.log").write_bytes(b"".join(lines[NEW]))
+    for name in (OLD, NEW):
+        (data / "incoming" / f"incoming.tok={name}.log").write_bytes(b"".join(lines[name]))
+    archive_segment(DataLayout(data), f"incoming.tok={OLD}.log", ArchiveConfig(frame_events=2))
     return write_config(tmp_path / "eventpipe.yaml", data, 0, destinations={
         "warehouse": {"type": "duckdb"}, "api": {"type": "http", "url": "http://127.0.0.1:9/x"},
     })  # fmt: skip
@@ -36,7 +43,9 @@ def test_segments_are_listed_in_log_order_wherever_they_are(tmp_path: Path) -> N
     result = run("log", "segments", "-c", str(config))
     assert result.returncode == 0, result.stderr
     rows = [line.split("|") for line in result.stdout.splitlines()[2:-1]]
-    assert [(r[0].strip(), r[1].strip()) for r in rows] == [(OLD, "archive"), (NEW, "incoming")]
+    assert [(r[0].strip(), r[1].strip()) for r in rows] == [
+        (LEGACY, "archive"), (OLD, "archive"), (NEW, "incoming"),
+    ]  # fmt: skip
 
 
 def test_show_prints_a_range_across_segments_with_positions(tmp_path: Path) -> None:
@@ -45,7 +54,13 @@ def test_show_prints_a_range_across_segments_with_positions(tmp_path: Path) -> N
     assert result.returncode == 0, result.stderr
     shown = [line.split("\t") for line in result.stdout.splitlines()]
     assert [p for p, _ in shown] == [f"{OLD}:1", f"{OLD}:2", f"{NEW}:0"]
+    assert orjson.loads(shown[1][1]) == {"seg": "2026-11-20", "n": 2}  # from its second frame
     assert orjson.loads(shown[2][1]) == {"seg": "2026-11-21", "n": 0}
+    # From the legacy gzip archive on.
+    result = run("log", "show", "--from", f"{LEGACY}:2", "--to", f"{OLD}:0", "-c", str(config))
+    assert [line.split("\t")[0] for line in result.stdout.splitlines()] == [
+        f"{LEGACY}:2", f"{OLD}:0",
+    ]  # fmt: skip
     # From a segment alone: its first line, to the end of the log.
     result = run("log", "show", "--from", NEW, "--limit", "2", "-c", str(config))
     assert [line.split("\t")[0] for line in result.stdout.splitlines()] == [

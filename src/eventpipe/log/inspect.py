@@ -3,18 +3,18 @@
 A position is ``<segment>:<line>``: the sealed segment's id (its key and seal stamp, as
 in ``incoming.tok=<key>-<stamp>.log``) and the 0-based line in it, for example
 ``web-2026-11-21T10-00-00.000:15``. It is stable from the seal on, wherever the segment
-is (``incoming/``, or gzipped under ``archive/``). Events of an active segment have no
+is (``incoming/``, or under ``archive/``). Events of an active segment have no
 stable position yet: it is renamed when sealed (``eventpipe rotate`` seals it now).
 """
 
 from __future__ import annotations
 
-import gzip
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
 
+from eventpipe.archive.files import ArchivedSegment, day_dirs, segments_of_day
+from eventpipe.archive.read import lines
 from eventpipe.errors import ConfigError
 from eventpipe.paths import DataLayout, SegmentName
 
@@ -54,10 +54,16 @@ class Segment:
     def order(self) -> tuple[str, str]:
         return _order(self.id)
 
-    def open(self) -> IO[bytes]:
+    def lines(self, start: int = 0) -> Iterator[tuple[int, bytes]]:
+        """The segment's lines from ``start`` on, with their numbers (an archived
+        segment's earlier frames are not read)."""
         if self.archived:
-            return cast("IO[bytes]", gzip.open(self.path, "rb"))
-        return self.path.open("rb")
+            yield from lines(ArchivedSegment(self.path), start)
+            return
+        with self.path.open("rb") as stream:
+            for number, line in enumerate(stream):
+                if number >= start:
+                    yield number, line
 
 
 def _order(segment: str) -> tuple[str, str]:
@@ -69,8 +75,8 @@ def _order(segment: str) -> tuple[str, str]:
 
 
 def segment_id(name: str) -> str:
-    """A segment's file name, ``incoming.tok=<id>.log[.gz]``, -> ``<id>``."""
-    return name.removesuffix(".gz").removeprefix(_PREFIX).removesuffix(".log")
+    """A segment's file name, ``incoming.tok=<id>.log``, -> ``<id>``."""
+    return name.removeprefix(_PREFIX).removesuffix(".log")
 
 
 def segment_file(segment: str) -> str:
@@ -82,9 +88,10 @@ def segments(layout: DataLayout) -> list[Segment]:
     """Every sealed segment still on disk, in seal order: waiting in ``incoming/`` or
     archived (a segment being archived, in both places, is listed once)."""
     found: dict[str, Segment] = {}
-    if layout.archive.is_dir():
-        for path in layout.archive.glob(f"*/{_PREFIX}*.log.gz"):
-            found[segment_id(path.name)] = Segment(segment_id(path.name), path, archived=True)
+    for day in day_dirs(layout):
+        for archived in segments_of_day(day):
+            name = segment_id(archived.segment_file)
+            found[name] = Segment(name, archived.data, archived=True)
     for path in layout.sealed_segments():
         found[segment_id(path.name)] = Segment(segment_id(path.name), path, archived=False)
     return sorted(found.values(), key=lambda s: s.order)
@@ -106,11 +113,7 @@ def read(
     for segment in all_segments:
         if segment.order < first or (last is not None and segment.order > last):
             continue
-        with segment.open() as lines:
-            for index, line in enumerate(lines):
-                here = Position(segment.id, index)
-                if segment.id == start.segment and index < start.line:
-                    continue
-                if end is not None and segment.id == end.segment and index > end.line:
-                    break
-                yield here, line.rstrip(b"\n")
+        for index, line in segment.lines(start.line if segment.id == start.segment else 0):
+            if end is not None and segment.id == end.segment and index > end.line:
+                break
+            yield Position(segment.id, index), line.rstrip(b"\n")

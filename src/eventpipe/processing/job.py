@@ -23,7 +23,6 @@ import json
 import logging
 import os
 import random
-import re
 import shutil
 import threading
 import time
@@ -31,13 +30,14 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import date, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
 from eventpipe import locks
+from eventpipe.archive import retention
+from eventpipe.archive.write import archive_segment
 from eventpipe.config import Config, DestinationConfig
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
@@ -265,11 +265,11 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
         run = state.begin_run(segments, trigger, plan)
         reports.append(execute_run(spark, config, state, run, plan, failing))
         close_run(layout, state, run, plan, failing)
-    archived = archive_segments(layout, state.segments_done(sealed, batch), stream_ids(config))
+    archived = archive_segments(config, state.segments_done(sealed, batch))
     if reports:
         reports[-1].archived = archived
-    if config.processing.retention_days is not None:
-        prune_archive(layout, config.processing.retention_days)
+    if config.archive.retention_days is not None or config.archive.max_bytes is not None:
+        retention.prune(layout, config.archive.retention_days, config.archive.max_bytes)
     if failing:
         problems = "; ".join(f"{d}: {error}" for d, error in sorted(failing.items()))
         raise DestinationsFailingError(
@@ -367,17 +367,19 @@ def stream_ids(config: Config) -> list[str]:
     return [d for d, dest in config.destinations.items() if dest.mode == "stream"]
 
 
-def archive_segments(layout: DataLayout, names: Sequence[str], streams: list[str]) -> list[Path]:
+def archive_segments(config: Config, names: Sequence[str]) -> list[Path]:
     """Archive the segments of ``names`` that every stream destination has read."""
     from eventpipe.log.tail import consumed
 
+    layout = config.layout
+    streams = stream_ids(config)
     ready = [n for n in names if consumed(layout, streams, layout.incoming / n)]
     if not ready:
         return []
-    # zlib releases the GIL: segments compress in parallel, one per core.
+    # LZ4, hashing and the id scan release the GIL: segments archive in parallel.
     pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
     with _step(f"archive {len(ready)} segment(s)"), pool:
-        return list(pool.map(lambda name: _archive(layout, name), ready))
+        return list(pool.map(lambda n: archive_segment(layout, n, config.archive), ready))
 
 
 def process_stream_batch(
@@ -1481,34 +1483,6 @@ def _append(path: Path, data: bytes) -> None:
         out.write(data)
         out.flush()
         os.fsync(out.fileno())
-
-
-def prune_archive(layout: DataLayout, days: int, today: date | None = None) -> list[Path]:
-    """Delete the archive's days older than ``days`` before ``today`` (UTC); the days
-    deleted. Only handled data is in the archive (a segment is archived once every
-    destination has it)."""
-    today = today or utc_now().date()
-    cutoff = (today - timedelta(days=days)).isoformat()
-    if not layout.archive.is_dir():
-        return []
-    old = sorted(
-        d for d in layout.archive.iterdir()
-        if d.is_dir() and _DAY.match(d.name) and d.name < cutoff
-    )  # fmt: skip
-    for day in old:
-        shutil.rmtree(day)
-        log.info("archive: %s deleted (retention_days %d)", day.name, days)
-    return old
-
-
-_DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-
-
-def _archive(layout: DataLayout, name: str) -> Path:
-    """Compress a processed segment into archive/YYYY-MM-DD/ and remove it from incoming/."""
-    target = layout.archived_segment(name)
-    compress([layout.incoming / name], target)
-    return target
 
 
 def compress(sources: Sequence[Path], target: Path) -> None:

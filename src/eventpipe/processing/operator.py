@@ -29,7 +29,6 @@ from eventpipe.processing.job import (
     close_run,
     execute_run,
     pipeline_lock,
-    stream_ids,
 )
 from eventpipe.state.store import ALL_TABLES, Part, Run, StateStore
 
@@ -107,9 +106,7 @@ def step(config: Config, spark: SparkSession, dest_id: str) -> Step | None:
             close_run(layout, state, run, plan, failing)
             if failing:
                 raise DestinationsFailingError(f"{dest_id}: {failing[dest_id]}", reports=[report])
-            report.archived = archive_segments(
-                layout, state.segments_done([name], batch), stream_ids(config)
-            )
+            report.archived = archive_segments(config, state.segments_done([name], batch))
             return Step(Position(segment_id(name), start), line.rstrip(b"\n"), report)
         return None
 
@@ -152,5 +149,5 @@ def acknowledge(config: Config, dest_id: str, to: Position) -> list[str]:
         if not whole and target not in done and state.cursors(dest_id).get(target, 0) <= to.line:
             state.advance(dest_id, target, to.line + 1, done=False, run_id="ack")
             result.append(str(to))
-        archive_segments(layout, state.segments_done(covered, batch), stream_ids(config))
+        archive_segments(config, state.segments_done(covered, batch))
         return result

@@ -1,0 +1,172 @@
+"""Archiving a sealed segment: LZ4 frames, their index, the event ids and the manifest.
+
+The four files are written under ``.partial`` names and fsynced, then renamed: the
+sidecars first, the ``.lz4`` last, so that an ``.lz4`` file always has its sidecars. The
+segment leaves ``incoming/`` only after that (the caller removes it); a crash anywhere
+before means archiving it again from the start, which writes the same files.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import sys
+import zlib
+from array import array
+from collections.abc import Iterator
+from pathlib import Path
+
+import lz4.frame
+
+from eventpipe.archive.files import (
+    ArchivedSegment,
+    Checksums,
+    Frame,
+    Index,
+    Manifest,
+    crc32_hex,
+    id_hashes,
+)
+from eventpipe.config import ArchiveConfig
+from eventpipe.events import utc_now
+from eventpipe.paths import DataLayout, fsync_directory
+
+
+class Digest:
+    """Size, sha1 and crc32 of bytes written in pieces."""
+
+    def __init__(self) -> None:
+        self.size = 0
+        self.sha1 = hashlib.sha1(usedforsecurity=False)
+        self.crc32 = 0
+
+    def update(self, data: bytes) -> None:
+        self.size += len(data)
+        self.sha1.update(data)
+        self.crc32 = zlib.crc32(data, self.crc32)
+
+    def sums(self) -> Checksums:
+        return Checksums(self.size, self.sha1.hexdigest(), crc32_hex(self.crc32))
+
+
+def digest(data: bytes) -> Checksums:
+    whole = Digest()
+    whole.update(data)
+    return whole.sums()
+
+
+def archive_segment(layout: DataLayout, name: str, settings: ArchiveConfig) -> Path:
+    """Archive the sealed segment ``incoming/<name>``, then remove it from incoming/;
+    the ``.lz4`` file. A segment already gone was archived by an earlier attempt."""
+    source = layout.incoming / name
+    target = ArchivedSegment.of(layout, name)
+    if source.exists():
+        write_segment(source, target, settings)
+        source.unlink()
+    return target.data
+
+
+def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig) -> Manifest:
+    """Archive the segment file ``source`` as ``target`` (``source`` is left in place)."""
+    target.data.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.data.with_name(target.data.name + ".partial")
+    compressed, raw = Digest(), Digest()
+    frames: list[Frame] = []
+    ids = array("I")
+    with partial.open("wb") as out:
+        for lines in _frames(source, settings):
+            data = b"".join(lines)
+            # The frame's own xxhash32 of its content: `lz4 -d` checks it too.
+            frame = lz4.frame.compress(
+                data,
+                compression_level=settings.compression_level,
+                content_checksum=True,
+                store_size=True,
+            )
+            frames.append(
+                Frame(
+                    offset=compressed.size,
+                    size=len(frame),
+                    raw_size=len(data),
+                    events=len(lines),
+                    first=len(ids),
+                    crc32=zlib.crc32(frame),
+                    raw_crc32=zlib.crc32(data),
+                )
+            )
+            out.write(frame)
+            compressed.update(frame)
+            raw.update(data)
+            ids.extend(id_hashes(data, lines))
+        out.flush()
+        os.fsync(out.fileno())
+    if sys.byteorder == "big":
+        ids.byteswap()  # the file is little-endian
+    index = Index(target.segment_file, len(ids), tuple(frames)).to_json()
+    id_bytes = ids.tobytes()
+    manifest = Manifest(
+        segment=target.segment_file,
+        events=len(ids),
+        frames=len(frames),
+        compressed=compressed.sums(),
+        uncompressed=raw.sums(),
+        index=digest(index),
+        ids=digest(id_bytes),
+        frame_events=settings.frame_events,
+        compression_level=settings.compression_level,
+        archived_at=utc_now().isoformat(),
+    )
+    for path, data in ((target.index, index), (target.ids, id_bytes)):
+        _write_durably(path, data)
+    _write_durably(target.manifest, manifest.to_json())
+    os.replace(partial, target.data)
+    fsync_directory(target.data.parent)
+    return manifest
+
+
+_READ_BYTES = 8 << 20
+
+
+def _frames(source: Path, settings: ArchiveConfig) -> Iterator[list[bytes]]:
+    """The lines of ``source`` (newlines kept), cut into frames. Read in large blocks
+    and cut by list slices: a loop over lines in Python cost more than compressing."""
+    pending: list[bytes] = []
+    with source.open("rb") as stream:
+        carry = b""
+        while block := stream.read(_READ_BYTES):
+            block_lines = (carry + block).splitlines(keepends=True)
+            carry = block_lines.pop() if not block_lines[-1].endswith(b"\n") else b""
+            pending.extend(block_lines)
+            while len(pending) >= settings.frame_events:
+                take = _frame_length(pending, settings)
+                yield pending[:take]
+                del pending[:take]
+        if carry:
+            pending.append(carry)  # a last line without its newline
+    while pending:
+        take = _frame_length(pending, settings)
+        yield pending[:take]
+        del pending[:take]
+
+
+def _frame_length(lines: list[bytes], settings: ArchiveConfig) -> int:
+    """How many of ``lines`` the next frame takes: ``frame_events``, fewer if they would
+    exceed ``frame_max_bytes`` (one at least)."""
+    count = min(len(lines), settings.frame_events)
+    if sum(map(len, lines[:count])) <= settings.frame_max_bytes:
+        return count
+    size = 0
+    for taken, line in enumerate(lines[:count]):
+        size += len(line)
+        if size > settings.frame_max_bytes:
+            return max(taken, 1)
+    return count
+
+
+def _write_durably(path: Path, data: bytes) -> None:
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(partial, path)
