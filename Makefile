@@ -16,12 +16,12 @@ test: $(STAMP) java postgres tools lint
 
 # The fault suite, many more times (tens of minutes): SOAK_KILLS collector kills under
 # load, SOAK_CRASHES pipeline deaths per database. Prints acknowledged, loaded,
-# duplicates and lost.
+# duplicates and lost. Each test may take up to 2 hours (the suite's 300 s is per test).
 SOAK_KILLS   ?= 500
 SOAK_CRASHES ?= 100
 soak: $(STAMP) java postgres
 	EVENTPIPE_SOAK_KILLS=$(SOAK_KILLS) EVENTPIPE_SOAK_CRASHES=$(SOAK_CRASHES) \
-		$(BIN)/pytest -s tests/faults
+		$(BIN)/pytest -s --timeout=7200 tests/faults
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
