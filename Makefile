@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 bench: $(STAMP) java
-	scripts/ensure-apt.sh wrk postgresql libpostgresql-jdbc-java
+	scripts/ensure-apt.sh wrk postgresql libpostgresql-jdbc-java lz4
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/batch.py
@@ -37,6 +37,8 @@ bench: $(STAMP) java
 	$(BIN)/python bench/stream.py --destination duckdb
 	$(BIN)/python bench/stream.py --destination postgres
 	$(BIN)/python bench/http_sink.py
+	$(BIN)/python bench/poison.py
+	$(BIN)/python bench/archive.py
 
 setup: $(STAMP) java
 
