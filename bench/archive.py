@@ -49,7 +49,6 @@ def _tool(command: list[str], sources: list[Path], suffix: str) -> tuple[float, 
 
 def main() -> None:
     from batch import generate
-
     from eventpipe.archive import read
     from eventpipe.archive.files import segments_of_day
     from eventpipe.archive.verify import verify

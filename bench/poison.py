@@ -55,7 +55,10 @@ def main() -> None:
     rng = random.Random(13)
     poison = set(rng.sample(range(args.events), args.poison))
 
-    with tempfile.TemporaryDirectory(prefix="eventpipe-poison-bench-") as tmp, postgres_server() as dsn:
+    with (
+        tempfile.TemporaryDirectory(prefix="eventpipe-poison-bench-") as tmp,
+        postgres_server() as dsn,
+    ):
         work = Path(tmp)
         sources = {
             "clean": work / "clean",
