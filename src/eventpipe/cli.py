@@ -437,13 +437,19 @@ def _print_report(report: Any) -> None:
 
 @cli.command()
 @config_option
-def status(config_path: Path | None) -> None:
+@click.option("--history", is_flag=True, help="The last runs instead: what each loaded.")
+@click.option("--limit", type=int, default=20, show_default=True, help="Runs --history shows.")
+def status(config_path: Path | None, history: bool, limit: int) -> None:
     """Per destination: backlog (stream: lag), last load, rows loaded, failed and skipped
-    events."""
+    events. With --history: the last runs, per destination: tables and rows, events
+    skipped and failed, the code version the rows were built with."""
     from eventpipe.paths import count_lines
     from eventpipe.state.store import StateStore
 
     config = _load(config_path).config
+    if history:
+        _print_history(StateStore(config.layout.state), limit)
+        return
     layout = config.layout
     sealed = layout.sealed_segments()
     store = StateStore(layout.state)
@@ -465,6 +471,38 @@ def status(config_path: Path | None) -> None:
     if received:
         click.echo(f"failed/failed.tok=*.log: {received:,} event(s) refused at the collector "
                    "or unreadable in the log (docs/log.md)")  # fmt: skip
+
+
+def _print_history(store: Any, limit: int) -> None:
+    from datetime import datetime
+
+    rows = []
+    for run in store.history(limit):
+        took = ""
+        if run.finished_at:
+            seconds = datetime.fromisoformat(run.finished_at) - datetime.fromisoformat(
+                run.started_at
+            )
+            took = f"{seconds.total_seconds():.1f}"
+        counts = {d: (skipped, failed) for d, skipped, failed in run.events}
+        destinations = sorted(
+            set(run.code_versions) | {t.destination for t in run.tables} | set(counts)
+        ) or [""]
+        for dest in destinations:
+            loaded = "; ".join(
+                f"{t.table} {t.rows:,}" if t.status == "ok" else f"{t.table} failed: {t.error}"
+                for t in run.tables
+                if t.destination == dest
+            )
+            skipped, failed = counts.get(dest, (0, 0))
+            rows.append((
+                run.run_id, run.started_at[:19].replace("T", " "), took, run.trigger,
+                run.status, run.segments, dest, run.code_versions.get(dest, ""),
+                loaded, f"{skipped:,}", f"{failed:,}",
+            ))  # fmt: skip
+    _print_table(["run", "started (UTC)", "seconds", "trigger", "status", "segments",
+                  "destination", "code version", "loaded (table rows)", "skipped",
+                  "failed"], rows)  # fmt: skip
 
 
 def _archive_line(config: Any) -> str:

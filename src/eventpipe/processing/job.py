@@ -65,6 +65,7 @@ from eventpipe.processing.typing import (
     staged_column_types,
     token_types,
 )
+from eventpipe.processing.version import code_version
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
 from eventpipe.schema.types import DataType
@@ -262,7 +263,8 @@ def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[
     if plan:
         shutdown.check("a run")
         segments = list(dict.fromkeys(e for entries in plan.values() for e in entries))
-        run = state.begin_run(segments, trigger, plan)
+        versions = {d: code_version(config, d) for d in plan}
+        run = state.begin_run(segments, trigger, plan, versions)
         reports.append(execute_run(spark, config, state, run, plan, failing))
         close_run(layout, state, run, plan, failing)
     archived = archive_segments(config, state.segments_done(sealed, batch))

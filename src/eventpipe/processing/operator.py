@@ -30,6 +30,7 @@ from eventpipe.processing.job import (
     execute_run,
     pipeline_lock,
 )
+from eventpipe.processing.version import code_version
 from eventpipe.state.store import ALL_TABLES, Part, Run, StateStore
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def step(config: Config, spark: SparkSession, dest_id: str) -> Step | None:
             entry = str(Part(name, start, 1))
             plan: dict[str, tuple[str, ...]] = {dest_id: (entry,)}
             failing: dict[str, str] = {}
-            run = state.begin_run([entry], "step", plan)
+            run = state.begin_run([entry], "step", plan, {dest_id: code_version(config, dest_id)})
             report = execute_run(spark, config, state, run, plan, failing)
             close_run(layout, state, run, plan, failing)
             if failing:

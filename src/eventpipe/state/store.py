@@ -9,6 +9,10 @@
 * ``segment_status``: segment x destination x table, ``ok`` or ``failed`` with the error
   and the number of attempts (seed 1's DestinationStatus). ``tbl = '*'`` marks a
   destination that finished every table of a segment.
+* ``run_tables``: the run history per destination x table: rows loaded, ok or failed
+  with the error, so that "what happened to yesterday's data" has an answer (``eventpipe
+  status --history``). ``runs.code_versions`` holds each destination's code version
+  (processing/version.py) the run's rows were built with.
 * A stream destination records each micro-batch like a segment
   (``queue.dst=<id>/batch-<n>``), one a second: once a later micro-batch is recorded,
   the older ones are folded into one row per table (``queue.dst=<id>/folded``, rows
@@ -45,7 +49,18 @@ CREATE TABLE IF NOT EXISTS runs (
     status TEXT NOT NULL,
     segments TEXT NOT NULL,
     error TEXT,
-    plan TEXT
+    plan TEXT,
+    code_versions TEXT
+);
+CREATE TABLE IF NOT EXISTS run_tables (
+    run_id TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    status TEXT NOT NULL,
+    rows INTEGER NOT NULL,
+    error TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, destination, tbl)
 );
 CREATE TABLE IF NOT EXISTS segment_status (
     segment TEXT NOT NULL,
@@ -143,6 +158,32 @@ class Run:
 
 
 @dataclass(frozen=True)
+class TableRun:
+    destination: str
+    table: str
+    status: str
+    rows: int
+    error: str | None
+
+
+@dataclass(frozen=True)
+class RunRecord:
+    """One run of the history (``eventpipe status --history``)."""
+
+    run_id: str
+    trigger: str
+    started_at: str
+    finished_at: str | None
+    status: str
+    segments: int
+    error: str | None
+    code_versions: dict[str, str]
+    tables: tuple[TableRun, ...]
+    events: tuple[tuple[str, int, int], ...]
+    """Per destination: events skipped (empty table name) and failed."""
+
+
+@dataclass(frozen=True)
 class DestinationSummary:
     last_load: str | None
     rows_loaded: int
@@ -171,9 +212,10 @@ class StateStore:
         try:
             connection.executescript(_SCHEMA)
             columns = {row[1] for row in connection.execute("PRAGMA table_info(runs)")}
-            if "plan" not in columns:  # a store made before runs had plans
-                connection.execute("ALTER TABLE runs ADD COLUMN plan TEXT")
-                connection.commit()
+            for added in ("plan", "code_versions"):  # a store made before runs had them
+                if added not in columns:
+                    connection.execute(f"ALTER TABLE runs ADD COLUMN {added} TEXT")
+            connection.commit()
         finally:
             connection.close()
 
@@ -218,19 +260,52 @@ class StateStore:
         segments: Sequence[str],
         trigger: str,
         plan: Mapping[str, Sequence[str]] | None = None,
+        code_versions: Mapping[str, str] | None = None,
     ) -> Run:
         """Record a new run of ``segments`` (``plan``: each destination's; default: every
-        destination loads all of them)."""
+        destination loads all of them; ``code_versions``: each destination's)."""
         fixed = None if plan is None else {d: tuple(s) for d, s in plan.items()}
         run = Run(f"run-{uuid.uuid4().hex[:12]}", tuple(segments), trigger, plan=fixed)
         with self._db() as db:
             db.execute(
-                "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan) "
-                "VALUES (?, ?, ?, 'running', ?, ?)",
+                "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan, "
+                "code_versions) VALUES (?, ?, ?, 'running', ?, ?, ?)",
                 (run.run_id, trigger, _now(), json.dumps(list(segments)),
-                 None if fixed is None else json.dumps(fixed)),
+                 None if fixed is None else json.dumps(fixed),
+                 json.dumps(dict(code_versions or {}))),
             )  # fmt: skip
         return run
+
+    def history(self, limit: int = 20) -> list[RunRecord]:
+        """The last ``limit`` runs, newest first, with what each loaded."""
+        with self._db() as db:
+            runs = db.execute(
+                "SELECT run_id, trigger, started_at, finished_at, status, segments, error, "
+                "code_versions FROM runs ORDER BY started_at DESC, rowid DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+            ids = [r[0] for r in runs]
+            marks = ",".join("?" * len(ids))
+            tables = db.execute(
+                "SELECT run_id, destination, tbl, status, rows, error FROM run_tables "
+                f"WHERE run_id IN ({marks}) ORDER BY destination, tbl",
+                ids,
+            ).fetchall()
+            counts = db.execute(
+                "SELECT run_id, destination, skipped, failed FROM destination_runs "
+                f"WHERE run_id IN ({marks}) ORDER BY destination",
+                ids,
+            ).fetchall()
+        return [
+            RunRecord(
+                run_id=run_id, trigger=trigger, started_at=started, finished_at=finished,
+                status=status, segments=len(json.loads(segments)), error=error,
+                code_versions=json.loads(versions or "{}"),
+                tables=tuple(TableRun(*t[1:]) for t in tables if t[0] == run_id),
+                events=tuple((c[1], c[2], c[3]) for c in counts if c[0] == run_id),
+            )
+            for run_id, trigger, started, finished, status, segments, error, versions in runs
+        ]  # fmt: skip
 
     def finish_run(self, run_id: str, status: str, error: str | None = None) -> None:
         with self._db() as db:
@@ -444,3 +519,14 @@ def _record(
             (segment, destination, table, "ok" if ok else "failed",
              rows if index == 0 else 0, error, run_id, _now()),
         )  # fmt: skip
+    if run_id is not None and segments and table != ACKED_TABLE and (not ok or table != ALL_TABLES):
+        # The run history: tables, and a destination that failed as a whole ('*'). Runs
+        # of the runs table only (a stream's micro-batches have their own records,
+        # folded); a resumed run's retry replaces its earlier attempt.
+        db.execute(
+            "INSERT INTO run_tables SELECT ?, ?, ?, ?, ?, ?, ? "
+            "WHERE EXISTS (SELECT 1 FROM runs WHERE run_id = ?) "
+            "ON CONFLICT (run_id, destination, tbl) DO UPDATE SET status = excluded.status, "
+            "rows = excluded.rows, error = excluded.error, updated_at = excluded.updated_at",
+            (run_id, destination, table, "ok" if ok else "failed", rows, error, _now(), run_id),
+        )
