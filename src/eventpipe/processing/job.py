@@ -1224,9 +1224,11 @@ def _load_files(
              " (already loaded)" if result.already_loaded else "")  # fmt: skip
     if result.rejected:  # rows the destination could not store; the rest loaded
         ids = _row_ids(staged.files)
-        rejected = ok.sparkSession.createDataFrame(
-            [(ids[position], why) for position, why in result.rejected],
-            f"{ROW} long, {ERROR} string",
+        rejected = F.broadcast(  # the smaller side of the join with the originals
+            ok.sparkSession.createDataFrame(
+                [(ids[position], why) for position, why in result.rejected],
+                f"{ROW} long, {ERROR} string",
+            )
         )
         _fail_once(rejected, run, dest_id, f"table={table}.rejected", table=table,
                    stage=Stage.LOADING)  # fmt: skip
@@ -1349,7 +1351,11 @@ def _load_in_parts(
                 dest_id, table, loaded, loads, len(poison))  # fmt: skip
     run.report.loaded[(dest_id, table)] = loaded
     if poison:
-        refused = ok.sparkSession.createDataFrame(poison, f"{ROW} long, {ERROR} string")
+        # At most max_poison_events rows: broadcast, so that Spark never builds its join
+        # on the batch's originals (it did, and ran out of driver memory at 1M events).
+        refused = F.broadcast(
+            ok.sparkSession.createDataFrame(poison, f"{ROW} long, {ERROR} string")
+        )
         _fail_once(refused, run, dest_id, f"table={table}.parts", table=table,
                    stage=Stage.LOADING)  # fmt: skip
     return loaded
