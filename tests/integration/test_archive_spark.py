@@ -23,6 +23,7 @@ def test_every_event_comes_back_with_its_segment_and_line(tmp_path: Path, spark:
         name = f"incoming.tok=web-2026-11-20T{hour}-00-00.000.log"
         lines = [orjson.dumps({"n": n, "eventn_ctx": {"event_id": f"{hour}-{n}"}})
                  for n in range(count)]  # fmt: skip
+        lines[3] = b'{"raw":"a\rb"}'  # a damaged line: one line still
         originals[name] = lines
         (layout.incoming / name).write_bytes(b"".join(line + b"\n" for line in lines))
         archive_segment(layout, name, ArchiveConfig(frame_events=100))

@@ -152,6 +152,20 @@ def test_a_segment_without_a_last_newline_and_an_empty_one(tmp_path: Path) -> No
     assert (report.files, report.events) == (2, 6)
 
 
+def test_lines_are_cut_at_newlines_only_as_the_log_counts_them(tmp_path: Path) -> None:
+    # A damaged line with a raw carriage return (and others bytes.splitlines cuts at).
+    data = _events(3) + b'{"eventn_ctx":{"event_id":"cr"},"x":"a\rb\x0bc\x1cd"}\n' + _events(3, 3)
+    layout, segment = _archive(tmp_path, data)
+    assert Index.read(segment.index).events == 7
+    got = list(read.lines(segment))
+    assert [n for n, _ in got] == list(range(7))
+    assert b"".join(line for _, line in got) == data
+    [found] = read.find(segment.data.parent, "cr")
+    assert found.line == 3
+    assert found.event == data.split(b"\n")[3]
+    assert verify(layout).ok
+
+
 def test_verify_passes_a_sound_archive(tmp_path: Path) -> None:
     layout, _ = _archive(tmp_path, _events(1050))
     report = verify(layout)

@@ -221,6 +221,28 @@ def _load(data: bytes, what: str) -> dict[str, Any]:
     return raw
 
 
+# A line as the log counts them: up to and with "\n" only (bytes.splitlines would also
+# cut at "\r" and others, and a damaged line's positions would shift).
+_LINE = re.compile(rb"[^\n]*\n|[^\n]+\Z")
+
+
+def split_lines(data: bytes) -> list[bytes]:
+    """``data``'s lines, each with its newline (the last may have none)."""
+    return _LINE.findall(data)
+
+
+def without_newline(line: bytes) -> bytes:
+    return line[:-1] if line.endswith(b"\n") else line
+
+
+def events_of(data: bytes) -> list[bytes]:
+    """``data``'s lines without their newlines (what :func:`split_lines` finds)."""
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
 def crc32_hex(value: int) -> str:
     return f"{value:08x}"
 

@@ -19,8 +19,11 @@ from eventpipe.archive.files import (
     Frame,
     Index,
     event_id,
+    events_of,
     id_hash,
     segments_of_day,
+    split_lines,
+    without_newline,
 )
 
 log = logging.getLogger(__name__)
@@ -57,7 +60,7 @@ def lines(segment: ArchivedSegment, start: int = 0) -> Iterator[tuple[int, bytes
         return
     with segment.data.open("rb") as data:
         for frame in index.frames[index.frame_of(start) :]:
-            events = read_frame(data, frame).splitlines(keepends=True)
+            events = split_lines(read_frame(data, frame))
             for number, line in enumerate(events, start=frame.first):
                 if number >= start:
                     yield number, line
@@ -73,7 +76,7 @@ def find(day: Path, wanted: str) -> Iterator[Found]:
             log.warning("%s has no readable index: searched line by line", segment.data.name)
             for number, line in lines(segment):
                 if event_id(line) == wanted:
-                    yield Found(segment, number, line.rstrip(b"\n"))
+                    yield Found(segment, number, without_newline(line))
             continue
         candidates = _matching_lines(segment.ids.read_bytes(), id_hash(wanted))
         if not candidates:
@@ -83,7 +86,7 @@ def find(day: Path, wanted: str) -> Iterator[Found]:
             for number in candidates:
                 at = index.frame_of(number)
                 if at not in frame_lines:
-                    frame_lines[at] = read_frame(data, index.frames[at]).splitlines()
+                    frame_lines[at] = events_of(read_frame(data, index.frames[at]))
                 frame = index.frames[at]
                 events = frame_lines[at]
                 if number - frame.first < len(events):

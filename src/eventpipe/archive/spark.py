@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import lz4.frame
 
-from eventpipe.archive.files import ArchivedSegment, Index
+from eventpipe.archive.files import ArchivedSegment, Index, events_of
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -53,11 +53,11 @@ def _decompress(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         for unit in batch.to_pylist():
             if unit["size"] == _WHOLE_FILE:
                 with gzip.open(unit["path"], "rb") as stream:
-                    events = stream.read().splitlines()
+                    events = events_of(stream.read())
             else:
                 with open(unit["path"], "rb") as data:
                     data.seek(unit["offset"])
-                    events = lz4.frame.decompress(data.read(unit["size"])).splitlines()
+                    events = events_of(lz4.frame.decompress(data.read(unit["size"])))
             first = unit["first"]
             yield pa.RecordBatch.from_pydict(
                 {

@@ -24,6 +24,7 @@ from eventpipe.archive.files import (
     day_dirs,
     id_hashes,
     segments_of_day,
+    split_lines,
 )
 from eventpipe.archive.write import Digest, digest
 from eventpipe.paths import DataLayout
@@ -170,7 +171,7 @@ class _Segment:
         except (RuntimeError, EOFError) as exc:
             self.problem(self.segment.data, f"cannot be decompressed: {exc}")
             return None, array("I")
-        return digest(raw), array("I", id_hashes(raw, raw.splitlines(keepends=True)))
+        return digest(raw), array("I", id_hashes(raw, split_lines(raw)))
 
     def _frames(self, data: bytes, index: Index) -> tuple[Checksums | None, array[int]]:
         """Each frame checked against its index entry. A frame that cannot be read makes
@@ -208,7 +209,7 @@ class _Segment:
                 continue
             if zlib.crc32(events) != frame.raw_crc32 or len(events) != frame.raw_size:
                 self.problem(self.segment.data, f"{where}: its events differ from the index's")
-            frame_lines = events.splitlines(keepends=True)
+            frame_lines = split_lines(events)
             if len(frame_lines) != frame.events or frame.first != first:
                 self.problem(
                     self.segment.index,

@@ -26,6 +26,7 @@ from eventpipe.archive.files import (
     Manifest,
     crc32_hex,
     id_hashes,
+    split_lines,
 )
 from eventpipe.config import ArchiveConfig
 from eventpipe.events import utc_now
@@ -134,7 +135,7 @@ def _frames(source: Path, settings: ArchiveConfig) -> Iterator[list[bytes]]:
     with source.open("rb") as stream:
         carry = b""
         while block := stream.read(_READ_BYTES):
-            block_lines = (carry + block).splitlines(keepends=True)
+            block_lines = split_lines(carry + block)
             carry = block_lines.pop() if not block_lines[-1].endswith(b"\n") else b""
             pending.extend(block_lines)
             while len(pending) >= settings.frame_events:
