@@ -4,6 +4,7 @@ each file and frame that does not match what was recorded when it was written.""
 from __future__ import annotations
 
 import gzip
+import io
 import sys
 import zlib
 from array import array
@@ -64,8 +65,9 @@ def verify(
     report = VerifyReport()
     for day in day_dirs(layout, first, last):
         report.days += 1
-        archived = {s.data for s in segments_of_day(day)}
-        for segment in segments_of_day(day):
+        segments = list(segments_of_day(day))
+        archived = {s.data for s in segments}
+        for segment in segments:
             if progress:
                 progress(segment.data)
             report.files += 1
@@ -122,7 +124,7 @@ class _Segment:
             except ArchiveFormatError as exc:
                 self.problem(self.segment.index, str(exc))
         if index is None:
-            raw, hashes = self._whole()
+            raw, hashes = self._whole(data)
         else:
             raw, hashes = self._frames(data, index)
         if raw is None:
@@ -163,10 +165,11 @@ class _Segment:
             if mine != theirs:
                 self.problem(path, f"{what}{name} is {mine}; the manifest says {theirs}")
 
-    def _whole(self) -> tuple[Checksums | None, array[int]]:
-        """Without an index: the file decompressed as one stream of frames."""
+    def _whole(self, data: bytes) -> tuple[Checksums | None, array[int]]:
+        """Without an index: the file (``data``, read once) decompressed as one stream of
+        frames."""
         try:
-            with lz4.frame.open(self.segment.data, "rb") as stream:
+            with lz4.frame.open(io.BytesIO(data), "rb") as stream:
                 raw = stream.read()
         except (RuntimeError, EOFError) as exc:
             self.problem(self.segment.data, f"cannot be decompressed: {exc}")
