@@ -378,7 +378,8 @@ def archive_segments(config: Config, names: Sequence[str]) -> list[Path]:
     ready = [n for n in names if consumed(layout, streams, layout.incoming / n)]
     if not ready:
         return []
-    # LZ4, hashing and the id scan release the GIL: segments archive in parallel.
+    # LZ4 and the checksums release the GIL, the id scan does not: two threads archive
+    # 1.2x faster than one (bench/archive.py).
     pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
     with _step(f"archive {len(ready)} segment(s)"), pool:
         return list(pool.map(lambda n: archive_segment(layout, n, config.archive), ready))
