@@ -184,6 +184,93 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
         _print_report(report)
 
 
+@cli.command()
+@config_option
+@click.option(
+    "--from",
+    "first",
+    type=click.DateTime(["%Y-%m-%d"]),
+    required=True,
+    help="First day (YYYY-MM-DD, UTC day of _timestamp).",
+)
+@click.option(
+    "--to",
+    "last",
+    type=click.DateTime(["%Y-%m-%d"]),
+    default=None,
+    help="Last day, included (default: --from).",
+)
+@click.option(
+    "--destination",
+    "destination_ids",
+    multiple=True,
+    help="Only this destination (repeatable; default: every duckdb and postgres one).",
+)
+@click.option("--force", is_flag=True, help="Rebuild every day of the range, up to date or not.")
+@click.option("--dry-run", is_flag=True, help="Print what would be rebuilt and why.")
+def reprocess(
+    config_path: Path | None,
+    first: Any,
+    last: Any,
+    destination_ids: tuple[str, ...],
+    force: bool,
+    dry_run: bool,
+) -> None:
+    """Rebuild days from the raw archive: each day (by _timestamp) whose rows were built
+    with another code version, or whose archive files changed (every day with --force),
+    has its rows replaced in one transaction. Interrupted, it resumes where it stopped."""
+    import signal
+
+    from eventpipe.processing import reprocess as rp
+    from eventpipe.processing import shutdown
+    from eventpipe.state.store import StateStore
+
+    config = _load(config_path).config
+    start, end = first.date(), (last or first).date()
+    if end < start:
+        raise ConfigError(f"--to {end} is before --from {start}")
+    targets = list(destination_ids) or rp.batch_ids(config)
+    if not targets:
+        raise ConfigError("no duckdb or postgres destination to reprocess")
+    for dest_id in targets:
+        rp.replaceable(config, dest_id)
+    if dry_run:
+        state = StateStore(config.layout.state)
+        for dest_id in targets:
+            _print_plan(rp.plan(config, state, dest_id, start, end, force))
+        return
+    grace = config.processing.shutdown_grace_seconds
+    signal.signal(signal.SIGTERM, lambda signum, frame: shutdown.request(grace))
+    refused = 0
+
+    def run(spark: Any) -> None:
+        nonlocal refused
+        for dest_id in targets:
+            todo, results = rp.reprocess(spark, config, dest_id, start, end, force=force,
+                                         progress=click.echo)  # fmt: skip
+            for day, why in todo.refused:
+                click.echo(f"{dest_id} {day}: not rebuilt: {why}")
+            refused += len(todo.refused)
+            click.echo(
+                f"{dest_id}: {len(results)} day(s) rebuilt, {len(todo.up_to_date)} up to "
+                f"date, {len(todo.refused)} refused (code version {todo.version})"
+            )
+
+    _with_spark(config, run)
+    if refused:
+        raise EventpipeError(f"{refused} day(s) could not be rebuilt (listed above)")
+
+
+def _print_plan(todo: Any) -> None:
+    for day in todo.days:
+        click.echo(f"{day.destination} {day.day}: would rebuild: {day.reason}; "
+                   f"{len(day.sources)} file(s)")  # fmt: skip
+    for day, why in todo.refused:
+        click.echo(f"{day}: not rebuilt: {why}")
+    click.echo(f"{len(todo.days)} day(s) to rebuild, {len(todo.up_to_date)} up to date, "
+               f"{len(todo.refused)} refused (code version {todo.version})")  # fmt: skip
+
+
 @cli.group("archive")
 def archive_group() -> None:
     """The raw archive of processed segments: verify its checksums, read events back."""

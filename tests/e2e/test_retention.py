@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 import pytest
 
-from eventpipe.archive.retention import prune
+from eventpipe.archive.retention import prune, pruned_through
 from eventpipe.archive.write import archive_segment
 from eventpipe.processing.job import DestinationsFailingError, process_pending
 from tests.conftest import make_config
@@ -37,8 +37,11 @@ def test_prune_deletes_only_days_older_than_the_retention(tmp_path: Path) -> Non
     pruned = prune(config.layout, 10, today=date(2026, 11, 21))
     assert [p.name for p in pruned] == ["2026-11-01", "2026-11-10"]
     assert sorted(p.name for p in config.layout.archive.iterdir()) == [
-        "2026-11-11", "2026-11-20", "notes",
+        "2026-11-11", "2026-11-20", "notes", "pruned-through",
     ]  # fmt: skip
+    assert pruned_through(config.layout) == "2026-11-10"  # reprocess refuses days up to it
+    prune(config.layout, 100, today=date(2026, 11, 21))  # nothing deleted: the mark stays
+    assert pruned_through(config.layout) == "2026-11-10"
 
 
 def test_max_bytes_deletes_the_oldest_days_but_never_the_newest(tmp_path: Path) -> None:
@@ -50,7 +53,7 @@ def test_max_bytes_deletes_the_oldest_days_but_never_the_newest(tmp_path: Path) 
     assert prune(config.layout, None, max_bytes=1300) == []  # 1,200 bytes now
     # Over the bound with the newest day alone: it stays.
     assert prune(config.layout, None, max_bytes=100) == [config.layout.archive / "2026-11-02"]
-    assert [d.name for d in config.layout.archive.iterdir()] == ["2026-11-03"]
+    assert [d.name for d in config.layout.archive.iterdir() if d.is_dir()] == ["2026-11-03"]
 
 
 def test_an_old_segment_waits_for_every_destination_then_goes(tmp_path: Path, spark: Any) -> None:

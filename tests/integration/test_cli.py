@@ -31,6 +31,7 @@ def test_help_lists_the_commands_that_exist() -> None:
         "process",
         "query",
         "replay",
+        "reprocess",
         "rotate",
         "run",
         "status",

@@ -12,7 +12,10 @@ Formats (version 1; a reader refuses a version it does not know):
   the event itself compressed; a crc32 match is confirmed on the event, so a collision
   costs one more frame read, never a wrong answer.
 * manifest: the sizes, sha1 and crc32 of the compressed file and of the uncompressed
-  data, the sizes and sha1 of the index and ids files, and how the file was written.
+  data, the sizes and sha1 of the index and ids files, and how the file was written;
+  ``days``: the UTC days of its events' ``_timestamp`` (a superset, for reprocessing to
+  find a day's events without reading every file; null when some event's day cannot be
+  told from its text: the file is then read for every day).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import re
 import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -168,6 +171,8 @@ class Manifest:
     frame_events: int
     compression_level: int
     archived_at: str
+    days: tuple[str, ...] | None = None
+    """The days its events may belong to (see :func:`event_days`); None: any day."""
 
     def to_json(self) -> bytes:
         def sums(c: Checksums) -> dict[str, Any]:
@@ -186,6 +191,7 @@ class Manifest:
                 "frame_events": self.frame_events,
                 "compression_level": self.compression_level,
                 "archived_at": self.archived_at,
+                "days": None if self.days is None else list(self.days),
             },
             option=orjson.OPT_INDENT_2,
         )
@@ -205,6 +211,7 @@ class Manifest:
                 frame_events=int(raw["frame_events"]),
                 compression_level=int(raw["compression_level"]),
                 archived_at=str(raw["archived_at"]),
+                days=None if raw.get("days") is None else tuple(map(str, raw["days"])),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ArchiveFormatError(f"manifest: {exc}") from exc
@@ -288,6 +295,49 @@ def id_hashes(data: bytes, lines: list[bytes]) -> list[int]:
     if len(found) == len(lines) and data.count(_EVENT_ID) == len(lines):
         return list(map(zlib.crc32, found))
     return [id_hash(event_id(line)) for line in lines]
+
+
+# The collector's own stamp (RFC 3339, UTC): the day is its first ten characters.
+_TIMESTAMP = b'"_timestamp":'
+_UTC_DAY = re.compile(rb'"_timestamp":"(\d{4}-\d{2}-\d{2})T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z"')
+_UTC_TEXT = re.compile(r"\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?Z")
+_DAY_PREFIX = re.compile(r"^(\d{4})-(\d{2})-(\d{2})")
+
+
+def event_days(data: bytes, lines: list[bytes]) -> set[str] | None:
+    """The UTC days (``YYYY-MM-DD``) the events of ``lines`` (``data``: their bytes) may
+    belong to by their ``_timestamp``: a superset, None when some event's day cannot be
+    told from its text (then the file is read for every day).
+
+    When each line holds one ``_timestamp`` in the collector's UTC form, one regex pass
+    gives the exact days. Otherwise each line is parsed: a text timestamp in another form
+    (with an offset, a local time) counts for its date and the days on either side; one
+    that does not start with a date makes the answer None. Non-text timestamps never load
+    (processing/typing.py), so they add no day."""
+    found = _UTC_DAY.findall(data)
+    if len(found) == len(lines) and data.count(_TIMESTAMP) == len(lines):
+        return {day.decode() for day in set(found)}
+    days: set[str] = set()
+    for line in lines:
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue  # a damaged line: it fails in the pipeline, it belongs to no day
+        value = event.get("_timestamp") if isinstance(event, dict) else None
+        if not isinstance(value, str):
+            continue
+        if _UTC_TEXT.fullmatch(value):
+            days.add(value[:10])
+            continue
+        prefix = _DAY_PREFIX.match(value)
+        if prefix is None:
+            return None
+        try:
+            day = date(int(prefix[1]), int(prefix[2]), int(prefix[3]))
+        except ValueError:
+            return None
+        days.update((day + timedelta(days=k)).isoformat() for k in (-1, 0, 1))
+    return days
 
 
 def day_dirs(layout: DataLayout, first: date | None = None, last: date | None = None) -> list[Path]:

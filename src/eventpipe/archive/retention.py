@@ -2,7 +2,9 @@
 
 Only handled data is in the archive (a segment is archived once every destination has
 it), so deleting a day loses nothing a destination still needs; it does take away what
-``eventpipe reprocess`` could rebuild those days from.
+``eventpipe reprocess`` could rebuild those days from: the newest day deleted is written
+to ``archive/pruned-through``, and reprocess refuses the days up to it (their events
+were archived on that day or before, and some of them are gone).
 """
 
 from __future__ import annotations
@@ -56,7 +58,24 @@ def prune(
                 "archive: %s deleted (%.1f MB; the archive is over max_bytes %d)",
                 day.name, size / 1e6, max_bytes,
             )  # fmt: skip
+    if deleted:
+        newest = max(d.name for d in deleted)
+        if newest > (pruned_through(layout) or ""):
+            marker = layout.archive / PRUNED_THROUGH
+            marker.with_name(marker.name + ".partial").write_text(newest + "\n")
+            marker.with_name(marker.name + ".partial").replace(marker)
     return deleted
+
+
+PRUNED_THROUGH = "pruned-through"
+
+
+def pruned_through(layout: DataLayout) -> str | None:
+    """The newest archive day retention deleted (``YYYY-MM-DD``), None if none was."""
+    try:
+        return (layout.archive / PRUNED_THROUGH).read_text().strip() or None
+    except FileNotFoundError:
+        return None
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ from eventpipe.archive.files import (
     Index,
     Manifest,
     crc32_hex,
+    event_days,
     id_hashes,
     split_lines,
 )
@@ -74,6 +75,7 @@ def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig
     compressed, raw = Digest(), Digest()
     frames: list[Frame] = []
     ids = array("I")
+    days: set[str] | None = set()
     with partial.open("wb") as out:
         for lines in _frames(source, settings):
             data = b"".join(lines)
@@ -99,6 +101,9 @@ def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig
             compressed.update(frame)
             raw.update(data)
             ids.extend(id_hashes(data, lines))
+            if days is not None:
+                in_frame = event_days(data, lines)
+                days = None if in_frame is None else days | in_frame
         out.flush()
         os.fsync(out.fileno())
     if sys.byteorder == "big":
@@ -116,6 +121,7 @@ def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig
         frame_events=settings.frame_events,
         compression_level=settings.compression_level,
         archived_at=utc_now().isoformat(),
+        days=None if days is None else tuple(sorted(days)),
     )
     for path, data in ((target.index, index), (target.ids, id_bytes)):
         _write_durably(path, data)

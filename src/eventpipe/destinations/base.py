@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import fcntl
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from eventpipe.errors import TerminalError
 from eventpipe.paths import check_safe_id
 from eventpipe.schema.dialects import Dialect
 from eventpipe.schema.diff import Table, TablePatch
@@ -48,6 +50,57 @@ class LoadResult:
     ``files`` in order, from 0; the database's reason). The rest of the batch loaded."""
 
 
+@dataclass(frozen=True)
+class DaySwap:
+    """Replace a destination's rows of some days by rows rebuilt in shadow tables, in one
+    transaction (``eventpipe reprocess``, processing/reprocess.py)."""
+
+    swap_id: str
+    """Recorded with the swap: a swap done once is not done again."""
+    days: tuple[str, ...]
+    """UTC days (``YYYY-MM-DD``) of ``_timestamp``."""
+    tables: tuple[str, ...]
+    """The destination's tables: their rows of ``days`` are deleted."""
+    shadows: Mapping[str, str]
+    """Table -> the shadow table holding its rebuilt rows (moved in, then dropped)."""
+    primary_key: tuple[str, ...] = ()
+
+
+ALL_SWAPPED = "*"
+"""The loads-table record of a whole swap (beside one per table moved in)."""
+
+
+def day_ranges(days: Sequence[str]) -> list[tuple[date, date]]:
+    """``days`` as [first, end) ranges of consecutive days."""
+    ranges: list[tuple[date, date]] = []
+    for day in sorted({date.fromisoformat(d) for d in days}):
+        if ranges and ranges[-1][1] == day:
+            ranges[-1] = (ranges[-1][0], day + timedelta(days=1))
+        else:
+            ranges.append((day, day + timedelta(days=1)))
+    return ranges
+
+
+def of_days(quote: Callable[[str], str], days: Sequence[str]) -> str:
+    """SQL true for rows whose ``_timestamp`` falls in ``days`` (UTC; the column holds
+    UTC wall-clock time). The literals come from dates, never from input text."""
+    ts = quote("_timestamp")
+    return " OR ".join(
+        f"({ts} >= TIMESTAMP '{first.isoformat()} 00:00:00' "
+        f"AND {ts} < TIMESTAMP '{end.isoformat()} 00:00:00')"
+        for first, end in day_ranges(days)
+    )
+
+
+def no_timestamp(destination_id: str, table: str) -> TerminalError:
+    return TerminalError(
+        f"{destination_id}.{table} has no _timestamp column: its rows cannot be told apart "
+        "by day, so none of its days can be replaced",
+        fix="keep _timestamp in the destination's mapping to reprocess it",
+        table=table,
+    )
+
+
 class Destination(Protocol):
     id: str
     dialect: Dialect
@@ -63,6 +116,17 @@ class Destination(Protocol):
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL read-only (``eventpipe query``): column names and rows."""
         ...
+
+
+class Replaceable(Destination, Protocol):
+    """A destination that can replace its rows of some days in one transaction
+    (``eventpipe reprocess``)."""
+
+    def tables(self) -> list[str]: ...
+
+    def drop(self, tables: list[str]) -> None: ...
+
+    def replace_days(self, swap: DaySwap) -> dict[str, int]: ...
 
 
 @contextmanager

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -24,7 +25,15 @@ from typing import Any
 
 import duckdb
 
-from eventpipe.destinations.base import LoadRequest, LoadResult, table_lock
+from eventpipe.destinations.base import (
+    ALL_SWAPPED,
+    DaySwap,
+    LoadRequest,
+    LoadResult,
+    no_timestamp,
+    of_days,
+    table_lock,
+)
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
@@ -99,12 +108,7 @@ class DuckDBDestination:
     def load(self, request: LoadRequest) -> LoadResult:
         files = [str(f) for f in request.files]
         with table_lock(self.lock_dir, self.id, request.table), self._connect() as db:
-            db.execute(
-                f"CREATE TABLE IF NOT EXISTS {LOADS_TABLE} (batch_id VARCHAR, tbl VARCHAR, "
-                "rows BIGINT, loaded_at TIMESTAMP DEFAULT current_timestamp, "
-                "PRIMARY KEY (batch_id, tbl))"
-            )
-            db.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rejected VARCHAR")
+            _ensure_loads_table(db)
             try:
                 return self._load_once(db, request, files, ())
             except (duckdb.CatalogException, duckdb.BinderException) as exc:
@@ -163,6 +167,74 @@ class DuckDBDestination:
             raise
         return LoadResult(rows=rows, rejected=rejected)
 
+    def tables(self) -> list[str]:
+        """The names of the tables in the database (its main schema)."""
+        if not self.path.exists():
+            return []
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT table_name FROM information_schema.tables "
+                "WHERE table_schema = 'main' AND table_type = 'BASE TABLE' ORDER BY 1"
+            ).fetchall()
+        return [name for (name,) in rows]
+
+    def drop(self, tables: list[str]) -> None:
+        with self._connect() as db:
+            for table in tables:
+                db.execute(f"DROP TABLE IF EXISTS {self.dialect.quote(table)}")
+
+    def replace_days(self, swap: DaySwap) -> dict[str, int]:
+        """Delete the rows of ``swap.days`` from ``swap.tables`` and move the shadows'
+        rows in (an upsert with a primary key), in one transaction recorded under
+        ``swap.swap_id``; the rows moved in per table."""
+        q = self.dialect.quote
+        with contextlib.ExitStack() as locks:
+            for table in sorted({*swap.tables, *swap.shadows}):
+                locks.enter_context(table_lock(self.lock_dir, self.id, table))
+            db = locks.enter_context(self._connect())
+            _ensure_loads_table(db)
+            db.execute("BEGIN")
+            try:
+                done = db.execute(
+                    f"SELECT tbl, rows FROM {LOADS_TABLE} WHERE batch_id = ?", [swap.swap_id]
+                ).fetchall()
+                if done:
+                    db.execute("ROLLBACK")
+                    return {t: int(n) for t, n in done if t != ALL_SWAPPED}
+                where = of_days(q, swap.days)
+                for table in swap.tables:
+                    current = _describe(db, table)
+                    if current is None:
+                        continue
+                    if "_timestamp" not in current.columns:
+                        raise no_timestamp(self.id, table)
+                    db.execute(f"DELETE FROM {q(table)} WHERE {where}")
+                moved: dict[str, int] = {}
+                for table, shadow in sorted(swap.shadows.items()):
+                    described = _describe(db, shadow)
+                    if described is None:
+                        continue
+                    columns = ", ".join(q(c) for c in described.columns)
+                    source = f"SELECT {columns} FROM {q(shadow)}"
+                    if swap.primary_key:
+                        request = LoadRequest(
+                            table, swap.swap_id, (), described.columns, swap.primary_key
+                        )
+                        moved[table] = _upsert(db, request, source, {})
+                    else:
+                        row = db.execute(f"INSERT INTO {q(table)} ({columns}) {source}").fetchone()
+                        moved[table] = int(row[0]) if row else 0
+                    db.execute(f"DROP TABLE {q(shadow)}")
+                db.executemany(
+                    f"INSERT INTO {LOADS_TABLE} (batch_id, tbl, rows) VALUES (?, ?, ?)",
+                    [[swap.swap_id, t, n] for t, n in [*moved.items(), (ALL_SWAPPED, 0)]],
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
+        return moved
+
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL read-only and return column names and rows (``eventpipe query``)."""
         connection = duckdb.connect(str(self.path), read_only=True)
@@ -172,6 +244,15 @@ class DuckDBDestination:
             return names, cursor.fetchall()
         finally:
             connection.close()
+
+
+def _ensure_loads_table(db: duckdb.DuckDBPyConnection) -> None:
+    db.execute(
+        f"CREATE TABLE IF NOT EXISTS {LOADS_TABLE} (batch_id VARCHAR, tbl VARCHAR, "
+        "rows BIGINT, loaded_at TIMESTAMP DEFAULT current_timestamp, "
+        "PRIMARY KEY (batch_id, tbl))"
+    )
+    db.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rejected VARCHAR")
 
 
 def _open_for_writing(path: Path, wait: float) -> duckdb.DuckDBPyConnection:

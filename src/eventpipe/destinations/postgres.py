@@ -39,7 +39,14 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
-from eventpipe.destinations.base import LoadRequest, LoadResult
+from eventpipe.destinations.base import (
+    ALL_SWAPPED,
+    DaySwap,
+    LoadRequest,
+    LoadResult,
+    no_timestamp,
+    of_days,
+)
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.schema.dialects import POSTGRES
 from eventpipe.schema.diff import Table, TablePatch
@@ -187,16 +194,8 @@ class PostgresDestination:
     def load(self, request: LoadRequest) -> LoadResult:
         import psycopg
 
-        loads = self._name(LOADS_TABLE)
         with self._connect(request.table) as db:
-            with db.transaction():
-                _advisory_lock(db, f"eventpipe:{self.schema}.{LOADS_TABLE}")
-                self._ensure_schema(db)
-                db.execute(
-                    f"CREATE TABLE IF NOT EXISTS {loads} (batch_id text, tbl text, "
-                    "rows bigint, rejected jsonb, loaded_at timestamptz DEFAULT now(), "
-                    "PRIMARY KEY (batch_id, tbl))"
-                )
+            self._ensure_loads_table(db)
             rejected: dict[int, str] = {}
             while True:
                 try:
@@ -208,6 +207,16 @@ class PostgresDestination:
                     if line is None or len(rejected) >= MAX_REJECTED_ROWS:
                         raise
                     rejected[_position(line, rejected)] = _reason(exc)
+
+    def _ensure_loads_table(self, db: psycopg.Connection[Any]) -> None:
+        with db.transaction():
+            _advisory_lock(db, f"eventpipe:{self.schema}.{LOADS_TABLE}")
+            self._ensure_schema(db)
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._name(LOADS_TABLE)} (batch_id text, "
+                "tbl text, rows bigint, rejected jsonb, loaded_at timestamptz DEFAULT now(), "
+                "PRIMARY KEY (batch_id, tbl))"
+            )
 
     def _load_once(
         self, db: psycopg.Connection[Any], request: LoadRequest, rejected: dict[int, str]
@@ -278,6 +287,84 @@ class PostgresDestination:
             f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM eventpipe_stage) k"
         ).fetchone()
         return int(row[0]) if row else 0
+
+    def tables(self) -> list[str]:
+        """The names of the tables in the destination's schema."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_type = 'BASE TABLE' ORDER BY 1",
+                [self.schema],
+            ).fetchall()
+        return [name for (name,) in rows]
+
+    def drop(self, tables: list[str]) -> None:
+        with self._connect() as db, db.transaction():
+            for table in tables:
+                db.execute(f"DROP TABLE IF EXISTS {self._name(table)}")
+
+    def replace_days(self, swap: DaySwap) -> dict[str, int]:
+        """Delete the rows of ``swap.days`` from ``swap.tables`` and move the shadows'
+        rows in (an upsert with a primary key), in one transaction recorded under
+        ``swap.swap_id``; the rows moved in per table."""
+        loads = self._name(LOADS_TABLE)
+        with self._connect() as db:
+            self._ensure_loads_table(db)
+            return self._replace_days(db, swap, loads)
+
+    def _replace_days(
+        self, db: psycopg.Connection[Any], swap: DaySwap, loads: str
+    ) -> dict[str, int]:
+        from psycopg.types.json import Jsonb
+
+        q = self.dialect.quote
+        with db.transaction():
+            for table in sorted({*swap.tables, *swap.shadows}):
+                self._lock(db, table)
+            done = db.execute(
+                f"SELECT tbl, rows FROM {loads} WHERE batch_id = %s", [swap.swap_id]
+            ).fetchall()
+            if done:
+                return {t: int(n) for t, n in done if t != ALL_SWAPPED}
+            where = of_days(q, swap.days)
+            for table in swap.tables:
+                current = self._describe(db, table)
+                if current is None:
+                    continue
+                if "_timestamp" not in current.columns:
+                    raise no_timestamp(self.id, table)
+                db.execute(f"DELETE FROM {self._name(table)} WHERE {where}")
+            moved: dict[str, int] = {}
+            for table, shadow in sorted(swap.shadows.items()):
+                described = self._describe(db, shadow)
+                if described is None:
+                    continue
+                listed = ", ".join(q(c) for c in described.columns)
+                if swap.primary_key:
+                    db.execute(
+                        f"CREATE TEMP TABLE eventpipe_stage ON COMMIT DROP AS "
+                        f"SELECT {listed} FROM {self._name(shadow)}"
+                    )
+                    request = LoadRequest(
+                        table, swap.swap_id, (), described.columns, swap.primary_key
+                    )
+                    moved[table] = self._upsert(db, request, listed)
+                    db.execute("DROP TABLE eventpipe_stage")
+                else:
+                    cursor = db.execute(
+                        f"INSERT INTO {self._name(table)} ({listed}) "
+                        f"SELECT {listed} FROM {self._name(shadow)}"
+                    )
+                    moved[table] = cursor.rowcount
+                db.execute(f"DROP TABLE {self._name(shadow)}")
+            records = [(swap.swap_id, t, n, Jsonb([])) for t, n in moved.items()]
+            records.append((swap.swap_id, ALL_SWAPPED, 0, Jsonb([])))
+            with db.cursor() as cursor:
+                cursor.executemany(
+                    f"INSERT INTO {loads} (batch_id, tbl, rows, rejected) VALUES (%s, %s, %s, %s)",
+                    records,
+                )
+        return moved
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL in a read-only transaction and return column names and rows."""

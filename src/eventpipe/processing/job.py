@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
 
 from eventpipe import locks
 from eventpipe.archive import retention
@@ -91,6 +92,7 @@ log = logging.getLogger("eventpipe.processing")
 TABLE = "__table"
 ERROR = "__error"
 RAW = "__raw"
+TIMESTAMP = "_timestamp"
 FILE = "__file"
 ROW = "__row"
 SEGMENT = "__segment"
@@ -110,6 +112,15 @@ class RunReport:
 
 
 @dataclass(frozen=True)
+class Rebuild:
+    """A reprocess run (processing/reprocess.py): only the events of ``days`` (UTC days of
+    their ``_timestamp``), loaded through ``shadow`` (the destination's shadow tables)."""
+
+    days: tuple[str, ...]
+    shadow: Callable[[Destination], Destination]
+
+
+@dataclass(frozen=True)
 class _Run:
     """What every step of one run shares."""
 
@@ -126,6 +137,7 @@ class _Run:
     """The files the run reads (segments, or the events of a replay)."""
     pause: Callable[[float], None] = time.sleep
     """Waits between attempts (a stream's raises when the stream is stopping)."""
+    rebuild: Rebuild | None = None
 
     @property
     def layout(self) -> DataLayout:
@@ -428,6 +440,7 @@ def _run_job(
     pause: Callable[[float], None] = time.sleep,
     failing: dict[str, str] | None = None,
     by_segment: bool = False,
+    rebuild: Rebuild | None = None,
 ) -> None:
     """Read ``paths`` once, then load every destination of ``config``, each the segments
     ``plan`` gives it (with the table schemas of ``schemas`` where given, else read from
@@ -438,11 +451,12 @@ def _run_job(
     HTTP sinks are sent on threads of their own beside the tables' loads: an API that is
     down for minutes delays no other destination of the run. ``failing``: a destination
     that fails with a TransientError is recorded there (and in the state store) and the
-    others go on; without it the error is raised."""
+    others go on; without it the error is raised. ``rebuild``: a reprocess run."""
     lookups = Lookups.plan(config)
+    days = rebuild.days if rebuild else None
     events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
-                           by_segment=by_segment)  # fmt: skip
-    if CORRUPT_COLUMN in events.columns:
+                           by_segment=by_segment, days=days)  # fmt: skip
+    if CORRUPT_COLUMN in events.columns and rebuild is None:
         report.corrupt = _once(
             config.layout.tmp / run_id / "failed.corrupt.done",
             lambda: _fail_corrupt(events, config.layout),
@@ -451,7 +465,7 @@ def _run_job(
     originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths),
-                  pause)  # fmt: skip
+                  pause, rebuild)  # fmt: skip
 
     def process(dest_id: str, open_target: Callable[[], _Target]) -> None:
         shutdown.check(f"{dest_id}'s part of the run")
@@ -471,7 +485,8 @@ def _run_job(
     def table_target(d: str) -> Callable[[], _Target]:
         cache = (schemas or {}).get(d) or SchemaCache()
         dest = config.destinations[d]
-        return lambda: _Target(d, dest, plan[d], open_destination(d, dest, config), cache)
+        shadow = rebuild.shadow if rebuild else lambda destination: destination
+        return lambda: _Target(d, dest, plan[d], shadow(open_destination(d, dest, config)), cache)
 
     sinks = [d for d, dest in config.destinations.items() if dest.type == "http"]
     with ThreadPoolExecutor(max_workers=max(1, len(sinks)), thread_name_prefix="send") as pool:
@@ -702,6 +717,7 @@ def _stage_events(
     *,
     staged: bool = True,
     by_segment: bool = False,
+    days: Sequence[str] | None = None,
 ) -> DataFrame:
     """Read the run's segments once (Spark's JSON reader) into Parquet under tmp/<run>/.
 
@@ -717,7 +733,8 @@ def _stage_events(
     Spark refuses queries on the corrupt-record column of raw JSON.
 
     ``by_segment``: each row keeps its segment's name (SEGMENT), for destinations that
-    take only some of the run's segments.
+    take only some of the run's segments. ``days``: only the events of these UTC days
+    (by ``_timestamp``, read as the pipeline reads it), before any lookup (a reprocess).
     """
     layout = config.layout
     out = layout.tmp / run_id / "events"
@@ -728,6 +745,8 @@ def _stage_events(
                 .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
                 .json(list(paths))
             )
+        if days is not None:
+            raw = raw.filter(_day_of(raw.schema).isin(list(days)))
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
         if CORRUPT_COLUMN in raw.columns:
             # The file of each unreadable line: its key id names the failed/ file.
@@ -740,6 +759,15 @@ def _stage_events(
         with _step(f"read {len(paths)} segment(s) and look up"):
             raw.withColumns(extra).write.mode("overwrite").parquet(str(out))
     return spark.read.parquet(str(out))
+
+
+def _day_of(schema: StructType) -> Column:
+    """Each raw event's UTC day (``yyyy-MM-dd``) by its ``_timestamp`` converted as the
+    pipeline converts it (null where it does not convert: such events load nowhere)."""
+    if "_timestamp" not in schema.fieldNames():
+        return F.lit(None).cast("string")
+    source = schema["_timestamp"].dataType
+    return F.date_format(cast_to(F.col("_timestamp"), DataType.TIMESTAMP, source), "yyyy-MM-dd")
 
 
 def _segment_name() -> Column:
@@ -829,6 +857,9 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     else:
         _load_tables(staged, counts, where, columns, flat, flattened.event_schema,
                      flattened.name, run, target)  # fmt: skip
+    if run.rebuild is None:  # a reprocess records its days when it swaps them in
+        days = sorted(counts.get("days") or ())
+        run.state.record_days(dest_id, days, code_version(run.config, dest_id), run.run_id)
     run.state.record(target.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
     run.state.record_destination_run(
         run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
@@ -1036,10 +1067,10 @@ def _type_mixes(
                 batch.types[table][column] = found[table][column]
 
 
-def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, int]]:
+def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]:
     """The destination's flattened rows, written once as Parquet partitioned by table
     (Spark's own types), and the counts of rows skipped (empty table name) and failed
-    (template error), observed during that write.
+    (template error) and the days of the rows (``days``), observed during that write.
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
@@ -1049,16 +1080,23 @@ def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, int]
     if not (out / "_SUCCESS").exists() or not counts_file.exists():
         observed = Observation("counts")
         table = F.col(TABLE)
+        # The UTC days of the rows that go to a table, seen during the write (no pass of
+        # its own): what each day's rows were built with is recorded (day_versions).
+        types = {f.name: f.dataType for f in flat.schema.fields}
+        stamped = isinstance(types.get(TIMESTAMP), TimestampType)
+        day = F.date_format(F.col(TIMESTAMP), "yyyy-MM-dd") if stamped else F.lit(None)
+        loaded = table.isNotNull() & (table != F.lit(""))
         with _step(f"{where.name}: enrich, map, flatten and stage"):
             flat.observe(
                 observed,
                 F.count_if(table == F.lit("")).alias("skipped"),
                 F.count_if(table.isNull()).alias("failed"),
+                F.collect_set(F.when(loaded, day)).alias("days"),
             ).filter(table != F.lit("")).drop(ERROR).write.mode("overwrite").partitionBy(
                 TABLE
             ).parquet(str(out))
         counts_file.write_text(json.dumps(observed.get))
-    counts: dict[str, int] = json.loads(counts_file.read_text())
+    counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
     if not any(out.glob(f"{TABLE}=*")):
         return spark.createDataFrame([], flat.drop(ERROR).schema), counts

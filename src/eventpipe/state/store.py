@@ -13,6 +13,11 @@
   with the error, so that "what happened to yesterday's data" has an answer (``eventpipe
   status --history``). ``runs.code_versions`` holds each destination's code version
   (processing/version.py) the run's rows were built with.
+* ``day_versions``: destination x day (UTC day of the rows' ``_timestamp``) x code
+  version: each version some of that day's rows were built with, and for a day rebuilt by
+  ``eventpipe reprocess`` the archive files it read, with their sha1 (``inputs``). A day
+  with one row, of the current version, whose files are unchanged, is up to date
+  (processing/reprocess.py).
 * A stream destination records each micro-batch like a segment
   (``queue.dst=<id>/batch-<n>``), one a second: once a later micro-batch is recorded,
   the older ones are folded into one row per table (``queue.dst=<id>/folded``, rows
@@ -34,6 +39,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+REPROCESS = "reprocess"
+"""The trigger of reprocess runs: not resumed by ``process`` (``reprocess`` resumes them)."""
 ALL_TABLES = "*"
 SENT_TABLE = "*sent*"
 """The table name an http sink's deliveries are recorded under."""
@@ -80,6 +87,15 @@ CREATE TABLE IF NOT EXISTS cursors (
     next_line INTEGER NOT NULL,
     updated_at TEXT NOT NULL,
     PRIMARY KEY (destination, segment)
+);
+CREATE TABLE IF NOT EXISTS day_versions (
+    destination TEXT NOT NULL,
+    day TEXT NOT NULL,
+    code_version TEXT NOT NULL,
+    inputs TEXT,
+    run_id TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (destination, day, code_version)
 );
 CREATE TABLE IF NOT EXISTS destination_runs (
     run_id TEXT NOT NULL,
@@ -184,6 +200,16 @@ class RunRecord:
 
 
 @dataclass(frozen=True)
+class DayVersion:
+    """One code version some of a destination's rows of a day were built with."""
+
+    day: str
+    code_version: str
+    inputs: dict[str, str] | None
+    """Archive file -> sha1, for a day rebuilt by a reprocess; None: loaded by runs."""
+
+
+@dataclass(frozen=True)
 class DestinationSummary:
     last_load: str | None
     rows_loaded: int
@@ -242,7 +268,9 @@ class StateStore:
         with self._db() as db:
             rows = db.execute(
                 "SELECT run_id, segments, trigger, plan FROM runs "
-                "WHERE status IN ('running', 'interrupted') ORDER BY started_at, rowid"
+                "WHERE status IN ('running', 'interrupted') AND trigger != ? "
+                "ORDER BY started_at, rowid",
+                (REPROCESS,),
             ).fetchall()
         return [
             Run(run_id, tuple(json.loads(segments)), trigger, resumed=True,
@@ -275,6 +303,118 @@ class StateStore:
                  json.dumps(dict(code_versions or {}))),
             )  # fmt: skip
         return run
+
+    def begin_reprocess(self, run_id: str, entry: str, destination: str, version: str) -> Run:
+        """Record the reprocess run ``run_id`` of one destination x day (``entry``), or
+        find it again: a reprocess interrupted is resumed under the same id (the id is
+        made from what it rebuilds, so the same work gets the same id)."""
+        with self._db() as db:
+            found = db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
+            if found is None:
+                db.execute(
+                    "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan, "
+                    "code_versions) VALUES (?, ?, ?, 'running', ?, ?, ?)",
+                    (run_id, REPROCESS, _now(), json.dumps([entry]),
+                     json.dumps({destination: [entry]}), json.dumps({destination: version})),
+                )  # fmt: skip
+            else:
+                db.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
+        return Run(run_id, (entry,), REPROCESS, resumed=found is not None,
+                   plan={destination: (entry,)})  # fmt: skip
+
+    def unfinished_reprocesses(self, prefix: str) -> list[tuple[str, str]]:
+        """(run id, entry) of the reprocess runs not done whose entry starts with
+        ``prefix``, oldest first."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT run_id, segments FROM runs WHERE trigger = ? AND status != 'done' "
+                "AND status != 'abandoned' ORDER BY started_at, rowid",
+                (REPROCESS,),
+            ).fetchall()
+        found = [(run_id, json.loads(segments)[0]) for run_id, segments in rows]
+        return [(run_id, entry) for run_id, entry in found if entry.startswith(prefix)]
+
+    def abandon_run(self, run_id: str, reason: str) -> None:
+        """A reprocess run that will not be finished (what it would rebuild changed)."""
+        with self._db() as db:
+            db.execute(
+                "UPDATE runs SET status = 'abandoned', finished_at = ?, error = ? WHERE run_id = ?",
+                (_now(), reason, run_id),
+            )
+            db.execute("DELETE FROM segment_status WHERE run_id = ?", (run_id,))
+
+    def loaded_tables(self, segment: str, destination: str) -> list[str]:
+        """The tables ``destination`` recorded ok for ``segment`` (a run's entry)."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tbl FROM segment_status WHERE segment = ? AND destination = ? "
+                "AND status = 'ok' AND tbl NOT LIKE '*%' ORDER BY tbl",
+                (segment, destination),
+            ).fetchall()
+        return [table for (table,) in rows]
+
+    def destination_tables(self, destination: str) -> list[str]:
+        """Every table ``destination`` ever loaded (by the records of its loads)."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tbl FROM segment_status WHERE destination = ? "
+                "UNION SELECT tbl FROM run_tables WHERE destination = ? ORDER BY 1",
+                (destination, destination),
+            ).fetchall()
+        return [table for (table,) in rows if not table.startswith("*")]
+
+    def record_days(
+        self, destination: str, days: Sequence[str], code_version: str, run_id: str
+    ) -> None:
+        """Rows of ``days`` were loaded into ``destination`` built with ``code_version``."""
+        with self._db() as db:
+            db.executemany(
+                "INSERT INTO day_versions (destination, day, code_version, run_id, updated_at) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [(destination, day, code_version, run_id, _now()) for day in days],
+            )
+
+    def day_versions(self, destination: str, first: str, last: str) -> dict[str, list[DayVersion]]:
+        """The recorded versions of ``destination``'s days ``first``..``last``, by day."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT day, code_version, inputs FROM day_versions WHERE destination = ? "
+                "AND day BETWEEN ? AND ? ORDER BY day, code_version",
+                (destination, first, last),
+            ).fetchall()
+        found: dict[str, list[DayVersion]] = {}
+        for day, version, inputs in rows:
+            recorded = None if inputs is None else json.loads(inputs)
+            found.setdefault(day, []).append(DayVersion(day, version, recorded))
+        return found
+
+    def rebuilt_day(
+        self,
+        destination: str,
+        day: str,
+        code_version: str,
+        inputs: Mapping[str, str],
+        run_id: str,
+    ) -> None:
+        """A reprocess replaced ``destination``'s rows of ``day``: its only version now,
+        and the run is done (its per-table progress records are dropped)."""
+        with self._db() as db:
+            db.execute(
+                "DELETE FROM day_versions WHERE destination = ? AND day = ?", (destination, day)
+            )
+            db.execute(
+                "INSERT INTO day_versions VALUES (?, ?, ?, ?, ?, ?)",
+                (destination, day, code_version, json.dumps(dict(inputs), sort_keys=True),
+                 run_id, _now()),
+            )  # fmt: skip
+            db.execute(
+                "DELETE FROM segment_status WHERE run_id = ? AND destination = ?",
+                (run_id, destination),
+            )
+            db.execute(
+                "UPDATE runs SET status = 'done', finished_at = ?, error = NULL WHERE run_id = ?",
+                (_now(), run_id),
+            )
 
     def history(self, limit: int = 20) -> list[RunRecord]:
         """The last ``limit`` runs, newest first, with what each loaded."""

@@ -1,0 +1,404 @@
+"""``eventpipe reprocess``: rebuild a destination's days from the raw archive.
+
+A day is a UTC day of the events' ``_timestamp`` (late events belong to their own day,
+whenever they arrived). Each run records, per destination x day, the code version its
+rows were built with (state.store ``day_versions``, processing/version.py). A day is
+rebuilt when:
+
+* a version other than the current one built some of its rows (a day with no version
+  recorded, loaded before eventpipe recorded them, is rebuilt with ``--force`` only);
+* an archive file a previous reprocess of it read has changed (its sha1 in the manifest
+  differs from the one recorded);
+* ``--force``.
+
+Rebuilding a day, for one destination:
+
+1. inputs: the archived segments whose manifest says they may hold events of the day
+   (``days``, a superset; files without it are always read), and the segments still in
+   incoming/ that the destination has loaded (archived once every destination has);
+2. the batch job runs over them for this destination only, keeping only the day's events
+   (before lookups), and loads into *shadow tables* (``_eventpipe_rp_<run>_<table>``)
+   shaped like the real ones, with everything a run does: typing, patching, loading in
+   parts, failed/;
+3. one transaction (``replace_days`` of the destination) deletes the day's rows from every
+   table of the destination, moves the shadows' rows in (upsert with a primary key) and
+   drops the shadows; it is recorded under the run id, so it happens once;
+4. the day's record becomes the current version and the archive files read, with sha1.
+
+Each day is its own run, so a long reprocess shows progress per day, and when it is
+interrupted the days done stay done. A day interrupted is resumed by the next reprocess
+under the same run id (its staged files and shadow loads are reused; nothing loads
+twice) while its version and inputs are the same; if they changed, the old attempt is
+abandoned (its shadows dropped) and the day starts again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import shutil
+import time
+import uuid
+import zlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from datetime import date, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
+
+import lz4.frame
+
+from eventpipe.archive.files import ArchiveFormatError, Manifest, day_dirs, segments_of_day
+from eventpipe.archive.retention import pruned_through
+from eventpipe.config import Config
+from eventpipe.destinations.base import (
+    DaySwap,
+    Destination,
+    LoadRequest,
+    LoadResult,
+    Replaceable,
+)
+from eventpipe.errors import ConfigError, TerminalError
+from eventpipe.processing import shutdown
+from eventpipe.processing.job import (
+    Rebuild,
+    RunReport,
+    _run_job,
+    batch_destinations,
+    open_destination,
+    pipeline_lock,
+)
+from eventpipe.processing.version import code_version
+from eventpipe.schema.diff import Table, TablePatch, diff
+from eventpipe.state.store import ALL_TABLES, DayVersion, StateStore
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+log = logging.getLogger("eventpipe.processing")
+
+SHADOW_PREFIX = "_eventpipe_rp_"
+REPLACEABLE = ("duckdb", "postgres")
+"""Destination types whose rows of a day can be replaced in one transaction."""
+
+
+def shadow_name(run_id: str, table: str) -> str:
+    """The shadow of ``table`` in the reprocess run ``run_id`` (at most 31 characters)."""
+    return f"{shadow_prefix(run_id)}{zlib.crc32(table.encode()):08x}"
+
+
+def shadow_prefix(run_id: str) -> str:
+    return f"{SHADOW_PREFIX}{zlib.crc32(run_id.encode()):08x}_"
+
+
+class Shadowed:
+    """A destination whose tables are the run's shadows: ``describe``, ``patch`` and
+    ``load`` of table T act on T's shadow, made on first use with T's columns and types
+    (so that values meet the types they will be moved into)."""
+
+    def __init__(self, inner: Destination, run_id: str) -> None:
+        self.inner = inner
+        self.run_id = run_id
+        self.id = inner.id
+        self.dialect = inner.dialect
+        self.parallel_loads = inner.parallel_loads
+
+    def shadow(self, table: str) -> str:
+        return shadow_name(self.run_id, table)
+
+    def describe(self, table: str) -> Table | None:
+        found = self.inner.describe(self.shadow(table))
+        if found is None:
+            real = self.inner.describe(table)
+            if real is None:
+                return None
+            self.inner.patch(diff(None, Table(self.shadow(table), real.columns, real.primary_key)))
+            found = self.inner.describe(self.shadow(table))
+            assert found is not None
+        return Table(table, found.columns, found.primary_key)
+
+    def patch(self, patch: TablePatch) -> None:
+        self.inner.patch(replace(patch, table=self.shadow(patch.table)))
+
+    def load(self, request: LoadRequest) -> LoadResult:
+        return self.inner.load(replace(request, table=self.shadow(request.table)))
+
+    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        return self.inner.query(sql)
+
+
+@dataclass(frozen=True)
+class Source:
+    """A file a day is rebuilt from."""
+
+    name: str
+    """The segment's name (as in incoming/)."""
+    path: Path
+    sha1: str
+    """Of the archived ``.lz4`` (its manifest's); empty for incoming/ and legacy files."""
+
+
+@dataclass(frozen=True)
+class DayPlan:
+    destination: str
+    day: str
+    reason: str
+    sources: tuple[Source, ...]
+
+    @property
+    def inputs(self) -> dict[str, str]:
+        return {s.name: s.sha1 for s in self.sources}
+
+    @property
+    def digest(self) -> str:
+        """Of the code version's inputs: the files and their checksums."""
+        text = "\n".join(f"{s.name} {s.sha1}" for s in self.sources)
+        return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
+
+
+@dataclass
+class Plan:
+    version: str
+    days: list[DayPlan] = field(default_factory=list)
+    up_to_date: list[str] = field(default_factory=list)
+    refused: list[tuple[str, str]] = field(default_factory=list)
+    """(day, why): days that cannot be rebuilt (their archive was pruned)."""
+
+
+@dataclass(frozen=True)
+class DayResult:
+    plan: DayPlan
+    run_id: str
+    rows: dict[str, int]
+    seconds: float
+    resumed: bool
+    report: RunReport | None
+
+
+def replaceable(config: Config, destination_id: str) -> None:
+    """Raise ConfigError unless ``destination_id`` is a batch destination whose days can
+    be replaced."""
+    dest = config.destinations.get(destination_id)
+    if dest is None:
+        known = ", ".join(sorted(config.destinations))
+        raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
+    if dest.type not in REPLACEABLE:
+        raise ConfigError(
+            f"destination {destination_id!r} is of type {dest.type}: reprocess replaces a "
+            f"day's rows in one transaction, which only {' and '.join(REPLACEABLE)} "
+            "destinations do",
+            fix="reprocess a duckdb or postgres destination",
+        )
+
+
+def plan(
+    config: Config, state: StateStore, destination_id: str, first: date, last: date, force: bool
+) -> Plan:
+    """What ``reprocess --from first --to last`` would rebuild for one destination."""
+    replaceable(config, destination_id)
+    layout = config.layout
+    version = code_version(config, destination_id)
+    result = Plan(version)
+    recorded = state.day_versions(destination_id, first.isoformat(), last.isoformat())
+    archived = list(_archived(config, first, last))
+    sealed = [p.name for p in layout.sealed_segments()]
+    loaded = state.done_by(destination_id, sealed)
+    waiting = _partly_loaded(state, destination_id, sealed, loaded)
+    if waiting:
+        raise TerminalError(
+            f"{destination_id} has loaded only the first lines of {', '.join(waiting)} "
+            "(log step / log ack): its days cannot be rebuilt until the rest is loaded",
+            fix="run `eventpipe process --once` first",
+        )
+    in_incoming = [Source(n, layout.incoming / n, "") for n in sealed if n in loaded]
+    # Without --force, the days with recorded versions; with it, also every day the
+    # archive may hold (each day of the range when a file may hold any).
+    days = sorted(recorded)
+    if force:
+        hinted = {d for _, hint in archived if hint is not None for d in hint}
+        if in_incoming or any(hint is None for _, hint in archived):
+            hinted.update(_dates(first, last))
+        days = sorted({*days, *hinted})
+    pruned = pruned_through(layout)
+    for day in days:
+        sources = tuple([s for s, hint in archived if hint is None or day in hint] + in_incoming)
+        why = _stale(day, recorded.get(day), version, {s.name: s for s, _ in archived})
+        if force:
+            why = why or "--force"
+        if why is None:
+            result.up_to_date.append(day)
+            continue
+        if pruned is not None and day <= pruned:
+            result.refused.append((day, f"the archive was pruned through {pruned}"))
+            continue
+        if not sources:
+            if day in recorded:
+                result.refused.append((day, "no archived events of the day are left"))
+            continue
+        result.days.append(DayPlan(destination_id, day, why, sources))
+    return result
+
+
+def _dates(first: date, last: date) -> Iterator[str]:
+    day = first
+    while day <= last:
+        yield day.isoformat()
+        day += timedelta(days=1)
+
+
+def _stale(
+    day: str, versions: list[DayVersion] | None, current: str, archived: dict[str, Source]
+) -> str | None:
+    """Why ``day`` must be rebuilt (None: it is up to date)."""
+    if not versions:
+        return "no code version recorded"
+    old = sorted({v.code_version for v in versions} - {current})
+    if old:
+        return f"built with code version {', '.join(old)} (now {current})"
+    for recorded in versions:
+        for name, sha1 in sorted((recorded.inputs or {}).items()):
+            now = archived.get(name)
+            if sha1 and now is not None and now.sha1 and now.sha1 != sha1:
+                return f"archive file {name} changed (sha1 {sha1[:12]} -> {now.sha1[:12]})"
+    return None
+
+
+def _archived(
+    config: Config, first: date, last: date
+) -> Iterator[tuple[Source, frozenset[str] | None]]:
+    """Every archived segment that may hold events of ``first``..``last``, with the days
+    its manifest names (None: any day). Late events are archived after their day, and a
+    clock ahead puts some before: all of the archive is looked at (manifests only)."""
+    low, high = first.isoformat(), last.isoformat()
+    for day_dir in day_dirs(config.layout):
+        for segment in segments_of_day(day_dir):
+            days = None
+            sha1 = ""
+            if not segment.legacy:
+                try:
+                    manifest = Manifest.read(segment.manifest)
+                except (OSError, ArchiveFormatError) as exc:
+                    log.warning("%s: %s; read for every day", segment.manifest, exc)
+                else:
+                    sha1 = manifest.compressed.sha1
+                    if manifest.days is not None:
+                        days = frozenset(d for d in manifest.days if low <= d <= high)
+                        if not days:
+                            continue
+            yield Source(segment.segment_file, segment.data, sha1), days
+
+
+def _partly_loaded(
+    state: StateStore, destination_id: str, sealed: list[str], loaded: set[str]
+) -> list[str]:
+    cursors = state.cursors(destination_id)
+    return [s for s in sealed if s not in loaded and cursors.get(s, 0) > 0]
+
+
+def reprocess(
+    spark: SparkSession,
+    config: Config,
+    destination_id: str,
+    first: date,
+    last: date,
+    *,
+    force: bool = False,
+    progress: Callable[[str], None] = log.info,
+) -> tuple[Plan, list[DayResult]]:
+    """Rebuild the days of ``first``..``last`` of one destination that need it (see the
+    module's docstring), one day after the other; the plan and each day's result."""
+    with pipeline_lock(config.layout):
+        state = StateStore(config.layout.state)
+        todo = plan(config, state, destination_id, first, last, force)
+        results = []
+        for number, day in enumerate(todo.days, 1):
+            shutdown.check(f"the reprocess of {day.day}")
+            progress(
+                f"{destination_id} {day.day} ({number}/{len(todo.days)}): {day.reason}; "
+                f"{len(day.sources)} file(s)"
+            )
+            results.append(rebuild_day(spark, config, state, day, todo.version))
+            done = results[-1]
+            progress(
+                f"{destination_id} {day.day}: {sum(done.rows.values()):,} row(s) in "
+                f"{len(done.rows)} table(s), {done.seconds:.1f} s"
+                + (" (resumed)" if done.resumed else "")
+            )
+        return todo, results
+
+
+def rebuild_day(
+    spark: SparkSession, config: Config, state: StateStore, day: DayPlan, version: str
+) -> DayResult:
+    """Rebuild one destination x day (the module's docstring, steps 1 to 4)."""
+    started = time.monotonic()
+    dest_id = day.destination
+    dest = config.destinations[dest_id]
+    entry = f"reprocess.dst={dest_id}/{day.day}/{version}/{day.digest}"
+    # A duckdb or postgres destination (plan() checked the type).
+    destination = cast(Replaceable, open_destination(dest_id, dest, config))
+    run_id = None
+    for older, older_entry in state.unfinished_reprocesses(f"reprocess.dst={dest_id}/{day.day}/"):
+        if older_entry == entry and run_id is None:
+            run_id = older
+        else:  # its version or inputs changed: it will never be finished
+            _drop_shadows(destination, older)
+            state.abandon_run(older, "superseded: the code version or the archive changed")
+    resumed = run_id is not None
+    run_id = run_id or f"reprocess-{uuid.uuid4().hex[:12]}"
+    state.begin_reprocess(run_id, entry, dest_id, version)
+    report = None
+    if not state.table_ok([entry], dest_id, ALL_TABLES):
+        paths = [str(p) for p in _inputs(config, run_id, day.sources)]
+        only = config.model_copy(update={"destinations": {dest_id: dest}})
+        report = RunReport(run_id, (entry,), resumed)
+        _run_job(spark, only, run_id, {dest_id: (entry,)}, paths, state, report,
+                 rebuild=Rebuild((day.day,), lambda d: Shadowed(d, run_id)))  # fmt: skip
+    shutdown.check(f"the swap of {day.day}")
+    loaded = state.loaded_tables(entry, dest_id)
+    shadows = {t: shadow_name(run_id, t) for t in loaded}
+    for table, shadow in shadows.items():  # columns the rebuilt rows have and the table not
+        built = destination.describe(shadow)
+        if built is not None:
+            current = destination.describe(table)
+            destination.patch(diff(current, Table(table, built.columns, dest.primary_key)))
+    tables = tuple(sorted({*state.destination_tables(dest_id), *loaded}))
+    swap = DaySwap(run_id, (day.day,), tables, shadows, dest.primary_key)
+    rows = destination.replace_days(swap)
+    state.rebuilt_day(dest_id, day.day, version, day.inputs, run_id)
+    shutil.rmtree(config.layout.tmp / run_id, ignore_errors=True)
+    return DayResult(day, run_id, rows, time.monotonic() - started, resumed, report)
+
+
+def _drop_shadows(destination: Replaceable, run_id: str) -> None:
+    prefix = shadow_prefix(run_id)
+    left = [t for t in destination.tables() if t.startswith(prefix)]
+    if left:
+        destination.drop(left)
+
+
+def _inputs(config: Config, run_id: str, sources: tuple[Source, ...]) -> list[Path]:
+    """The files Spark reads: archived ``.lz4`` segments decompressed under the run's
+    tmp/ (Spark's LZ4 codec reads Hadoop's block format, not frames); gzip and
+    incoming/ segments where they are. Decompressed once: a resumed run reuses them."""
+    out = config.layout.tmp / run_id / "inputs"
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for source in sources:
+        if source.path.suffix != ".lz4":
+            paths.append(source.path)
+            continue
+        target = out / source.name
+        if not target.exists():
+            partial = target.with_name(target.name + ".partial")
+            with lz4.frame.open(source.path, "rb") as data, partial.open("wb") as copy:
+                shutil.copyfileobj(data, copy, 8 << 20)
+            os.replace(partial, target)
+        paths.append(target)
+    return paths
+
+
+def batch_ids(config: Config) -> list[str]:
+    """The destinations reprocess takes by default: every batch one it can replace."""
+    return [d for d, dest in batch_destinations(config).items() if dest.type in REPLACEABLE]

@@ -1,0 +1,347 @@
+"""`eventpipe reprocess`: days rebuilt from the archive after a mapping change replace
+exactly that destination's rows of those days; late events belong to their own day;
+a second reprocess changes nothing; a reprocess that dies anywhere and runs again gives
+the same tables; a changed archive file is re-ingested; a pruned day is refused."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import shutil
+from collections.abc import Callable
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import psycopg
+import pytest
+
+from eventpipe.archive.files import ArchivedSegment, Manifest
+from eventpipe.archive.write import write_segment
+from eventpipe.config import Config
+from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.processing import reprocess as rp
+from eventpipe.processing.job import process_pending
+from eventpipe.processing.version import code_version
+from eventpipe.state.store import StateStore
+from tests.conftest import make_config
+from tests.process import run, write_config
+
+DAY = date.fromisoformat
+MOVE_N = {"fields": [{"src": "/n", "dst": "/number", "action": "move"}]}
+
+
+def _event(n: int, stamp: str, kind: str = "page") -> dict[str, Any]:
+    return {"event_type": kind, "n": n, "_timestamp": stamp, "api_key": "web",
+            "eventn_ctx": {"event_id": f"e{n}"}}  # fmt: skip
+
+
+def _segment(data: Path, sealed: str, events: list[dict[str, Any]]) -> None:
+    (data / "incoming").mkdir(parents=True, exist_ok=True)
+    lines = b"".join(orjson.dumps(e) + b"\n" for e in events)
+    (data / "incoming" / f"incoming.tok=web-{sealed}.log").write_bytes(lines)
+
+
+def _three_days(data: Path) -> None:
+    """Days 2026-11-18..21: the 18th's event arrives late, on the 20th; one of the 20th's
+    arrives on the 21st; one event has a _timestamp that never converts."""
+    _segment(data, "2026-11-20T23-00-00.000", [
+        _event(1, "2026-11-20T08:00:00.000000Z"), _event(2, "2026-11-20T09:00:00.000000Z"),
+        _event(3, "2026-11-20T10:00:00Z", "click"), _event(4, "2026-11-18T12:00:00.000000Z"),
+        _event(5, "not a time"),
+    ])  # fmt: skip
+    _segment(data, "2026-11-21T23-00-00.000", [
+        _event(6, "2026-11-21T01:00:00.000000Z"), _event(7, "2026-11-21T02:00:00.000000Z"),
+        _event(8, "2026-11-21T01:30:00+05:00", "click"),  # an offset: the 20th in UTC
+    ])  # fmt: skip
+
+
+def _rows(path: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with duckdb.connect(str(path), read_only=True) as db:
+        tables = [t for (t,) in db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_name NOT LIKE '\\_%' "
+            "ESCAPE '\\' ORDER BY 1"
+        ).fetchall()]  # fmt: skip
+        return {
+            t: sorted(
+                db.execute(
+                    f"SELECT eventn_ctx_event_id, strftime(_timestamp, '%Y-%m-%d'), "
+                    f"{'number' if _has(db, t, 'number') else 'NULL'}, "
+                    f"{'n' if _has(db, t, 'n') else 'NULL'} FROM {t}"
+                ).fetchall()
+            )
+            for t in tables
+        }
+
+
+def _has(db: Any, table: str, column: str) -> bool:
+    return bool(db.execute(
+        "SELECT 1 FROM information_schema.columns WHERE table_name = ? AND column_name = ?",
+        [table, column],
+    ).fetchall())  # fmt: skip
+
+
+def _config(data: Path, mappings: dict[str, Any] | None = None, **dest: Any) -> Config:
+    warehouse = {"type": "duckdb", "table_name_template": "{{ event_type }}", **dest}
+    if mappings:
+        warehouse["mappings"] = mappings
+    return make_config(data, destinations={"warehouse": warehouse})
+
+
+def test_a_mapping_change_rebuilds_only_the_chosen_days(tmp_path: Path, spark: Any) -> None:
+    data = tmp_path / "data"
+    _three_days(data)
+    before = _config(data)
+    process_pending(before, spark)
+    assert not before.layout.sealed_segments()  # archived: reprocess reads the archive
+    loaded = _rows(before.layout.warehouse)
+    assert loaded["page"] == [
+        ("e1", "2026-11-20", None, 1), ("e2", "2026-11-20", None, 2),
+        ("e4", "2026-11-18", None, 4), ("e6", "2026-11-21", None, 6),
+        ("e7", "2026-11-21", None, 7),
+    ]  # fmt: skip
+    assert loaded["click"] == [("e3", "2026-11-20", None, 3), ("e8", "2026-11-20", None, 8)]
+    state = StateStore(before.layout.state)
+    old = code_version(before, "warehouse")
+    assert {d: [v.code_version for v in vs] for d, vs in state.day_versions(
+        "warehouse", "2026-11-01", "2026-11-30").items()} == {
+        "2026-11-18": [old], "2026-11-20": [old], "2026-11-21": [old]}  # fmt: skip
+
+    after = _config(data, MOVE_N)
+    new = code_version(after, "warehouse")
+    todo, results = rp.reprocess(spark, after, "warehouse", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert [r.plan.day for r in results] == ["2026-11-20"]
+    assert results[0].plan.reason == f"built with code version {old} (now {new})"
+    assert results[0].rows == {"page": 2, "click": 2}  # e8 arrived the next day: included
+    rebuilt = _rows(after.layout.warehouse)
+    assert rebuilt["page"] == [
+        ("e1", "2026-11-20", 1, None), ("e2", "2026-11-20", 2, None),
+        ("e4", "2026-11-18", None, 4), ("e6", "2026-11-21", None, 6),
+        ("e7", "2026-11-21", None, 7),
+    ]  # fmt: skip
+    assert rebuilt["click"] == [("e3", "2026-11-20", 3, None), ("e8", "2026-11-20", 8, None)]
+    with duckdb.connect(str(after.layout.warehouse), read_only=True) as db:
+        left = db.execute("SELECT table_name FROM information_schema.tables "
+                          "WHERE table_name LIKE '_eventpipe_rp_%'").fetchall()  # fmt: skip
+    assert left == []  # the shadows went with the swap
+
+    # Twice: nothing to do, nothing changes.
+    todo, results = rp.reprocess(spark, after, "warehouse", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert (results, todo.up_to_date) == ([], ["2026-11-20"])
+    assert _rows(after.layout.warehouse) == rebuilt
+
+    # The whole range: the days still built with the old mapping, the late one included.
+    todo, results = rp.reprocess(spark, after, "warehouse", DAY("2026-11-01"), DAY("2026-11-30"))
+    assert [r.plan.day for r in results] == ["2026-11-18", "2026-11-21"]
+    assert todo.up_to_date == ["2026-11-20"]
+    assert _rows(after.layout.warehouse)["page"] == [
+        ("e1", "2026-11-20", 1, None), ("e2", "2026-11-20", 2, None),
+        ("e4", "2026-11-18", 4, None), ("e6", "2026-11-21", 6, None),
+        ("e7", "2026-11-21", 7, None),
+    ]  # fmt: skip
+    versions = state.day_versions("warehouse", "2026-11-01", "2026-11-30")
+    assert {d: [v.code_version for v in vs] for d, vs in versions.items()} == {
+        "2026-11-18": [new], "2026-11-20": [new], "2026-11-21": [new]}  # fmt: skip
+    history = state.history()
+    assert history[0].trigger == "reprocess"
+    assert history[0].code_versions == {"warehouse": new}
+    # The event whose _timestamp never converts went to failed/ once, by the first run.
+    failed = (data / "failed" / "failed.dst=warehouse.log").read_bytes().splitlines()
+    assert len(failed) == 1
+    assert b'"e5"' in failed[0]
+
+
+def test_force_rebuilds_up_to_date_days_to_the_same_rows(tmp_path: Path, spark: Any) -> None:
+    data = tmp_path / "data"
+    _three_days(data)
+    config = _config(data)
+    process_pending(config, spark)
+    loaded = _rows(config.layout.warehouse)
+    todo, results = rp.reprocess(spark, config, "warehouse", DAY("2026-11-17"), DAY("2026-11-21"))
+    assert results == []
+    assert todo.up_to_date == ["2026-11-18", "2026-11-20", "2026-11-21"]
+    todo, results = rp.reprocess(spark, config, "warehouse", DAY("2026-11-20"), DAY("2026-11-21"),
+                                 force=True)  # fmt: skip
+    assert [(r.plan.day, r.plan.reason) for r in results] == [
+        ("2026-11-20", "--force"), ("2026-11-21", "--force")]  # fmt: skip
+    assert _rows(config.layout.warehouse) == loaded
+
+
+def test_a_changed_archive_file_is_ingested_again(tmp_path: Path, spark: Any) -> None:
+    data = tmp_path / "data"
+    _three_days(data)
+    config = _config(data)
+    process_pending(config, spark)
+    rp.reprocess(spark, config, "warehouse", DAY("2026-11-21"), DAY("2026-11-21"), force=True)
+    # The file holding the 21st is replaced (a repaired copy, say) with one more event.
+    [segment] = [
+        s for s in (config.layout.archive / "2026-11-21").iterdir() if s.name.endswith(".lz4")
+    ]
+    source = tmp_path / segment.name.removesuffix(".lz4")
+    _segment(tmp_path / "copy", "2026-11-21T23-00-00.000", [
+        _event(6, "2026-11-21T01:00:00.000000Z"), _event(7, "2026-11-21T02:00:00.000000Z"),
+        _event(8, "2026-11-21T01:30:00+05:00", "click"), _event(9, "2026-11-21T03:00:00Z"),
+    ])  # fmt: skip
+    shutil.move(tmp_path / "copy" / "incoming" / source.name, source)
+    write_segment(source, ArchivedSegment(segment), config.archive)
+    todo, results = rp.reprocess(spark, config, "warehouse", DAY("2026-11-18"), DAY("2026-11-21"))
+    assert [r.plan.day for r in results] == ["2026-11-21"]
+    assert results[0].plan.reason.startswith(f"archive file {source.name} changed")
+    assert ("e9", "2026-11-21", None, 9) in _rows(config.layout.warehouse)["page"]
+    assert todo.up_to_date == ["2026-11-18", "2026-11-20"]
+
+
+def test_a_pruned_day_is_refused_and_the_cli_reports_it(tmp_path: Path, spark: Any) -> None:
+    data = tmp_path / "data"
+    _three_days(data)
+    config = _config(data)
+    process_pending(config, spark)
+    path = write_config(tmp_path / "eventpipe.yaml", data, 0, destinations={
+        "warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}",
+                      "mappings": MOVE_N},
+    })  # fmt: skip
+    dry = run("reprocess", "--from", "2026-11-18", "--to", "2026-11-21", "--dry-run",
+              "-c", str(path))  # fmt: skip
+    assert dry.returncode == 0, dry.stderr
+    assert "warehouse 2026-11-20: would rebuild: built with code version" in dry.stdout
+    assert "3 day(s) to rebuild, 0 up to date, 0 refused" in dry.stdout
+    from eventpipe.archive import retention
+
+    retention.prune(config.layout, retention_days=1, today=DAY("2026-11-22"))  # the 20th goes
+    result = run("reprocess", "--from", "2026-11-18", "--to", "2026-11-21", "-c", str(path))
+    assert result.returncode == 1, result.stdout
+    assert "warehouse 2026-11-18: not rebuilt: the archive was pruned through 2026-11-20" in (
+        result.stdout
+    )
+    assert "warehouse 2026-11-21 (1/1): built with code version" in result.stdout
+    assert "warehouse: 1 day(s) rebuilt, 0 up to date, 2 refused" in result.stdout
+    assert "2 day(s) could not be rebuilt" in result.stderr
+    page = _rows(config.layout.warehouse)["page"]
+    assert ("e6", "2026-11-21", 6, None) in page
+    assert ("e1", "2026-11-20", None, 1) in page
+
+
+class Died(BaseException):
+    """The process died here."""
+
+
+def _dying(monkeypatch: pytest.MonkeyPatch, points: list[tuple[Any, str]]) -> Callable[[int], Any]:
+    """Wrap each (owner, name): the ``at``-th call of any of them, before or after, dies."""
+    state = {"at": 0, "calls": 0}
+
+    def wrap(real: Callable[..., Any]) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            point()
+            result = real(*args, **kwargs)
+            point()
+            return result
+
+        return call
+
+    def point() -> None:
+        state["calls"] += 1
+        if state["calls"] == state["at"]:
+            raise Died
+
+    for owner, name in points:
+        monkeypatch.setattr(owner, name, wrap(getattr(owner, name)))
+
+    def arm(at: int) -> dict[str, int]:
+        state["at"], state["calls"] = at, 0
+        return state
+
+    return arm
+
+
+def _digest(tables: dict[str, list[tuple[Any, ...]]]) -> str:
+    return hashlib.sha256(repr(sorted(tables.items())).encode()).hexdigest()
+
+
+@pytest.mark.slow
+def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = tmp_path / "base"
+    _three_days(base)
+    process_pending(_config(base), spark)
+
+    def fresh(name: str) -> Config:
+        shutil.copytree(base, tmp_path / name)
+        return _config(tmp_path / name, MOVE_N)
+
+    def reprocess(config: Config) -> None:
+        rp.reprocess(spark, config, "warehouse", DAY("2026-11-18"), DAY("2026-11-21"))
+
+    arm = _dying(monkeypatch, [
+        (DuckDBDestination, "load"), (DuckDBDestination, "replace_days"),
+        (StateStore, "rebuilt_day"), (StateStore, "record"), (rp, "_inputs"),
+    ])  # fmt: skip
+    clean = fresh("clean")
+    calls = arm(0)
+    reprocess(clean)
+    expected = _digest(_rows(clean.layout.warehouse))
+    total = calls["calls"]
+    assert total >= 12
+    deaths = range(1, total + 1, max(1, total // 8))
+    for at in deaths:
+        config = fresh(f"died{at}")
+        arm(at)
+        with contextlib.suppress(Died):
+            reprocess(config)
+        assert calls["calls"] >= at  # it died
+        arm(0)
+        reprocess(config)
+        assert _digest(_rows(config.layout.warehouse)) == expected, f"died at call {at}"
+        state = StateStore(config.layout.state)
+        days = state.day_versions("warehouse", "2026-11-18", "2026-11-21")
+        assert all(len(v) == 1 for v in days.values()), days
+        assert not list((config.layout.tmp).glob("reprocess-*"))
+    print(f"\n{len(deaths)} deaths among {total} points of a 3-day reprocess: the tables equal")
+
+
+def test_reprocess_replaces_a_days_rows_in_postgres(
+    tmp_path: Path, spark: Any, postgres_dsn: str, postgres_schema: str
+) -> None:
+    data = tmp_path / "data"
+    _three_days(data)
+    pg = {
+        "type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
+        "table_name_template": "{{ event_type }}", "primary_key": ["eventn_ctx_event_id"],
+    }  # fmt: skip
+    process_pending(make_config(data, destinations={"pg": pg}), spark)
+    after = make_config(data, destinations={"pg": {**pg, "mappings": MOVE_N}})
+    _, results = rp.reprocess(spark, after, "pg", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert results[0].rows == {"page": 2, "click": 2}
+    with psycopg.connect(postgres_dsn) as db:
+        rows = db.execute(
+            f'SELECT eventn_ctx_event_id, number, n FROM "{postgres_schema}".page ORDER BY 1'
+        ).fetchall()
+        shadows = db.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+            "AND table_name LIKE '\\_eventpipe\\_rp\\_%%'",
+            [postgres_schema],
+        ).fetchall()
+    assert rows == [("e1", 1, None), ("e2", 2, None), ("e4", None, 4), ("e6", None, 6),
+                    ("e7", None, 7)]  # fmt: skip
+    assert shadows == []
+    _, results = rp.reprocess(spark, after, "pg", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert results == []
+
+
+def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
+    config = make_config(tmp_path, destinations={"files": {"type": "parquet"}})
+    with pytest.raises(Exception, match="only duckdb and postgres"):
+        rp.replaceable(config, "files")
+
+
+def test_the_manifest_names_the_days_of_its_events(tmp_path: Path, spark: Any) -> None:
+    data = tmp_path / "data"
+    _three_days(data)
+    process_pending(_config(data), spark)
+    manifests = sorted((data / "archive").glob("*/*.manifest.json"))
+    days = [Manifest.read(m).days for m in manifests]
+    # "not a time" has no date: that file is read for every day; the offset counts for
+    # its date and the days around it.
+    assert days == [None, ("2026-11-20", "2026-11-21", "2026-11-22")]
