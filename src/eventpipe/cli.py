@@ -251,8 +251,9 @@ def reprocess(
             for day, why in todo.refused:
                 click.echo(f"{dest_id} {day}: not rebuilt: {why}")
             refused += len(todo.refused)
+            days = sum(len(result.plan.days) for result in results)
             click.echo(
-                f"{dest_id}: {len(results)} day(s) rebuilt, {len(todo.up_to_date)} up to "
+                f"{dest_id}: {days} day(s) rebuilt, {len(todo.up_to_date)} up to "
                 f"date, {len(todo.refused)} refused (code version {todo.version})"
             )
 
@@ -262,13 +263,16 @@ def reprocess(
 
 
 def _print_plan(todo: Any) -> None:
-    for day in todo.days:
-        click.echo(f"{day.destination} {day.day}: would rebuild: {day.reason}; "
-                   f"{len(day.sources)} file(s)")  # fmt: skip
+    for group in todo.groups:
+        for day, why in zip(group.days, group.reasons, strict=True):
+            click.echo(f"{group.destination} {day}: would rebuild: {why}; "
+                       f"{len(group.sources)} file(s)")  # fmt: skip
     for day, why in todo.refused:
         click.echo(f"{day}: not rebuilt: {why}")
-    click.echo(f"{len(todo.days)} day(s) to rebuild, {len(todo.up_to_date)} up to date, "
-               f"{len(todo.refused)} refused (code version {todo.version})")  # fmt: skip
+    days = sum(len(group.days) for group in todo.groups)
+    click.echo(f"{days} day(s) to rebuild in {len(todo.groups)} run(s), "
+               f"{len(todo.up_to_date)} up to date, {len(todo.refused)} refused "
+               f"(code version {todo.version})")  # fmt: skip
 
 
 @cli.group("archive")

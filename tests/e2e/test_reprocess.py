@@ -112,7 +112,7 @@ def test_a_mapping_change_rebuilds_only_the_chosen_days(tmp_path: Path, spark: A
     after = _config(data, MOVE_N)
     new = code_version(after, "warehouse")
     todo, results = rp.reprocess(spark, after, "warehouse", DAY("2026-11-20"), DAY("2026-11-20"))
-    assert [r.plan.day for r in results] == ["2026-11-20"]
+    assert [r.plan.days for r in results] == [("2026-11-20",)]
     assert results[0].plan.reason == f"built with code version {old} (now {new})"
     assert results[0].rows == {"page": 2, "click": 2}  # e8 arrived the next day: included
     rebuilt = _rows(after.layout.warehouse)
@@ -134,7 +134,8 @@ def test_a_mapping_change_rebuilds_only_the_chosen_days(tmp_path: Path, spark: A
 
     # The whole range: the days still built with the old mapping, the late one included.
     todo, results = rp.reprocess(spark, after, "warehouse", DAY("2026-11-01"), DAY("2026-11-30"))
-    assert [r.plan.day for r in results] == ["2026-11-18", "2026-11-21"]
+    # Read from different files (the 18th's only from the first): two runs.
+    assert [r.plan.days for r in results] == [("2026-11-18",), ("2026-11-21",)]
     assert todo.up_to_date == ["2026-11-20"]
     assert _rows(after.layout.warehouse)["page"] == [
         ("e1", "2026-11-20", 1, None), ("e2", "2026-11-20", 2, None),
@@ -164,8 +165,9 @@ def test_force_rebuilds_up_to_date_days_to_the_same_rows(tmp_path: Path, spark: 
     assert todo.up_to_date == ["2026-11-18", "2026-11-20", "2026-11-21"]
     todo, results = rp.reprocess(spark, config, "warehouse", DAY("2026-11-20"), DAY("2026-11-21"),
                                  force=True)  # fmt: skip
-    assert [(r.plan.day, r.plan.reason) for r in results] == [
-        ("2026-11-20", "--force"), ("2026-11-21", "--force")]  # fmt: skip
+    # Both days are read from the same two files: one run rebuilds them.
+    assert [(r.plan.days, r.plan.reason) for r in results] == [
+        (("2026-11-20", "2026-11-21"), "--force")]  # fmt: skip
     assert _rows(config.layout.warehouse) == loaded
 
 
@@ -187,7 +189,7 @@ def test_a_changed_archive_file_is_ingested_again(tmp_path: Path, spark: Any) ->
     shutil.move(tmp_path / "copy" / "incoming" / source.name, source)
     write_segment(source, ArchivedSegment(segment), config.archive)
     todo, results = rp.reprocess(spark, config, "warehouse", DAY("2026-11-18"), DAY("2026-11-21"))
-    assert [r.plan.day for r in results] == ["2026-11-21"]
+    assert [r.plan.days for r in results] == [("2026-11-21",)]
     assert results[0].plan.reason.startswith(f"archive file {source.name} changed")
     assert ("e9", "2026-11-21", None, 9) in _rows(config.layout.warehouse)["page"]
     assert todo.up_to_date == ["2026-11-18", "2026-11-20"]
@@ -206,7 +208,7 @@ def test_a_pruned_day_is_refused_and_the_cli_reports_it(tmp_path: Path, spark: A
               "-c", str(path))  # fmt: skip
     assert dry.returncode == 0, dry.stderr
     assert "warehouse 2026-11-20: would rebuild: built with code version" in dry.stdout
-    assert "3 day(s) to rebuild, 0 up to date, 0 refused" in dry.stdout
+    assert "3 day(s) to rebuild in 2 run(s), 0 up to date, 0 refused" in dry.stdout
     from eventpipe.archive import retention
 
     retention.prune(config.layout, retention_days=1, today=DAY("2026-11-22"))  # the 20th goes
@@ -276,7 +278,7 @@ def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
 
     arm = _dying(monkeypatch, [
         (DuckDBDestination, "load"), (DuckDBDestination, "replace_days"),
-        (StateStore, "rebuilt_day"), (StateStore, "record"), (rp, "_inputs"),
+        (StateStore, "rebuilt_days"), (StateStore, "record"), (rp, "_inputs"),
     ])  # fmt: skip
     clean = fresh("clean")
     calls = arm(0)

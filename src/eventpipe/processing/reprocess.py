@@ -25,11 +25,13 @@ Rebuilding a day, for one destination:
    drops the shadows; it is recorded under the run id, so it happens once;
 4. the day's record becomes the current version and the archive files read, with sha1.
 
-Each day is its own run, so a long reprocess shows progress per day, and when it is
-interrupted the days done stay done. A day interrupted is resumed by the next reprocess
-under the same run id (its staged files and shadow loads are reused; nothing loads
-twice) while its version and inputs are the same; if they changed, the old attempt is
-abandoned (its shadows dropped) and the day starts again.
+Days are rebuilt one run after the other, the days read from the same files together
+(a file whose events span a month is read once, not once a day), so a long reprocess
+shows progress as runs finish, and when it is interrupted the days done stay done. A run
+interrupted is resumed by the next reprocess under the same run id (its staged files and
+shadow loads are reused; nothing loads twice) while its days, version and files are the
+same; otherwise the old attempt is abandoned (its shadows dropped) and its days start
+again.
 """
 
 from __future__ import annotations
@@ -141,26 +143,41 @@ class Source:
 
 @dataclass(frozen=True)
 class DayPlan:
+    """Days of one destination rebuilt in one run: those read from the same files (every
+    day of a file whose events span a month is rebuilt with one read of it)."""
+
     destination: str
-    day: str
-    reason: str
+    days: tuple[str, ...]
+    reasons: tuple[str, ...]
+    """Why each day is rebuilt."""
     sources: tuple[Source, ...]
+
+    @property
+    def label(self) -> str:
+        if len(self.days) == 1:
+            return self.days[0]
+        return f"{self.days[0]}..{self.days[-1]} ({len(self.days)} days)"
+
+    @property
+    def reason(self) -> str:
+        return "; ".join(dict.fromkeys(self.reasons))
 
     @property
     def inputs(self) -> dict[str, str]:
         return {s.name: s.sha1 for s in self.sources}
 
-    @property
-    def digest(self) -> str:
-        """Of the code version's inputs: the files and their checksums."""
+    def entry(self, version: str) -> str:
+        """The run's name for this work: the same days, version and files, the same
+        name (a run interrupted is found again by it)."""
         text = "\n".join(f"{s.name} {s.sha1}" for s in self.sources)
-        return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
+        digest = hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
+        return f"reprocess.dst={self.destination}/{','.join(self.days)}/{version}/{digest}"
 
 
 @dataclass
 class Plan:
     version: str
-    days: list[DayPlan] = field(default_factory=list)
+    groups: list[DayPlan] = field(default_factory=list)
     up_to_date: list[str] = field(default_factory=list)
     refused: list[tuple[str, str]] = field(default_factory=list)
     """(day, why): days that cannot be rebuilt (their archive was pruned)."""
@@ -221,6 +238,7 @@ def plan(
             hinted.update(_dates(first, last))
         days = sorted({*days, *hinted})
     pruned = pruned_through(layout)
+    groups: dict[tuple[Source, ...], list[tuple[str, str]]] = {}
     for day in days:
         sources = tuple([s for s, hint in archived if hint is None or day in hint] + in_incoming)
         why = _stale(day, recorded.get(day), version, {s.name: s for s, _ in archived})
@@ -236,7 +254,11 @@ def plan(
             if day in recorded:
                 result.refused.append((day, "no archived events of the day are left"))
             continue
-        result.days.append(DayPlan(destination_id, day, why, sources))
+        groups.setdefault(sources, []).append((day, why))
+    for sources, stale in groups.items():
+        days_of, reasons = zip(*stale, strict=True)
+        result.groups.append(DayPlan(destination_id, days_of, reasons, sources))
+    result.groups.sort(key=lambda group: group.days)
     return result
 
 
@@ -307,42 +329,45 @@ def reprocess(
     progress: Callable[[str], None] = log.info,
 ) -> tuple[Plan, list[DayResult]]:
     """Rebuild the days of ``first``..``last`` of one destination that need it (see the
-    module's docstring), one day after the other; the plan and each day's result."""
+    module's docstring), one run after the other; the plan and each run's result."""
     with pipeline_lock(config.layout):
         state = StateStore(config.layout.state)
+        _clean_tmp(config, state)
         todo = plan(config, state, destination_id, first, last, force)
         results = []
-        for number, day in enumerate(todo.days, 1):
-            shutdown.check(f"the reprocess of {day.day}")
+        for number, group in enumerate(todo.groups, 1):
+            shutdown.check(f"the reprocess of {group.label}")
             progress(
-                f"{destination_id} {day.day} ({number}/{len(todo.days)}): {day.reason}; "
-                f"{len(day.sources)} file(s)"
+                f"{destination_id} {group.label} ({number}/{len(todo.groups)}): "
+                f"{group.reason}; {len(group.sources)} file(s)"
             )
-            results.append(rebuild_day(spark, config, state, day, todo.version))
+            results.append(rebuild(spark, config, state, group, todo.version))
             done = results[-1]
             progress(
-                f"{destination_id} {day.day}: {sum(done.rows.values()):,} row(s) in "
+                f"{destination_id} {group.label}: {sum(done.rows.values()):,} row(s) in "
                 f"{len(done.rows)} table(s), {done.seconds:.1f} s"
                 + (" (resumed)" if done.resumed else "")
             )
         return todo, results
 
 
-def rebuild_day(
-    spark: SparkSession, config: Config, state: StateStore, day: DayPlan, version: str
+def rebuild(
+    spark: SparkSession, config: Config, state: StateStore, group: DayPlan, version: str
 ) -> DayResult:
-    """Rebuild one destination x day (the module's docstring, steps 1 to 4)."""
+    """Rebuild one destination's days of ``group`` (the module's docstring, steps 1-4)."""
     started = time.monotonic()
-    dest_id = day.destination
+    dest_id = group.destination
     dest = config.destinations[dest_id]
-    entry = f"reprocess.dst={dest_id}/{day.day}/{version}/{day.digest}"
+    entry = group.entry(version)
     # A duckdb or postgres destination (plan() checked the type).
     destination = cast(Replaceable, open_destination(dest_id, dest, config))
     run_id = None
-    for older, older_entry in state.unfinished_reprocesses(f"reprocess.dst={dest_id}/{day.day}/"):
+    for older, older_entry in state.unfinished_reprocesses(f"reprocess.dst={dest_id}/"):
         if older_entry == entry and run_id is None:
             run_id = older
-        else:  # its version or inputs changed: it will never be finished
+        elif set(older_entry.split("/")[1].split(",")) & set(group.days):
+            # The same days, but the version, the files or the grouping changed: it will
+            # never be finished.
             _drop_shadows(destination, older)
             state.abandon_run(older, "superseded: the code version or the archive changed")
     resumed = run_id is not None
@@ -350,12 +375,12 @@ def rebuild_day(
     state.begin_reprocess(run_id, entry, dest_id, version)
     report = None
     if not state.table_ok([entry], dest_id, ALL_TABLES):
-        paths = [str(p) for p in _inputs(config, run_id, day.sources)]
+        paths = [str(p) for p in _inputs(config, run_id, group.sources)]
         only = config.model_copy(update={"destinations": {dest_id: dest}})
         report = RunReport(run_id, (entry,), resumed)
         _run_job(spark, only, run_id, {dest_id: (entry,)}, paths, state, report,
-                 rebuild=Rebuild((day.day,), lambda d: Shadowed(d, run_id)))  # fmt: skip
-    shutdown.check(f"the swap of {day.day}")
+                 rebuild=Rebuild(group.days, lambda d: Shadowed(d, run_id)))  # fmt: skip
+    shutdown.check(f"the swap of {group.label}")
     loaded = state.loaded_tables(entry, dest_id)
     shadows = {t: shadow_name(run_id, t) for t in loaded}
     for table, shadow in shadows.items():  # columns the rebuilt rows have and the table not
@@ -364,11 +389,20 @@ def rebuild_day(
             current = destination.describe(table)
             destination.patch(diff(current, Table(table, built.columns, dest.primary_key)))
     tables = tuple(sorted({*state.destination_tables(dest_id), *loaded}))
-    swap = DaySwap(run_id, (day.day,), tables, shadows, dest.primary_key)
+    swap = DaySwap(run_id, group.days, tables, shadows, dest.primary_key)
     rows = destination.replace_days(swap)
-    state.rebuilt_day(dest_id, day.day, version, day.inputs, run_id)
+    state.rebuilt_days(dest_id, group.days, version, group.inputs, run_id)
     shutil.rmtree(config.layout.tmp / run_id, ignore_errors=True)
-    return DayResult(day, run_id, rows, time.monotonic() - started, resumed, report)
+    return DayResult(group, run_id, rows, time.monotonic() - started, resumed, report)
+
+
+def _clean_tmp(config: Config, state: StateStore) -> None:
+    """Remove the tmp/ files of reprocess runs that finished (a death between the swap's
+    record and their removal leaves them) or were abandoned."""
+    unfinished = {run_id for run_id, _ in state.unfinished_reprocesses("reprocess.dst=")}
+    for directory in config.layout.tmp.glob("reprocess-*"):
+        if directory.name not in unfinished:
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 def _drop_shadows(destination: Replaceable, run_id: str) -> None:

@@ -388,25 +388,26 @@ class StateStore:
             found.setdefault(day, []).append(DayVersion(day, version, recorded))
         return found
 
-    def rebuilt_day(
+    def rebuilt_days(
         self,
         destination: str,
-        day: str,
+        days: Sequence[str],
         code_version: str,
         inputs: Mapping[str, str],
         run_id: str,
     ) -> None:
-        """A reprocess replaced ``destination``'s rows of ``day``: its only version now,
+        """A reprocess replaced ``destination``'s rows of ``days``: their only version now,
         and the run is done (its per-table progress records are dropped)."""
+        recorded = json.dumps(dict(inputs), sort_keys=True)
         with self._db() as db:
-            db.execute(
-                "DELETE FROM day_versions WHERE destination = ? AND day = ?", (destination, day)
+            db.executemany(
+                "DELETE FROM day_versions WHERE destination = ? AND day = ?",
+                [(destination, day) for day in days],
             )
-            db.execute(
+            db.executemany(
                 "INSERT INTO day_versions VALUES (?, ?, ?, ?, ?, ?)",
-                (destination, day, code_version, json.dumps(dict(inputs), sort_keys=True),
-                 run_id, _now()),
-            )  # fmt: skip
+                [(destination, day, code_version, recorded, run_id, _now()) for day in days],
+            )
             db.execute(
                 "DELETE FROM segment_status WHERE run_id = ? AND destination = ?",
                 (run_id, destination),
