@@ -39,6 +39,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/http_sink.py
 	$(BIN)/python bench/poison.py
 	$(BIN)/python bench/archive.py
+	$(BIN)/python bench/reprocess.py
 
 setup: $(STAMP) java
 
