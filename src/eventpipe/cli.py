@@ -234,30 +234,38 @@ def reprocess(
         raise ConfigError("no duckdb or postgres destination to reprocess")
     for dest_id in targets:
         rp.replaceable(config, dest_id)
+    state = StateStore(config.layout.state)
+    plans = {d: rp.plan(config, state, d, start, end, force) for d in targets}
     if dry_run:
-        state = StateStore(config.layout.state)
-        for dest_id in targets:
-            _print_plan(rp.plan(config, state, dest_id, start, end, force))
+        for todo in plans.values():
+            _print_plan(todo)
         return
     grace = config.processing.shutdown_grace_seconds
     signal.signal(signal.SIGTERM, lambda signum, frame: shutdown.request(grace))
     refused = 0
 
-    def run(spark: Any) -> None:
+    def summary(dest_id: str, todo: Any, results: list[Any]) -> None:
         nonlocal refused
+        for day, why in todo.refused:
+            click.echo(f"{dest_id} {day}: not rebuilt: {why}")
+        refused += len(todo.refused)
+        days = sum(len(result.plan.days) for result in results)
+        click.echo(
+            f"{dest_id}: {days} day(s) rebuilt, {len(todo.up_to_date)} up to "
+            f"date, {len(todo.refused)} refused (code version {todo.version})"
+        )
+
+    def run(spark: Any) -> None:
         for dest_id in targets:
             todo, results = rp.reprocess(spark, config, dest_id, start, end, force=force,
                                          progress=click.echo)  # fmt: skip
-            for day, why in todo.refused:
-                click.echo(f"{dest_id} {day}: not rebuilt: {why}")
-            refused += len(todo.refused)
-            days = sum(len(result.plan.days) for result in results)
-            click.echo(
-                f"{dest_id}: {days} day(s) rebuilt, {len(todo.up_to_date)} up to "
-                f"date, {len(todo.refused)} refused (code version {todo.version})"
-            )
+            summary(dest_id, todo, results)
 
-    _with_spark(config, run)
+    if any(todo.groups for todo in plans.values()):
+        _with_spark(config, run)
+    else:  # nothing to rebuild: no Spark session (15 s) for nothing
+        for dest_id, todo in plans.items():
+            summary(dest_id, todo, [])
     if refused:
         raise EventpipeError(f"{refused} day(s) could not be rebuilt (listed above)")
 
