@@ -92,6 +92,25 @@ def of_days(quote: Callable[[str], str], days: Sequence[str]) -> str:
     )
 
 
+def delete_days(
+    swap: DaySwap,
+    quote: Callable[[str], str],
+    describe: Callable[[str], Table | None],
+    delete: Callable[[str, str], object],
+    destination_id: str,
+) -> None:
+    """Call ``delete(table, where)`` for each of ``swap.tables`` that exists, ``where``
+    selecting the rows of ``swap.days``; a table without ``_timestamp`` is refused."""
+    where = of_days(quote, swap.days)
+    for table in swap.tables:
+        current = describe(table)
+        if current is None:
+            continue
+        if "_timestamp" not in current.columns:
+            raise no_timestamp(destination_id, table)
+        delete(table, where)
+
+
 def no_timestamp(destination_id: str, table: str) -> TerminalError:
     return TerminalError(
         f"{destination_id}.{table} has no _timestamp column: its rows cannot be told apart "

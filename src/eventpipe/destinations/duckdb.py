@@ -30,8 +30,7 @@ from eventpipe.destinations.base import (
     DaySwap,
     LoadRequest,
     LoadResult,
-    no_timestamp,
-    of_days,
+    delete_days,
     table_lock,
 )
 from eventpipe.errors import TerminalError, TransientError
@@ -201,14 +200,9 @@ class DuckDBDestination:
                 if done:
                     db.execute("ROLLBACK")
                     return {t: int(n) for t, n in done if t != ALL_SWAPPED}
-                where = of_days(q, swap.days)
-                for table in swap.tables:
-                    current = _describe(db, table)
-                    if current is None:
-                        continue
-                    if "_timestamp" not in current.columns:
-                        raise no_timestamp(self.id, table)
-                    db.execute(f"DELETE FROM {q(table)} WHERE {where}")
+                delete_days(swap, q, lambda t: _describe(db, t),
+                            lambda t, where: db.execute(f"DELETE FROM {q(t)} WHERE {where}"),
+                            self.id)  # fmt: skip
                 moved: dict[str, int] = {}
                 for table, shadow in sorted(swap.shadows.items()):
                     described = _describe(db, shadow)

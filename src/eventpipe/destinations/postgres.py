@@ -44,8 +44,7 @@ from eventpipe.destinations.base import (
     DaySwap,
     LoadRequest,
     LoadResult,
-    no_timestamp,
-    of_days,
+    delete_days,
 )
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.schema.dialects import POSTGRES
@@ -326,14 +325,9 @@ class PostgresDestination:
             ).fetchall()
             if done:
                 return {t: int(n) for t, n in done if t != ALL_SWAPPED}
-            where = of_days(q, swap.days)
-            for table in swap.tables:
-                current = self._describe(db, table)
-                if current is None:
-                    continue
-                if "_timestamp" not in current.columns:
-                    raise no_timestamp(self.id, table)
-                db.execute(f"DELETE FROM {self._name(table)} WHERE {where}")
+            delete_days(swap, q, lambda t: self._describe(db, t),
+                        lambda t, where: db.execute(f"DELETE FROM {self._name(t)} WHERE {where}"),
+                        self.id)  # fmt: skip
             moved: dict[str, int] = {}
             for table, shadow in sorted(swap.shadows.items()):
                 described = self._describe(db, shadow)
