@@ -176,7 +176,7 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
     from eventpipe.processing.job import replay_failed
 
     config = _load(config_path).config
-    _destination(config, destination_id)
+    config.destination(destination_id)
     report = _with_spark(config, lambda spark: replay_failed(config, spark, destination_id))
     if report is None:
         click.echo(f"nothing to replay: no failed events for {destination_id}")
@@ -427,7 +427,7 @@ def log_show(
 
     from eventpipe.processing.job import preview
 
-    _destination(config, destination_id)
+    config.destination(destination_id)
     lines = [line for _, line in found]
     previews = _with_spark(config, lambda spark: preview(config, spark, destination_id, lines))
     for (position, _), shown in zip(found, previews, strict=True):
@@ -451,7 +451,7 @@ def log_ack(config_path: Path | None, destination_id: str, end: str) -> None:
     from eventpipe.processing.operator import acknowledge
 
     config = _load(config_path).config
-    _destination(config, destination_id)
+    config.destination(destination_id)
     marked = acknowledge(config, destination_id, Position.parse(end))
     if not marked:
         click.echo(f"nothing to acknowledge: {destination_id} has handled it already")
@@ -468,7 +468,7 @@ def log_step(config_path: Path | None, destination_id: str) -> None:
     from eventpipe.state.store import SENT_TABLE
 
     config = _load(config_path).config
-    _destination(config, destination_id)
+    config.destination(destination_id)
     done = _with_spark(config, lambda spark: step(config, spark, destination_id))
     if done is None:
         click.echo(f"nothing pending for {destination_id}")
@@ -510,12 +510,6 @@ def _with_spark(config: Any, call: Callable[[Any], T]) -> T:
         return call(spark)
     finally:
         spark.stop()
-
-
-def _destination(config: Any, destination_id: str) -> None:
-    if destination_id not in config.destinations:
-        known = ", ".join(sorted(config.destinations))
-        raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
 
 
 def _print_report(report: Any) -> None:

@@ -449,6 +449,13 @@ class Config(_Model):
     def layout(self) -> DataLayout:
         return DataLayout(self.data_dir)
 
+    def destination(self, destination_id: str) -> DestinationConfig:
+        """The destination ``destination_id``; ConfigError naming the configured ones."""
+        if destination_id not in self.destinations:
+            known = ", ".join(sorted(self.destinations))
+            raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
+        return self.destinations[destination_id]
+
 
 class LoadedConfig(_Model):
     """A config and where it came from (for start-up messages)."""

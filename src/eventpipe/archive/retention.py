@@ -16,6 +16,7 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from eventpipe.archive.files import ArchiveFormatError, Manifest, day_dirs, segments_of_day
+from eventpipe.archive.write import write_durably
 from eventpipe.events import utc_now
 from eventpipe.paths import DataLayout
 
@@ -61,9 +62,7 @@ def prune(
     if deleted:
         newest = max(d.name for d in deleted)
         if newest > (pruned_through(layout) or ""):
-            marker = layout.archive / PRUNED_THROUGH
-            marker.with_name(marker.name + ".partial").write_text(newest + "\n")
-            marker.with_name(marker.name + ".partial").replace(marker)
+            write_durably(layout.archive / PRUNED_THROUGH, f"{newest}\n".encode())
     return deleted
 
 

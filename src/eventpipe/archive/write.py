@@ -124,8 +124,8 @@ def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig
         days=None if days is None else tuple(sorted(days)),
     )
     for path, data in ((target.index, index), (target.ids, id_bytes)):
-        _write_durably(path, data)
-    _write_durably(target.manifest, manifest.to_json())
+        write_durably(path, data)
+    write_durably(target.manifest, manifest.to_json())
     os.replace(partial, target.data)
     fsync_directory(target.data.parent)
     return manifest
@@ -170,7 +170,7 @@ def _frame_length(lines: list[bytes], settings: ArchiveConfig) -> int:
     return count
 
 
-def _write_durably(path: Path, data: bytes) -> None:
+def write_durably(path: Path, data: bytes) -> None:
     partial = path.with_name(path.name + ".partial")
     with partial.open("wb") as out:
         out.write(data)

@@ -764,10 +764,10 @@ def _stage_events(
 def _day_of(schema: StructType) -> Column:
     """Each raw event's UTC day (``yyyy-MM-dd``) by its ``_timestamp`` converted as the
     pipeline converts it (null where it does not convert: such events load nowhere)."""
-    if "_timestamp" not in schema.fieldNames():
+    if TIMESTAMP not in schema.fieldNames():
         return F.lit(None).cast("string")
-    source = schema["_timestamp"].dataType
-    return F.date_format(cast_to(F.col("_timestamp"), DataType.TIMESTAMP, source), "yyyy-MM-dd")
+    source = schema[TIMESTAMP].dataType
+    return F.date_format(cast_to(F.col(TIMESTAMP), DataType.TIMESTAMP, source), "yyyy-MM-dd")
 
 
 def _segment_name() -> Column:

@@ -54,9 +54,7 @@ class Step:
 
 def _batch_destination(config: Config, dest_id: str) -> list[str]:
     batch = list(batch_destinations(config))
-    if dest_id not in config.destinations:
-        known = ", ".join(sorted(config.destinations))
-        raise ConfigError(f"no destination {dest_id!r} (configured: {known})")
+    config.destination(dest_id)
     if dest_id not in batch:
         raise ConfigError(
             f"{dest_id} is in stream mode: its progress is its stream's checkpoint",

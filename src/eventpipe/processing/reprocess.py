@@ -51,7 +51,13 @@ from typing import TYPE_CHECKING, Any, cast
 
 import lz4.frame
 
-from eventpipe.archive.files import ArchiveFormatError, Manifest, day_dirs, segments_of_day
+from eventpipe.archive.files import (
+    SUFFIX,
+    ArchiveFormatError,
+    Manifest,
+    day_dirs,
+    segments_of_day,
+)
 from eventpipe.archive.retention import pruned_through
 from eventpipe.config import Config
 from eventpipe.destinations.base import (
@@ -174,6 +180,11 @@ class DayPlan:
         return f"reprocess.dst={self.destination}/{','.join(self.days)}/{version}/{digest}"
 
 
+def entry_days(entry: str) -> set[str]:
+    """The days of a reprocess run's entry (:meth:`DayPlan.entry`)."""
+    return set(entry.split("/")[1].split(","))
+
+
 @dataclass
 class Plan:
     version: str
@@ -196,10 +207,7 @@ class DayResult:
 def replaceable(config: Config, destination_id: str) -> None:
     """Raise ConfigError unless ``destination_id`` is a batch destination whose days can
     be replaced."""
-    dest = config.destinations.get(destination_id)
-    if dest is None:
-        known = ", ".join(sorted(config.destinations))
-        raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
+    dest = config.destination(destination_id)
     if dest.type not in REPLACEABLE:
         raise ConfigError(
             f"destination {destination_id!r} is of type {dest.type}: reprocess replaces a "
@@ -238,10 +246,11 @@ def plan(
             hinted.update(_dates(first, last))
         days = sorted({*days, *hinted})
     pruned = pruned_through(layout)
+    by_name = {s.name: s for s, _ in archived}
     groups: dict[tuple[Source, ...], list[tuple[str, str]]] = {}
     for day in days:
         sources = tuple([s for s, hint in archived if hint is None or day in hint] + in_incoming)
-        why = _stale(day, recorded.get(day), version, {s.name: s for s, _ in archived})
+        why = _stale(day, recorded.get(day), version, by_name)
         if force:
             why = why or "--force"
         if why is None:
@@ -365,7 +374,7 @@ def rebuild(
     for older, older_entry in state.unfinished_reprocesses(f"reprocess.dst={dest_id}/"):
         if older_entry == entry and run_id is None:
             run_id = older
-        elif set(older_entry.split("/")[1].split(",")) & set(group.days):
+        elif entry_days(older_entry) & set(group.days):
             # The same days, but the version, the files or the grouping changed: it will
             # never be finished.
             _drop_shadows(destination, older)
@@ -420,7 +429,7 @@ def _inputs(config: Config, run_id: str, sources: tuple[Source, ...]) -> list[Pa
     out.mkdir(parents=True, exist_ok=True)
     paths = []
     for source in sources:
-        if source.path.suffix != ".lz4":
+        if not source.path.name.endswith(SUFFIX):
             paths.append(source.path)
             continue
         target = out / source.name

@@ -295,32 +295,20 @@ class StateStore:
         fixed = None if plan is None else {d: tuple(s) for d, s in plan.items()}
         run = Run(f"run-{uuid.uuid4().hex[:12]}", tuple(segments), trigger, plan=fixed)
         with self._db() as db:
-            db.execute(
-                "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan, "
-                "code_versions) VALUES (?, ?, ?, 'running', ?, ?, ?)",
-                (run.run_id, trigger, _now(), json.dumps(list(segments)),
-                 None if fixed is None else json.dumps(fixed),
-                 json.dumps(dict(code_versions or {}))),
-            )  # fmt: skip
+            _insert_run(db, run, code_versions or {})
         return run
 
-    def begin_reprocess(self, run_id: str, entry: str, destination: str, version: str) -> Run:
-        """Record the reprocess run ``run_id`` of one destination x day (``entry``), or
-        find it again: a reprocess interrupted is resumed under the same id (the id is
-        made from what it rebuilds, so the same work gets the same id)."""
+    def begin_reprocess(self, run_id: str, entry: str, destination: str, version: str) -> None:
+        """Record the reprocess run ``run_id`` of one destination's days (``entry``), or
+        mark it running again: an interrupted one is resumed under its id (found by its
+        entry, :meth:`unfinished_reprocesses`)."""
+        run = Run(run_id, (entry,), REPROCESS, plan={destination: (entry,)})
         with self._db() as db:
             found = db.execute("SELECT 1 FROM runs WHERE run_id = ?", (run_id,)).fetchone()
             if found is None:
-                db.execute(
-                    "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan, "
-                    "code_versions) VALUES (?, ?, ?, 'running', ?, ?, ?)",
-                    (run_id, REPROCESS, _now(), json.dumps([entry]),
-                     json.dumps({destination: [entry]}), json.dumps({destination: version})),
-                )  # fmt: skip
+                _insert_run(db, run, {destination: version})
             else:
                 db.execute("UPDATE runs SET status = 'running' WHERE run_id = ?", (run_id,))
-        return Run(run_id, (entry,), REPROCESS, resumed=found is not None,
-                   plan={destination: (entry,)})  # fmt: skip
 
     def unfinished_reprocesses(self, prefix: str) -> list[tuple[str, str]]:
         """(run id, entry) of the reprocess runs not done whose entry starts with
@@ -636,6 +624,15 @@ class StateStore:
                     "FROM segment_status ORDER BY segment, destination, tbl"
                 )
             )
+
+
+def _insert_run(db: sqlite3.Connection, run: Run, code_versions: Mapping[str, str]) -> None:
+    db.execute(
+        "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan, "
+        "code_versions) VALUES (?, ?, ?, 'running', ?, ?, ?)",
+        (run.run_id, run.trigger, _now(), json.dumps(list(run.segments)),
+         None if run.plan is None else json.dumps(run.plan), json.dumps(dict(code_versions))),
+    )  # fmt: skip
 
 
 def _record(
