@@ -40,6 +40,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/poison.py
 	$(BIN)/python bench/archive.py
 	$(BIN)/python bench/reprocess.py
+	$(BIN)/python bench/state.py
 
 setup: $(STAMP) java
 

@@ -168,3 +168,17 @@ def postgres_schema(postgres_dsn: str) -> Iterator[str]:
     yield schema
     with psycopg.connect(postgres_dsn, autocommit=True) as db:
         db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def postgres_state(postgres_dsn: str) -> Iterator[dict[str, str]]:
+    """A ``state:`` config: a PostgreSQL state store in a schema of its own, dropped
+    afterwards."""
+    import uuid
+
+    import psycopg
+
+    schema = f"state_{uuid.uuid4().hex[:12]}"
+    yield {"type": "postgres", "dsn": postgres_dsn, "schema": schema}
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

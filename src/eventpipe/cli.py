@@ -223,7 +223,7 @@ def reprocess(
 
     from eventpipe.processing import reprocess as rp
     from eventpipe.processing import shutdown
-    from eventpipe.state.store import StateStore
+    from eventpipe.state.store import open_state
 
     config = _load(config_path).config
     start, end = first.date(), (last or first).date()
@@ -234,7 +234,7 @@ def reprocess(
         raise ConfigError("no duckdb or postgres destination to reprocess")
     for dest_id in targets:
         rp.replaceable(config, dest_id)
-    state = StateStore(config.layout.state)
+    state = open_state(config)
     plans = {d: rp.plan(config, state, d, start, end, force) for d in targets}
     if dry_run:
         for todo in plans.values():
@@ -363,11 +363,11 @@ def log_group() -> None:
 def log_status(config_path: Path | None) -> None:
     """Per destination x table: batches loaded, rows, failures; then what is pending."""
     from eventpipe.paths import count_lines
-    from eventpipe.state.store import SENT_TABLE, StateStore
+    from eventpipe.state.store import SENT_TABLE, open_state
 
     config = _load(config_path).config
     layout = config.layout
-    store = StateStore(layout.state)
+    store = open_state(config)
     sealed = layout.sealed_segments()
     rows = []
     for dest_id in config.destinations:
@@ -537,15 +537,15 @@ def status(config_path: Path | None, history: bool, limit: int) -> None:
     events. With --history: the last runs, per destination: tables and rows, events
     skipped and failed, the code version the rows were built with."""
     from eventpipe.paths import count_lines
-    from eventpipe.state.store import StateStore
+    from eventpipe.state.store import open_state
 
     config = _load(config_path).config
     if history:
-        _print_history(StateStore(config.layout.state), limit)
+        _print_history(open_state(config), limit)
         return
     layout = config.layout
     sealed = layout.sealed_segments()
-    store = StateStore(layout.state)
+    store = open_state(config)
     names = ["destination", "type", "backlog", "last load (UTC)", "rows loaded", "failed",
              "skipped"]  # fmt: skip
     rows = []
@@ -560,6 +560,7 @@ def status(config_path: Path | None, history: bool, limit: int) -> None:
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
     click.echo(_archive_line(config))
+    click.echo(f"state: {store.db.where}")
     received = sum(count_lines(p) for p in sorted(layout.failed.glob("failed.tok=*.log")))
     if received:
         click.echo(f"failed/failed.tok=*.log: {received:,} event(s) refused at the collector "

@@ -382,6 +382,32 @@ class ArchiveConfig(_Model):
     has the measurements)."""
 
 
+class StateConfig(_Model):
+    """Where the run history and load statuses are kept (docs/archive.md, "State store")."""
+
+    type: Literal["sqlite", "postgres"] = "sqlite"
+    """``sqlite``: a file under ``data_dir`` (one machine); ``postgres``: a server, for
+    several machines or to query the history with SQL."""
+    dsn: str | None = Field(default=None, repr=False)
+    """postgres: the connection string, ``postgresql://user:${PGPASSWORD}@host:5432/db``
+    (never logged)."""
+    db_schema: str = Field(default="eventpipe", alias="schema")
+    """postgres: the schema of the state tables (created if missing)."""
+
+    @model_validator(mode="after")
+    def _settings_for_type(self) -> StateConfig:
+        if self.type == "postgres":
+            if not self.dsn:
+                raise ValueError("type postgres needs dsn: postgresql://user@host:5432/db")
+            if not _SQL_NAME.match(self.db_schema):
+                raise ValueError(
+                    f"schema {self.db_schema!r}: use letters, digits and _ (at most 63)"
+                )
+        elif self.dsn is not None:
+            raise ValueError("dsn is for type postgres; sqlite keeps data_dir/state.sqlite")
+        return self
+
+
 class EnrichmentConfig(_Model):
     """Lookup enrichment shared by all destinations."""
 
@@ -423,6 +449,8 @@ class Config(_Model):
     """Spark settings for the pipeline."""
     enrichment: EnrichmentConfig = EnrichmentConfig()
     """Lookup enrichment (ip_lookup database, implicit browser rules)."""
+    state: StateConfig = StateConfig()
+    """The state store: run history, load statuses, code versions per day."""
     destinations: dict[Annotated[str, AfterValidator(_safe_destination_id)], DestinationConfig] = (
         Field(default_factory=lambda: {"warehouse": DestinationConfig(type="duckdb")})
     )
@@ -443,6 +471,24 @@ class Config(_Model):
                 if value in seen_secrets:
                     raise ValueError(f"key {key.id!r} reuses a secret of another key or kind")
                 seen_secrets.add(value)
+        return self
+
+    @model_validator(mode="after")
+    def _state_apart_from_destinations(self) -> Config:
+        """The state tables (``runs``...) and a destination's tables (any name a template
+        makes) must not share a schema."""
+        if self.state.type != "postgres" or self.state.dsn is None:
+            return self
+        from eventpipe.destinations.postgres import redacted
+
+        where = redacted(self.state.dsn)
+        for dest_id, dest in self.destinations.items():
+            same = dest.db_schema == self.state.db_schema
+            if dest.type == "postgres" and dest.dsn and same and redacted(dest.dsn) == where:
+                raise ValueError(
+                    f"state.schema {self.state.db_schema!r} is destination {dest_id!r}'s "
+                    "schema too: give the state store a schema of its own"
+                )
         return self
 
     @property

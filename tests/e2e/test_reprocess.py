@@ -25,7 +25,7 @@ from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.processing import reprocess as rp
 from eventpipe.processing.job import process_pending
 from eventpipe.processing.version import code_version
-from eventpipe.state.store import StateStore
+from eventpipe.state.store import StateStore, open_state
 from tests.conftest import make_config
 from tests.process import run, write_config
 
@@ -307,16 +307,22 @@ def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
 
 
 def test_reprocess_replaces_a_days_rows_in_postgres(
-    tmp_path: Path, spark: Any, postgres_dsn: str, postgres_schema: str
+    tmp_path: Path,
+    spark: Any,
+    postgres_dsn: str,
+    postgres_schema: str,
+    postgres_state: dict[str, str],
 ) -> None:
+    """PostgreSQL as warehouse and as state store (design.md's production setup)."""
     data = tmp_path / "data"
     _three_days(data)
     pg = {
         "type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
         "table_name_template": "{{ event_type }}", "primary_key": ["eventn_ctx_event_id"],
     }  # fmt: skip
-    process_pending(make_config(data, destinations={"pg": pg}), spark)
-    after = make_config(data, destinations={"pg": {**pg, "mappings": MOVE_N}})
+    process_pending(make_config(data, destinations={"pg": pg}, state=postgres_state), spark)
+    after = make_config(data, destinations={"pg": {**pg, "mappings": MOVE_N}},
+                        state=postgres_state)  # fmt: skip
     _, results = rp.reprocess(spark, after, "pg", DAY("2026-11-20"), DAY("2026-11-20"))
     assert results[0].rows == {"page": 2, "click": 2}
     with psycopg.connect(postgres_dsn) as db:
@@ -331,6 +337,11 @@ def test_reprocess_replaces_a_days_rows_in_postgres(
     assert rows == [("e1", 1, None), ("e2", 2, None), ("e4", None, 4), ("e6", None, 6),
                     ("e7", None, 7)]  # fmt: skip
     assert shadows == []
+    assert not (data / "state.sqlite").exists()
+    days = open_state(after).day_versions("pg", "2026-11-18", "2026-11-21")
+    assert [len(days[d]) for d in sorted(days)] == [1, 1, 1]
+    assert days["2026-11-20"][0].code_version == code_version(after, "pg")
+    assert days["2026-11-20"][0].inputs  # the archive files it read, with their sha1
     _, results = rp.reprocess(spark, after, "pg", DAY("2026-11-20"), DAY("2026-11-20"))
     assert results == []
 

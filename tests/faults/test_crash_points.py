@@ -1,7 +1,8 @@
 """The pipeline dies at 20 points spread over a batch load, into DuckDB and into
 PostgreSQL: before a load, during it (the database committed, the call did not return),
 after it but before its status is recorded, before a run is marked done, before and
-after a segment's archive files are written. After each, the next run completes the work,
+after a segment's archive files are written. Into PostgreSQL, the state store is in
+PostgreSQL too (the production setup). After each, the next run completes the work,
 every table equals (by a content hash) the tables of a run with no fault: no event lost,
 none doubled, and the archive holds every event once and verifies.
 
@@ -35,7 +36,7 @@ from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.destinations.postgres import PostgresDestination
 from eventpipe.processing import job
 from eventpipe.processing.job import process_pending
-from eventpipe.state.store import StateStore
+from eventpipe.state.store import StateStore, open_state
 from tests.conftest import make_config
 
 TABLES = ("page", "click", "signup")
@@ -105,7 +106,7 @@ def _crash_then_complete(config: Config, spark: Any, points: CrashPoints, at: in
         process_pending(config, spark)
     points.at = None
     process_pending(config, spark)
-    assert StateStore(config.layout.state).unfinished_runs() == []
+    assert open_state(config).unfinished_runs() == []
     assert not config.layout.sealed_segments()  # everything archived
     archive = verify(config.layout)
     assert archive.ok, archive.problems
@@ -124,11 +125,13 @@ def _run_faults(
     destination: Callable[[Path], dict[str, Any]],
     load: tuple[type, str],
     tables: Callable[[Config], dict[str, str]],
+    state: Callable[[Path], dict[str, Any]] = lambda root: {},
 ) -> None:
     def fresh(name: str) -> Config:
         data = tmp_path / name / "data"
         _write_segments(data)
-        return make_config(data, destinations={"dst": destination(tmp_path / name)})
+        root = tmp_path / name
+        return make_config(data, destinations={"dst": destination(root)}, state=state(root))
 
     points = CrashPoints(monkeypatch, load)
     clean = fresh("clean")
@@ -194,6 +197,10 @@ def test_postgres_equals_the_clean_run_after_20_deaths(
         return {"type": "postgres", "dsn": postgres_dsn, "schema": schemas[-1],
                 "table_name_template": "{{ event_type }}"}  # fmt: skip
 
+    def state(root: Path) -> dict[str, Any]:  # the production setup: the state in PostgreSQL
+        schemas.append(f"state_{root.name}_{len(schemas)}")
+        return {"type": "postgres", "dsn": postgres_dsn, "schema": schemas[-1]}
+
     def tables(config: Config) -> dict[str, str]:
         schema = config.destinations["dst"].db_schema
         with psycopg.connect(postgres_dsn) as db:
@@ -206,7 +213,8 @@ def test_postgres_equals_the_clean_run_after_20_deaths(
                 for (t,) in names
             }
 
-    _run_faults(tmp_path, spark, monkeypatch, destination, (PostgresDestination, "load"), tables)
+    _run_faults(tmp_path, spark, monkeypatch, destination, (PostgresDestination, "load"), tables,
+                state)  # fmt: skip
 
 
 def test_a_batch_replayed_twice_leaves_the_tables_unchanged(

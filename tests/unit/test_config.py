@@ -214,3 +214,30 @@ def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
     config = parse_config(streamed, source="eventpipe.yaml", env={})
     assert config.destinations["api"].mode == "stream"
     assert "url is for http" in _error({"destinations": {"w": {"type": "duckdb", "url": "x"}}})
+
+
+def test_a_postgres_state_store_needs_a_dsn_and_a_schema_of_its_own() -> None:
+    dsn = "postgresql://eventpipe:${PGPASSWORD}@db:5432/analytics"
+    state = {"type": "postgres", "dsn": dsn}
+    config = parse_config({"state": state}, source="eventpipe.yaml", env={"PGPASSWORD": "pw"})
+    assert (config.state.dsn, config.state.db_schema) == (dsn.replace("${PGPASSWORD}", "pw"),
+                                                           "eventpipe")  # fmt: skip
+    assert "pw" not in repr(config.state)
+    assert Config().state.type == "sqlite"
+    assert "type postgres needs dsn" in _error({"state": {"type": "postgres"}})
+    assert "dsn is for type postgres" in _error({"state": {"dsn": "postgresql://db/x"}})
+    assert "use letters, digits" in _error(
+        {"state": {**state, "schema": "a;b"}}, {"PGPASSWORD": "p"}
+    )
+    shared = {
+        "state": {**state, "schema": "events"},
+        "destinations": {"pg": {"type": "postgres", "dsn": dsn, "schema": "events"}},
+    }
+    assert "is destination 'pg''s schema too" in _error(shared, env={"PGPASSWORD": "pw"})
+    elsewhere = {
+        **shared,
+        "destinations": {
+            "pg": {"type": "postgres", "schema": "events", "dsn": "postgresql://db:5432/other"}
+        },
+    }
+    parse_config(elsewhere, source="eventpipe.yaml", env={"PGPASSWORD": "pw"})  # other database

@@ -77,6 +77,7 @@ from eventpipe.state.store import (
     Run,
     StateStore,
     micro_batch,
+    open_state,
     stream_run,
 )
 
@@ -246,7 +247,7 @@ def process_pending(
 
 def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[RunReport]:
     layout = config.layout
-    state = StateStore(layout.state)
+    state = open_state(config)
     batch = list(batch_destinations(config))
     failing: dict[str, str] = {}
     reports: list[RunReport] = []
@@ -418,7 +419,7 @@ def process_stream_batch(
     only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
     paths = [str(p) for p in lines]
     known = {dest_id: schemas or SchemaCache()}
-    state = StateStore(layout.state)
+    state = open_state(config)
     _run_job(spark, only, run_id, {dest_id: (name,)}, paths, state, report, known, small=True,
              pause=pause)  # fmt: skip
     state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
@@ -533,7 +534,7 @@ def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | No
     events_file = layout.tmp / run_id / "events.log"
     if not events_file.exists():
         _extract_events(replaying, events_file)
-    state = StateStore(layout.state)
+    state = open_state(config)
     only = config.model_copy(update={"destinations": {dest_id: dest}})
     _run_job(spark, only, run_id, {dest_id: (replaying.name,)}, [str(events_file)], state,
              report)  # fmt: skip
@@ -584,7 +585,7 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             run_id = Path(tmp).name
             events = _stage_events(spark, only, run_id, [str(path)], lookups, staged=False)
             target = _Target(dest_id, only.destinations[dest_id], (), None, SchemaCache())
-            run = _Run(run_id, (), only, StateStore(config.layout.state),
+            run = _Run(run_id, (), only, open_state(config),
                        RunReport(run_id, (), False), events, lookups, (str(path),))  # fmt: skip
             ids = sorted(r[ROW] for r in events.select(ROW).collect())  # in the file's order
             flat = {r[ROW]: r.asDict() for r in _flatten_for(events, run, target).frame.collect()}

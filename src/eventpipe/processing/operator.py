@@ -31,7 +31,7 @@ from eventpipe.processing.job import (
     pipeline_lock,
 )
 from eventpipe.processing.version import code_version
-from eventpipe.state.store import ALL_TABLES, Part, Run, StateStore
+from eventpipe.state.store import ALL_TABLES, Part, Run, StateStore, open_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -78,7 +78,7 @@ def step(config: Config, spark: SparkSession, dest_id: str) -> Step | None:
     layout = config.layout
     batch = _batch_destination(config, dest_id)
     with pipeline_lock(layout):
-        state = StateStore(layout.state)
+        state = open_state(config)
         if runs := _open_runs(state, dest_id, batch):
             run, entries = runs[0]
             raise UnfinishedRunError(
@@ -116,7 +116,7 @@ def acknowledge(config: Config, dest_id: str, to: Position) -> list[str]:
     layout = config.layout
     batch = _batch_destination(config, dest_id)
     with pipeline_lock(layout):
-        state = StateStore(layout.state)
+        state = open_state(config)
         target = segment_file(to.segment)
         sealed = [p.name for p in layout.sealed_segments()]
         if target not in sealed:

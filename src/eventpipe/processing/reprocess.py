@@ -79,7 +79,7 @@ from eventpipe.processing.job import (
 )
 from eventpipe.processing.version import code_version
 from eventpipe.schema.diff import Table, TablePatch, diff
-from eventpipe.state.store import ALL_TABLES, DayVersion, StateStore
+from eventpipe.state.store import ALL_TABLES, DayVersion, StateStore, open_state
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -340,7 +340,7 @@ def reprocess(
     """Rebuild the days of ``first``..``last`` of one destination that need it (see the
     module's docstring), one run after the other; the plan and each run's result."""
     with pipeline_lock(config.layout):
-        state = StateStore(config.layout.state)
+        state = open_state(config)
         _clean_tmp(config, state)
         todo = plan(config, state, destination_id, first, last, force)
         results = []

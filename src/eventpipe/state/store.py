@@ -1,4 +1,5 @@
-"""SQLite state store under ``data/state.sqlite`` (PostgreSQL comes with issue 8).
+"""The state store: SQLite under ``data/state.sqlite`` by default, or PostgreSQL
+(``state: {type: postgres}``; state/db.py keeps the two apart).
 
 * ``runs``: one row per pipeline run with the exact list of segments it took, and its
   plan: which of them each destination loads (a destination that was stopped has more
@@ -24,20 +25,25 @@
   summed), and their skipped/failed counts into one ``destination_runs`` row, so the
   store stays small however long the stream runs.
 
-Every change is one transaction (SQLite in WAL mode), so a crash leaves either the old or
-the new state.
+Every change is one transaction, one writer at a time (SQLite in WAL mode), so a crash
+leaves either the old or the new state.
 """
 
 from __future__ import annotations
 
 import json
-import sqlite3
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from eventpipe.state.db import Database, PostgresDatabase, SqliteDatabase, Transaction
+
+if TYPE_CHECKING:
+    from eventpipe.config import Config
 
 REPROCESS = "reprocess"
 """The trigger of reprocess runs: not resumed by ``process`` (``reprocess`` resumes them)."""
@@ -46,66 +52,6 @@ SENT_TABLE = "*sent*"
 """The table name an http sink's deliveries are recorded under."""
 ACKED_TABLE = "*acked*"
 """The table name of segments marked handled without loading (``eventpipe log ack``)."""
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    trigger TEXT NOT NULL,
-    started_at TEXT NOT NULL,
-    finished_at TEXT,
-    status TEXT NOT NULL,
-    segments TEXT NOT NULL,
-    error TEXT,
-    plan TEXT,
-    code_versions TEXT
-);
-CREATE TABLE IF NOT EXISTS run_tables (
-    run_id TEXT NOT NULL,
-    destination TEXT NOT NULL,
-    tbl TEXT NOT NULL,
-    status TEXT NOT NULL,
-    rows INTEGER NOT NULL,
-    error TEXT,
-    updated_at TEXT NOT NULL,
-    PRIMARY KEY (run_id, destination, tbl)
-);
-CREATE TABLE IF NOT EXISTS segment_status (
-    segment TEXT NOT NULL,
-    destination TEXT NOT NULL,
-    tbl TEXT NOT NULL,
-    status TEXT NOT NULL,
-    rows INTEGER NOT NULL DEFAULT 0,
-    error TEXT,
-    attempts INTEGER NOT NULL DEFAULT 1,
-    run_id TEXT,
-    updated_at TEXT NOT NULL,
-    PRIMARY KEY (segment, destination, tbl)
-);
-CREATE TABLE IF NOT EXISTS cursors (
-    destination TEXT NOT NULL,
-    segment TEXT NOT NULL,
-    next_line INTEGER NOT NULL,
-    updated_at TEXT NOT NULL,
-    PRIMARY KEY (destination, segment)
-);
-CREATE TABLE IF NOT EXISTS day_versions (
-    destination TEXT NOT NULL,
-    day TEXT NOT NULL,
-    code_version TEXT NOT NULL,
-    inputs TEXT,
-    run_id TEXT,
-    updated_at TEXT NOT NULL,
-    PRIMARY KEY (destination, day, code_version)
-);
-CREATE TABLE IF NOT EXISTS destination_runs (
-    run_id TEXT NOT NULL,
-    destination TEXT NOT NULL,
-    skipped INTEGER NOT NULL,
-    failed INTEGER NOT NULL,
-    finished_at TEXT NOT NULL,
-    PRIMARY KEY (run_id, destination)
-);
-"""
 
 
 def micro_batch(destination: str, epoch: int) -> str:
@@ -230,36 +176,12 @@ class TableProgress:
 
 
 class StateStore:
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-        # executescript commits on its own, so the schema is made outside _db().
-        connection = sqlite3.connect(self.path, timeout=30)
-        try:
-            connection.executescript(_SCHEMA)
-            columns = {row[1] for row in connection.execute("PRAGMA table_info(runs)")}
-            for added in ("plan", "code_versions"):  # a store made before runs had them
-                if added not in columns:
-                    connection.execute(f"ALTER TABLE runs ADD COLUMN {added} TEXT")
-            connection.commit()
-        finally:
-            connection.close()
+    def __init__(self, where: Path | Database) -> None:
+        """The store in the SQLite file ``where``, or in the database ``where``."""
+        self.db: Database = SqliteDatabase(where) if isinstance(where, Path) else where
 
-    @contextmanager
-    def _db(self) -> Iterator[sqlite3.Connection]:
-        connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            connection.execute("PRAGMA journal_mode=WAL")
-            connection.execute("PRAGMA synchronous=FULL")
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                yield connection
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-        finally:
-            connection.close()
+    def _db(self) -> AbstractContextManager[Transaction]:
+        return cast("AbstractContextManager[Transaction]", self.db.transaction())
 
     def unfinished_runs(self) -> list[Run]:
         """The runs that did not finish (killed, or a destination stopped by an error),
@@ -414,6 +336,8 @@ class StateStore:
                 (limit,),
             ).fetchall()
             ids = [r[0] for r in runs]
+            if not ids:
+                return []
             marks = ",".join("?" * len(ids))
             tables = db.execute(
                 "SELECT run_id, destination, tbl, status, rows, error FROM run_tables "
@@ -463,6 +387,8 @@ class StateStore:
 
     def table_ok(self, segments: Sequence[str], destination: str, table: str) -> bool:
         """Whether this destination x table is recorded ok for every one of ``segments``."""
+        if not segments:
+            return True
         with self._db() as db:
             (count,) = db.execute(
                 "SELECT count(*) FROM segment_status WHERE destination = ? AND tbl = ? "
@@ -495,7 +421,7 @@ class StateStore:
                 return
             db.execute(
                 "INSERT INTO cursors VALUES (?, ?, ?, ?) ON CONFLICT (destination, segment) "
-                "DO UPDATE SET next_line = max(cursors.next_line, excluded.next_line), "
+                f"DO UPDATE SET next_line = {_greater('cursors.next_line', 'excluded.next_line')}, "
                 "updated_at = excluded.updated_at",
                 (destination, segment, next_line, _now()),
             )
@@ -533,7 +459,9 @@ class StateStore:
     ) -> None:
         with self._db() as db:
             db.execute(
-                "INSERT OR REPLACE INTO destination_runs VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO destination_runs VALUES (?, ?, ?, ?, ?) "
+                "ON CONFLICT (run_id, destination) DO UPDATE SET skipped = excluded.skipped, "
+                "failed = excluded.failed, finished_at = excluded.finished_at",
                 (run_id, destination, skipped, failed, _now()),
             )
 
@@ -541,12 +469,8 @@ class StateStore:
         """Fold the records of the stream destination's micro-batches before ``epoch``
         into its ``folded`` rows (the micro-batch under way keeps its own)."""
         prefix = micro_batch(destination, 0).removesuffix(f"{0:012d}")  # batch-<n> of any n
-        runs = stream_run(destination, "")
+        folded = f"queue.dst={destination}/folded"
         folded_run = stream_run(destination, "folded")
-        older_run = (
-            "run_id != ? AND substr(run_id, 1, ?) = ? AND CAST(substr(run_id, ?) AS INTEGER) < ?"
-        )
-        older = (folded_run, len(runs), runs, len(runs) + 1, epoch)
         with self._db() as db:
             db.execute(
                 "INSERT INTO segment_status (segment, destination, tbl, status, rows, run_id, "
@@ -554,28 +478,41 @@ class StateStore:
                 "max(updated_at) FROM segment_status WHERE destination = ? AND status = 'ok' "
                 "AND tbl != ? AND segment >= ? AND segment < ? GROUP BY destination, tbl "
                 "ON CONFLICT (segment, destination, tbl) DO UPDATE SET "
-                "rows = segment_status.rows + excluded.rows, "
-                "updated_at = max(segment_status.updated_at, excluded.updated_at)",
-                (f"queue.dst={destination}/folded", folded_run, destination, ALL_TABLES,
-                 prefix, micro_batch(destination, epoch)),
+                "rows = segment_status.rows + excluded.rows, updated_at = "
+                f"{_greater('segment_status.updated_at', 'excluded.updated_at')}",
+                (folded, folded_run, destination, ALL_TABLES, prefix,
+                 micro_batch(destination, epoch)),
             )  # fmt: skip
             db.execute(
                 "DELETE FROM segment_status WHERE destination = ? AND status = 'ok' "
                 "AND segment >= ? AND segment < ?",
                 (destination, prefix, micro_batch(destination, epoch)),
             )
+            runs = stream_run(destination, "")
+            older = [
+                run_id
+                for (run_id,) in db.execute(
+                    "SELECT run_id FROM destination_runs WHERE destination = ?", (destination,)
+                )
+                if run_id.startswith(runs)
+                and run_id.removeprefix(runs).isdigit()
+                and int(run_id.removeprefix(runs)) < epoch
+            ]
+            if not older:
+                return
+            marks = ",".join("?" * len(older))
             db.execute(
                 "INSERT INTO destination_runs SELECT ?, destination, sum(skipped), "
                 "sum(failed), max(finished_at) FROM destination_runs WHERE destination = ? "
-                f"AND {older_run} GROUP BY destination "
+                f"AND run_id IN ({marks}) GROUP BY destination "
                 "ON CONFLICT (run_id, destination) DO UPDATE SET "
                 "skipped = destination_runs.skipped + excluded.skipped, "
-                "failed = destination_runs.failed + excluded.failed, "
-                "finished_at = max(destination_runs.finished_at, excluded.finished_at)",
+                "failed = destination_runs.failed + excluded.failed, finished_at = "
+                f"{_greater('destination_runs.finished_at', 'excluded.finished_at')}",
                 (folded_run, destination, *older),
             )
             db.execute(
-                f"DELETE FROM destination_runs WHERE destination = ? AND {older_run}",
+                f"DELETE FROM destination_runs WHERE destination = ? AND run_id IN ({marks})",
                 (destination, *older),
             )
 
@@ -614,7 +551,10 @@ class StateStore:
                 "ORDER BY tbl",
                 (destination, ALL_TABLES),
             ).fetchall()
-        return [TableProgress(*row) for row in rows]
+        return [
+            TableProgress(table, int(ok), int(rows), int(failed), last, error)
+            for table, ok, rows, failed, last, error in rows
+        ]
 
     def statuses(self) -> list[tuple[str, str, str, str, int, str | None, int]]:
         with self._db() as db:
@@ -626,7 +566,21 @@ class StateStore:
             )
 
 
-def _insert_run(db: sqlite3.Connection, run: Run, code_versions: Mapping[str, str]) -> None:
+def open_state(config: Config) -> StateStore:
+    """The state store ``config`` names (``state:``): SQLite under ``data_dir`` by default."""
+    if config.state.type == "postgres":
+        assert config.state.dsn is not None  # the config checked it
+        return StateStore(PostgresDatabase(config.state.dsn, config.state.db_schema))
+    return StateStore(config.layout.state)
+
+
+def _greater(a: str, b: str) -> str:
+    """SQL for the greater of two values (SQLite's two-argument ``max``, PostgreSQL's
+    ``greatest``: neither has the other's)."""
+    return f"CASE WHEN {b} > {a} THEN {b} ELSE {a} END"
+
+
+def _insert_run(db: Transaction, run: Run, code_versions: Mapping[str, str]) -> None:
     db.execute(
         "INSERT INTO runs (run_id, trigger, started_at, status, segments, plan, "
         "code_versions) VALUES (?, ?, ?, 'running', ?, ?, ?)",
@@ -636,7 +590,7 @@ def _insert_run(db: sqlite3.Connection, run: Run, code_versions: Mapping[str, st
 
 
 def _record(
-    db: sqlite3.Connection,
+    db: Transaction,
     segments: Sequence[str],
     destination: str,
     table: str,

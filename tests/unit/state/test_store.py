@@ -1,15 +1,28 @@
-"""The state store: runs resume with their own segments; statuses per table."""
+"""The state store: runs resume with their own segments; statuses per table. Every test
+runs on both databases the store can live in: SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import sqlite3
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from eventpipe.state.store import ALL_TABLES, StateStore, micro_batch
+import pytest
+
+from eventpipe.errors import TransientError
+from eventpipe.state.db import PostgresDatabase
+from eventpipe.state.store import ALL_TABLES, REPROCESS, DayVersion, StateStore, micro_batch
+from tests.process import free_port
 
 
-def test_an_interrupted_or_killed_run_is_resumed_with_its_segments(tmp_path: Path) -> None:
-    store = StateStore(tmp_path / "state.sqlite")
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> StateStore:
+    if request.param == "sqlite":
+        return StateStore(tmp_path / "state.sqlite")
+    dsn = request.getfixturevalue("postgres_dsn")
+    return StateStore(PostgresDatabase(dsn, request.getfixturevalue("postgres_schema")))
+
+
+def test_an_interrupted_or_killed_run_is_resumed_with_its_segments(store: StateStore) -> None:
     assert store.unfinished_run() is None
     run = store.begin_run(["s1", "s2"], "once")
     resumed = store.unfinished_run()  # killed: still 'running'
@@ -23,8 +36,7 @@ def test_an_interrupted_or_killed_run_is_resumed_with_its_segments(tmp_path: Pat
     assert store.unfinished_run() is None
 
 
-def test_table_status_covers_every_segment_and_counts_attempts(tmp_path: Path) -> None:
-    store = StateStore(tmp_path / "state.sqlite")
+def test_table_status_covers_every_segment_and_counts_attempts(store: StateStore) -> None:
     store.record(["s1"], "dw", "events", ok=False, error="connection lost")
     assert not store.table_ok(["s1", "s2"], "dw", "events")
     store.record(["s1", "s2"], "dw", "events", ok=True, rows=5)
@@ -36,16 +48,14 @@ def test_table_status_covers_every_segment_and_counts_attempts(tmp_path: Path) -
     assert store.segments_done(["s1", "s2"], ["dw"]) == ["s1"]
 
 
-def test_a_batch_of_several_segments_counts_its_rows_once(tmp_path: Path) -> None:
-    store = StateStore(tmp_path / "state.sqlite")
+def test_a_batch_of_several_segments_counts_its_rows_once(store: StateStore) -> None:
     store.record(["s1", "s2", "s3"], "dw", "events", ok=True, rows=100)
     store.record(["s1", "s2", "s3"], "dw", "events", ok=True, rows=100)  # a retry
     store.record(["s4"], "dw", "events", ok=True, rows=5)
     assert store.summary("dw").rows_loaded == 105
 
 
-def test_a_streams_older_micro_batches_fold_into_one_row_per_table(tmp_path: Path) -> None:
-    store = StateStore(tmp_path / "state.sqlite")
+def test_a_streams_older_micro_batches_fold_into_one_row_per_table(store: StateStore) -> None:
     store.record(["s1"], "live", "events", ok=True, rows=7)  # a segment: never folded
     store.record(["s1"], "batch", "events", ok=True, rows=3)
     for epoch in range(12):  # past 9 -> 10: numbers, not text, order the run ids
@@ -69,8 +79,136 @@ def test_a_streams_older_micro_batches_fold_into_one_row_per_table(tmp_path: Pat
         (micro_batch("live", 11), ALL_TABLES): 0,
     }
     assert store.table_ok([micro_batch("live", 11)], "live", "events")
-    with sqlite3.connect(store.path) as db:
+    with store.db.transaction() as db:
         runs = db.execute("SELECT run_id FROM destination_runs WHERE destination = 'live' "
                           "ORDER BY 1").fetchall()  # fmt: skip
-    assert runs == [("stream-live-11",), ("stream-live-folded",)]
+    assert [tuple(r) for r in runs] == [("stream-live-11",), ("stream-live-folded",)]
     assert store.summary("batch").rows_loaded == 3  # other destinations untouched
+
+
+def test_history_is_newest_first_even_within_one_millisecond(store: StateStore) -> None:
+    assert store.history() == []
+    runs = [store.begin_run([f"s{n}"], "once") for n in range(5)]
+    with store.db.transaction() as db:  # started in one millisecond: the order of insertion
+        db.execute("UPDATE runs SET started_at = ?", ("2026-11-20T10:00:00.000+00:00",))
+    for run in runs[:4]:
+        store.finish_run(run.run_id, "done")
+    store.record(["s0"], "dw", "events", ok=True, rows=3, run_id=runs[0].run_id)
+    store.record(["s0"], "dw", "events", ok=True, rows=4, run_id=runs[0].run_id)  # a retry
+    history = store.history(limit=10)
+    assert [r.run_id for r in history] == [r.run_id for r in reversed(runs)]
+    assert [r.status for r in history] == ["running"] + ["done"] * 4
+    assert [(t.table, t.rows) for t in history[-1].tables] == [("events", 4)]
+    assert [r.run_id for r in store.unfinished_runs()] == [runs[4].run_id]
+    assert len(store.history(limit=2)) == 2
+
+
+def test_day_versions_record_each_version_and_a_rebuild_replaces_them(store: StateStore) -> None:
+    store.record_days("dw", ["2026-11-18", "2026-11-19"], "v1", "run-a")
+    store.record_days("dw", ["2026-11-19"], "v1", "run-b")  # the same again: one record
+    store.record_days("dw", ["2026-11-19"], "v2", "run-b")
+    store.record_days("other", ["2026-11-19"], "v1", "run-b")
+    found = store.day_versions("dw", "2026-11-18", "2026-11-19")
+    assert found == {
+        "2026-11-18": [DayVersion("2026-11-18", "v1", None)],
+        "2026-11-19": [DayVersion("2026-11-19", "v1", None), DayVersion("2026-11-19", "v2", None)],
+    }
+    store.begin_reprocess("rp-1", "reprocess.dst=dw/2026-11-19", "dw", "v2")
+    store.record(["reprocess.dst=dw/2026-11-19"], "dw", "events", ok=True, rows=9, run_id="rp-1")
+    store.rebuilt_days("dw", ["2026-11-19"], "v2", {"archive/a.lz4": "sha"}, "rp-1")
+    found = store.day_versions("dw", "2026-11-01", "2026-11-30")
+    assert found["2026-11-19"] == [DayVersion("2026-11-19", "v2", {"archive/a.lz4": "sha"})]
+    assert found["2026-11-18"] == [DayVersion("2026-11-18", "v1", None)]
+    [other] = store.day_versions("other", "2026-11-19", "2026-11-19")["2026-11-19"]
+    assert other.code_version == "v1"  # other destinations untouched
+    [rebuilt] = [r for r in store.history() if r.run_id == "rp-1"]
+    assert (rebuilt.trigger, rebuilt.status) == (REPROCESS, "done")
+    assert store.loaded_tables("reprocess.dst=dw/2026-11-19", "dw") == []  # progress dropped
+
+
+def test_reprocess_runs_resume_by_entry_and_are_not_resumed_by_process(store: StateStore) -> None:
+    store.begin_reprocess("rp-1", "reprocess.dst=dw/2026-11-19", "dw", "v1")
+    store.begin_reprocess("rp-2", "reprocess.dst=dw/2026-11-20", "dw", "v1")
+    store.record(["reprocess.dst=dw/2026-11-19"], "dw", "events", ok=True, rows=2, run_id="rp-1")
+    store.finish_run("rp-1", "interrupted", error="killed")
+    assert store.unfinished_runs() == []  # process leaves them to reprocess
+    assert store.unfinished_reprocesses("reprocess.dst=dw/") == [
+        ("rp-1", "reprocess.dst=dw/2026-11-19"),
+        ("rp-2", "reprocess.dst=dw/2026-11-20"),
+    ]
+    assert store.loaded_tables("reprocess.dst=dw/2026-11-19", "dw") == ["events"]
+    store.begin_reprocess("rp-1", "reprocess.dst=dw/2026-11-19", "dw", "v1")  # resumed
+    assert store.history()[-1].status == "running"
+    store.abandon_run("rp-1", "the days changed")
+    assert store.unfinished_reprocesses("reprocess.dst=dw/") == [
+        ("rp-2", "reprocess.dst=dw/2026-11-20")
+    ]
+    assert store.loaded_tables("reprocess.dst=dw/2026-11-19", "dw") == []
+    assert store.destination_tables("dw") == ["events"]  # the history keeps it
+
+
+def test_cursors_only_move_forward_and_acknowledged_segments_are_done(store: StateStore) -> None:
+    store.advance("dw", "s1", 5, done=False, run_id="step")
+    store.advance("dw", "s1", 3, done=False, run_id="step")  # an older step: kept at 5
+    store.advance("dw", "s2", 1, done=False, run_id="step")
+    assert store.cursors("dw") == {"s1": 5, "s2": 1}
+    store.advance("dw", "s1", 9, done=True, run_id="step")
+    assert store.cursors("dw") == {"s2": 1}
+    store.acknowledge("dw", ["s2", "s3"])
+    assert store.cursors("dw") == {}
+    assert store.done_by("dw", ["s1", "s2", "s3", "s4"]) == {"s1", "s2", "s3"}
+    assert store.segments_done(["s1", "s4"], ["dw"]) == ["s1"]
+
+
+def test_a_destinations_event_counts_are_replaced_not_added(store: StateStore) -> None:
+    store.record_destination_run("run-a", "dw", skipped=1, failed=2)
+    store.record_destination_run("run-a", "dw", skipped=3, failed=4)  # the run's retry
+    store.record_destination_run("run-b", "dw", skipped=10, failed=0)
+    summary = store.summary("dw")
+    assert (summary.skipped, summary.failed) == (13, 4)
+
+
+def test_concurrent_writers_lose_no_update(store: StateStore) -> None:
+    def write(worker: int) -> None:
+        for n in range(25):
+            store.record(["s1"], "dw", "events", ok=True, rows=1)
+            store.record([f"w{worker}-{n}"], "dw", "events", ok=True, rows=1)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(write, range(4)))  # raises what a thread raised
+    attempts = {s: a for s, _, _, _, _, _, a in store.statuses()}
+    assert attempts["s1"] == 100
+    assert len(attempts) == 101
+    [progress] = store.tables("dw")
+    assert (progress.table, progress.batches_ok, progress.rows) == ("events", 101, 101)
+
+
+def test_postgres_stores_made_at_once_by_several_processes_share_one_schema(
+    postgres_dsn: str, postgres_schema: str
+) -> None:
+    def open_store(_: int) -> None:
+        store = StateStore(PostgresDatabase(postgres_dsn, postgres_schema))
+        store.record(["s1"], "dw", "events", ok=True)
+
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(open_store, range(4)))  # raises what a thread raised
+    store = StateStore(PostgresDatabase(postgres_dsn, postgres_schema))
+    assert [a for *_, a in store.statuses()] == [4]
+    with store.db.transaction() as db:  # text compares byte by byte, whatever the server's locale
+        collations = db.execute(
+            "SELECT DISTINCT collation_name FROM information_schema.columns "
+            "WHERE table_schema = ? AND data_type = 'text'",
+            (postgres_schema,),
+        ).fetchall()
+    assert [tuple(c) for c in collations] == [("C",)]
+
+
+def test_a_postgres_store_that_is_down_says_where_without_the_password() -> None:
+    port = free_port()  # nothing listens there
+    with pytest.raises(TransientError) as raised:
+        StateStore(PostgresDatabase(f"postgresql://eventpipe:hunter2@127.0.0.1:{port}/state", "ep"))
+    message = str(raised.value)
+    assert f"127.0.0.1:{port}/state" in message
+    assert "cannot connect" in message
+    assert "hunter2" not in message
+    assert "state.dsn" in (raised.value.fix or "")

@@ -1,0 +1,217 @@
+"""The two databases the state store runs on: SQLite (a file under ``data/``, the
+embedded default) and PostgreSQL (``state: {type: postgres}``).
+
+The store's queries are written once, in the SQL both understand, with ``?``
+placeholders. The differences are kept here:
+
+* placeholders: ``?`` for SQLite, ``%s`` for psycopg (and ``%`` doubled);
+* column types: ``BIGINT`` for counts and ``COLLATE "C"`` for text in PostgreSQL, so
+  that text compares byte by byte, as in SQLite (segment names are compared by range);
+* SQLite's implicit ``rowid`` orders runs started in the same millisecond; PostgreSQL's
+  ``runs`` table has a ``rowid`` identity column of that name for the same queries;
+* one writer at a time: SQLite's ``BEGIN IMMEDIATE``; in PostgreSQL a transaction-scoped
+  advisory lock taken first in every transaction, so the store's read-then-write steps
+  see what SQLite's would (the store is small and its transactions short).
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import sqlite3
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from eventpipe.errors import TransientError
+
+if TYPE_CHECKING:
+    import psycopg
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS runs (
+    run_id TEXT PRIMARY KEY,
+    trigger TEXT NOT NULL,
+    started_at TEXT NOT NULL,
+    finished_at TEXT,
+    status TEXT NOT NULL,
+    segments TEXT NOT NULL,
+    error TEXT,
+    plan TEXT,
+    code_versions TEXT
+);
+CREATE TABLE IF NOT EXISTS run_tables (
+    run_id TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    status TEXT NOT NULL,
+    rows INTEGER NOT NULL,
+    error TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, destination, tbl)
+);
+CREATE TABLE IF NOT EXISTS segment_status (
+    segment TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    status TEXT NOT NULL,
+    rows INTEGER NOT NULL DEFAULT 0,
+    error TEXT,
+    attempts INTEGER NOT NULL DEFAULT 1,
+    run_id TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (segment, destination, tbl)
+);
+CREATE INDEX IF NOT EXISTS segment_status_run ON segment_status (run_id);
+CREATE TABLE IF NOT EXISTS cursors (
+    destination TEXT NOT NULL,
+    segment TEXT NOT NULL,
+    next_line INTEGER NOT NULL,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (destination, segment)
+);
+CREATE TABLE IF NOT EXISTS day_versions (
+    destination TEXT NOT NULL,
+    day TEXT NOT NULL,
+    code_version TEXT NOT NULL,
+    inputs TEXT,
+    run_id TEXT,
+    updated_at TEXT NOT NULL,
+    PRIMARY KEY (destination, day, code_version)
+);
+CREATE TABLE IF NOT EXISTS destination_runs (
+    run_id TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    skipped INTEGER NOT NULL,
+    failed INTEGER NOT NULL,
+    finished_at TEXT NOT NULL,
+    PRIMARY KEY (run_id, destination)
+);
+"""
+
+ADDED_COLUMNS = {"runs": ("plan", "code_versions")}
+"""Columns added after a table was first released: added to a store made before."""
+
+
+class Transaction(Protocol):
+    """One transaction of the state store, in SQL with ``?`` placeholders."""
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
+        """Run one statement; the result has ``fetchone``, ``fetchall`` and iteration."""
+        ...
+
+    def executemany(self, sql: str, params: Iterable[Any], /) -> Any: ...
+
+
+class Database(Protocol):
+    where: str
+    """For messages: the file, or ``host:port/dbname`` (never a password)."""
+
+    def transaction(self) -> Any:
+        """A context manager giving a :class:`Transaction`: committed when the block
+        ends, rolled back when it raises."""
+        ...
+
+
+class SqliteDatabase:
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+        self.where = str(path)
+        # executescript commits on its own, so the schema is made outside transaction().
+        connection = sqlite3.connect(path, timeout=30)
+        try:
+            connection.executescript(SCHEMA)
+            for table, added in ADDED_COLUMNS.items():
+                columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
+                for column in added:
+                    if column not in columns:
+                        connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+            connection.commit()
+        finally:
+            connection.close()
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
+        try:
+            connection.execute("PRAGMA journal_mode=WAL")
+            connection.execute("PRAGMA synchronous=FULL")
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+            except BaseException:
+                connection.execute("ROLLBACK")
+                raise
+            connection.execute("COMMIT")
+        finally:
+            connection.close()
+
+
+class PostgresDatabase:
+    def __init__(self, dsn: str, schema: str) -> None:
+        from eventpipe.destinations.postgres import redacted
+
+        self.dsn = dsn
+        self.schema = schema
+        self.where = f"postgres {redacted(dsn)} schema {schema}"
+        with self.transaction() as db:
+            db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+            for statement in filter(str.strip, SCHEMA.split(";")):
+                db.execute(_postgres_ddl(statement))
+            for table, added in ADDED_COLUMNS.items():
+                for column in added:
+                    db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} TEXT")
+
+    @contextmanager
+    def transaction(self) -> Iterator[Transaction]:
+        import psycopg
+
+        try:
+            connection = psycopg.connect(
+                self.dsn, connect_timeout=10, application_name="eventpipe-state"
+            )
+        except psycopg.OperationalError as exc:
+            raise TransientError(
+                f"state store {self.where}: cannot connect: {str(exc).strip().splitlines()[0]}",
+                fix="check that the server is up and state.dsn is right",
+            ) from None
+        try:
+            with connection.transaction():
+                # The schema is created under the lock too: CREATE ... IF NOT EXISTS
+                # races with itself in two sessions.
+                connection.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))",
+                                   [f"eventpipe:state:{self.schema}"])  # fmt: skip
+                connection.execute(f'SET LOCAL search_path TO "{self.schema}"')
+                yield _PostgresTransaction(connection)
+        finally:
+            connection.close()
+
+
+class _PostgresTransaction:
+    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+        self.connection = connection
+
+    def execute(self, sql: str, params: Sequence[Any] = (), /) -> Any:
+        # Always with params, even none: psycopg then reads %% as %.
+        return self.connection.execute(_postgres(sql), tuple(params))
+
+    def executemany(self, sql: str, params: Iterable[Sequence[Any]], /) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.executemany(_postgres(sql), [tuple(p) for p in params])
+
+
+@functools.lru_cache(maxsize=256)
+def _postgres(sql: str) -> str:
+    """A query of the store in psycopg's placeholders (no ``?`` in its literals)."""
+    return sql.replace("%", "%%").replace("?", "%s")
+
+
+def _postgres_ddl(statement: str) -> str:
+    """A CREATE of :data:`SCHEMA` in PostgreSQL's types."""
+    ddl = re.sub(r"\bTEXT\b", 'TEXT COLLATE "C"', statement)
+    ddl = re.sub(r"\bINTEGER\b", "BIGINT", ddl)
+    if "CREATE TABLE IF NOT EXISTS runs " in ddl:  # the insertion order SQLite has as rowid
+        ddl = ddl.replace("(\n", "(\n    rowid BIGINT GENERATED ALWAYS AS IDENTITY,\n", 1)
+    return ddl
