@@ -122,6 +122,12 @@ class SqliteDatabase:
         # executescript commits on its own, so the schema is made outside transaction().
         connection = sqlite3.connect(path, timeout=30)
         try:
+            # WAL is kept in the file: set once here. Set on every connection, it failed
+            # with "database is locked" while another connection wrote (busy handlers do
+            # not cover it; found by test_concurrent_writers_lose_no_update).
+            (mode,) = connection.execute("PRAGMA journal_mode").fetchone()
+            if mode != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
             connection.executescript(SCHEMA)
             for table, added in ADDED_COLUMNS.items():
                 columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
@@ -136,7 +142,6 @@ class SqliteDatabase:
     def transaction(self) -> Iterator[Transaction]:
         connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
         try:
-            connection.execute("PRAGMA journal_mode=WAL")
             connection.execute("PRAGMA synchronous=FULL")
             connection.execute("BEGIN IMMEDIATE")
             try:
