@@ -74,10 +74,14 @@ def event_error_line(
     destination: str | None = None,
     table: str | None = None,
     raw: str | None = None,
+    day: str | None = None,
 ) -> bytes:
     """One EventError as a JSON line, ready to append to a ``failed/`` file.
 
     ``raw`` carries input that never became an event (a torn line, undecodable bytes).
+    A destination's EventErrors carry ``day``: the UTC day of the event's ``_timestamp``
+    as the pipeline converts it (null where it does not), by which a reprocess of that
+    day replaces them (processing/reprocess.py).
     """
     record: dict[str, Any] = {
         "event": event,
@@ -88,6 +92,8 @@ def event_error_line(
         "table": table,
         "failed_at": format_timestamp(when),
     }
+    if destination is not None:
+        record["day"] = day
     if raw is not None:
         record["raw"] = raw
     try:

@@ -22,8 +22,9 @@ from eventpipe.archive.files import ArchivedSegment, Manifest
 from eventpipe.archive.write import write_segment
 from eventpipe.config import Config
 from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.errors import ConfigError
 from eventpipe.processing import reprocess as rp
-from eventpipe.processing.job import process_pending
+from eventpipe.processing.job import process_pending, replay_failed
 from eventpipe.processing.version import code_version
 from eventpipe.state.store import StateStore, open_state
 from tests.conftest import make_config
@@ -195,6 +196,49 @@ def test_a_changed_archive_file_is_ingested_again(tmp_path: Path, spark: Any) ->
     assert todo.up_to_date == ["2026-11-18", "2026-11-20"]
 
 
+def _failed(data: Path) -> list[tuple[str, str | None, str]]:
+    """The warehouse's failed/ file: (event id, day, error) of each EventError, in order."""
+    path = data / "failed" / "failed.dst=warehouse.log"
+    if not path.exists():
+        return []
+    records = [orjson.loads(line) for line in path.read_bytes().splitlines()]
+    return [(r["event"]["eventn_ctx"]["event_id"], r["day"], r["error"]) for r in records]
+
+
+def test_a_reprocess_replaces_the_failed_events_of_its_days(tmp_path: Path, spark: Any) -> None:
+    """An event that failed and then loads in a reprocess leaves failed/ (else `replay
+    failed` would load it twice); one that fails again is there once."""
+    data = tmp_path / "data"
+    _segment(data, "2026-11-21T23-00-00.000", [
+        _event(1, "2026-11-20T08:00:00Z"), {**_event(2, "2026-11-20T09:00:00Z"), "n": "two"},
+        _event(6, "2026-11-21T01:00:00Z"), {**_event(7, "2026-11-21T02:00:00Z"), "n": "seven"},
+        _event(5, "not a time"),
+    ])  # fmt: skip
+    strict = _config(data, {"fields": [{"action": "cast", "src": "/n", "type": "INT64"}]})
+    lenient = _config(data, {"fields": [{"action": "remove", "src": "/n"}]})
+    process_pending(strict, spark)
+    failed = _failed(data)
+    assert sorted((event, day) for event, day, _ in failed) == [
+        ("e2", "2026-11-20"), ("e5", None), ("e7", "2026-11-21")]  # fmt: skip
+
+    rp.reprocess(spark, lenient, "warehouse", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert sorted(e for e, _, _ in _failed(data)) == ["e5", "e7"]  # e2 loaded: not failed
+    assert [r[0] for r in _rows(lenient.layout.warehouse)["page"]] == ["e1", "e2", "e6"]
+
+    replay_failed(lenient, spark, "warehouse")  # e7 loads; e5 has no time: fails again
+    assert [e for e, _, _ in _failed(data)] == ["e5"]
+    assert [r[0] for r in _rows(lenient.layout.warehouse)["page"]] == ["e1", "e2", "e6", "e7"]
+
+    # Back to the strict cast: e2 fails again, and is in failed/ once.
+    rp.reprocess(spark, strict, "warehouse", DAY("2026-11-20"), DAY("2026-11-20"))
+    rp.reprocess(spark, strict, "warehouse", DAY("2026-11-20"), DAY("2026-11-20"), force=True)
+    failed = _failed(data)
+    assert sorted((e, d) for e, d, _ in failed) == [("e2", "2026-11-20"), ("e5", None)]
+    assert "n" in next(error for e, _, error in failed if e == "e2")  # names the column
+    assert [r[0] for r in _rows(strict.layout.warehouse)["page"]] == ["e1", "e6", "e7"]
+    assert not list(data.glob("failed/*.partial"))
+
+
 def test_a_pruned_day_is_refused_and_the_cli_reports_it(tmp_path: Path, spark: Any) -> None:
     data = tmp_path / "data"
     _three_days(data)
@@ -270,11 +314,14 @@ def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
 ) -> None:
     base = tmp_path / "base"
     _three_days(base)
+    _segment(base, "2026-11-21T23-30-00.000", [{**_event(10, "2026-11-20T11:00:00Z"), "x": "ten"}])
     process_pending(_config(base), spark)
+    # Moved, and a cast that e10's x fails: the rebuild writes failed/ too.
+    mappings = {"fields": [*MOVE_N["fields"], {"action": "cast", "src": "/x", "type": "INT64"}]}
 
     def fresh(name: str) -> Config:
         shutil.copytree(base, tmp_path / name)
-        return _config(tmp_path / name, MOVE_N)
+        return _config(tmp_path / name, mappings)
 
     def reprocess(config: Config) -> None:
         rp.reprocess(spark, config, "warehouse", DAY("2026-11-18"), DAY("2026-11-21"))
@@ -282,11 +329,14 @@ def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
     arm = _dying(monkeypatch, [
         (DuckDBDestination, "load"), (DuckDBDestination, "replace_days"),
         (StateStore, "rebuilt_days"), (StateStore, "record"), (rp, "_inputs"),
+        (rp, "_supersede_failed"),
     ])  # fmt: skip
     clean = fresh("clean")
     calls = arm(0)
     reprocess(clean)
     expected = _digest(_rows(clean.layout.warehouse))
+    failed = _failed(clean.data_dir)
+    assert [(e, d) for e, d, _ in failed] == [("e5", None), ("e10", "2026-11-20")]
     total = calls["calls"]
     assert total >= 12
     deaths = range(1, total + 1, max(1, total // 8))
@@ -299,11 +349,13 @@ def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
         arm(0)
         reprocess(config)
         assert _digest(_rows(config.layout.warehouse)) == expected, f"died at call {at}"
+        assert _failed(config.data_dir) == failed, f"died at call {at}"
         state = StateStore(config.layout.state)
         days = state.day_versions("warehouse", "2026-11-18", "2026-11-21")
         assert all(len(v) == 1 for v in days.values()), days
         assert not list((config.layout.tmp).glob("reprocess-*"))
-    print(f"\n{len(deaths)} deaths among {total} points of a 3-day reprocess: the tables equal")
+    print(f"\n{len(deaths)} deaths among {total} points of a 3-day reprocess: the tables "
+          "and failed/ equal")  # fmt: skip
 
 
 def test_reprocess_replaces_a_days_rows_in_postgres(
@@ -350,6 +402,16 @@ def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
     config = make_config(tmp_path, destinations={"files": {"type": "parquet"}})
     with pytest.raises(Exception, match="only duckdb and postgres"):
         rp.replaceable(config, "files")
+    config = make_config(tmp_path, destinations={"live": {"type": "duckdb", "mode": "stream"}})
+    with pytest.raises(ConfigError, match="in mode stream"):
+        rp.replaceable(config, "live")
+    config = _config(tmp_path)
+    replaying = config.layout.failed / "replay" / "replaying.dst=warehouse.2026-11-21T10-00.log"
+    replaying.parent.mkdir(parents=True)
+    replaying.write_text("")
+    with pytest.raises(ConfigError, match="replay of failed events under way") as refused:
+        rp.replaceable(config, "warehouse")
+    assert "replay failed --destination warehouse" in (refused.value.fix or "")
 
 
 def test_the_manifest_names_the_days_of_its_events(tmp_path: Path, spark: Any) -> None:

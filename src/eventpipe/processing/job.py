@@ -93,6 +93,7 @@ log = logging.getLogger("eventpipe.processing")
 TABLE = "__table"
 ERROR = "__error"
 RAW = "__raw"
+DAY = "__day"
 TIMESTAMP = "_timestamp"
 FILE = "__file"
 ROW = "__row"
@@ -463,7 +464,11 @@ def _run_job(
             lambda: _fail_corrupt(events, config.layout),
         )
     columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
-    originals = events.select(ROW, F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW))
+    originals = events.select(
+        ROW,
+        F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW),
+        _day_of(events.schema).alias(DAY),
+    )
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths),
                   pause, rebuild)  # fmt: skip
@@ -1484,22 +1489,33 @@ def _write_failed(
     frame: DataFrame, run: _Run, dest_id: str, *, table: str | None, stage: Stage
 ) -> int:
     """Append each row's original event as an EventError line to the destination's
-    failed/ file; returns the count."""
+    failed/ file (a reprocess: to its own, :func:`rebuild_failures`); returns the count."""
     import orjson
 
     when = utc_now()
-    with_originals = frame.select(ROW, ERROR).join(run.originals, ROW).select(RAW, ERROR)
+    with_originals = frame.select(ROW, ERROR).join(run.originals, ROW).select(RAW, ERROR, DAY)
     lines = []
     for row in with_originals.toLocalIterator():
         event = orjson.loads(row[0])
         key = event.get("api_key") if isinstance(event, dict) else None
         lines.append(event_error_line(
             event=event, error=row[1], stage=stage, when=when, destination=dest_id,
-            table=table, api_key=key if isinstance(key, str) else None,
+            table=table, api_key=key if isinstance(key, str) else None, day=row[2],
         ))  # fmt: skip
     if lines:
-        _append(run.layout.failed_destination(dest_id), b"".join(lines))
+        failed = (
+            rebuild_failures(run.layout, run.run_id, dest_id)
+            if run.rebuild
+            else run.layout.failed_destination(dest_id)
+        )
+        _append(failed, b"".join(lines))
     return len(lines)
+
+
+def rebuild_failures(layout: DataLayout, run_id: str, dest_id: str) -> Path:
+    """Where a reprocess run writes its failed events: they replace the failed/ records
+    of its days when its rows are swapped in, not before."""
+    return layout.tmp / run_id / f"failed.dst={dest_id}.log"
 
 
 def _fail_corrupt(raw: DataFrame, layout: DataLayout) -> int:

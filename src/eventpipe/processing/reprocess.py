@@ -19,11 +19,13 @@ Rebuilding a day, for one destination:
 2. the batch job runs over them for this destination only, keeping only the day's events
    (before lookups), and loads into *shadow tables* (``_eventpipe_rp_<run>_<table>``)
    shaped like the real ones, with everything a run does: typing, patching, loading in
-   parts, failed/;
+   parts; events that fail go to a failed/ file of the run's own (under tmp/);
 3. one transaction (``replace_days`` of the destination) deletes the day's rows from every
    table of the destination, moves the shadows' rows in (upsert with a primary key) and
    drops the shadows; it is recorded under the run id, so it happens once;
-4. the day's record becomes the current version and the archive files read, with sha1.
+4. the destination's failed/ file loses the EventErrors of the day (the run handled those
+   events again) and gains the run's own: an event is in the table or in failed/, once;
+5. the day's record becomes the current version and the archive files read, with sha1.
 
 Days are rebuilt one run after the other, the days read from the same files together
 (a file whose events span a month is read once, not once a day), so a long reprocess
@@ -50,6 +52,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
 import lz4.frame
+import orjson
 
 from eventpipe.archive.files import (
     SUFFIX,
@@ -68,6 +71,7 @@ from eventpipe.destinations.base import (
     Replaceable,
 )
 from eventpipe.errors import ConfigError, TerminalError
+from eventpipe.paths import fsync_directory
 from eventpipe.processing import shutdown
 from eventpipe.processing.job import (
     Rebuild,
@@ -76,6 +80,7 @@ from eventpipe.processing.job import (
     batch_destinations,
     open_destination,
     pipeline_lock,
+    rebuild_failures,
 )
 from eventpipe.processing.version import code_version
 from eventpipe.schema.diff import Table, TablePatch, diff
@@ -214,6 +219,19 @@ def replaceable(config: Config, destination_id: str) -> None:
             f"day's rows in one transaction, which only {' and '.join(REPLACEABLE)} "
             "destinations do",
             fix="reprocess a duckdb or postgres destination",
+        )
+    if dest.mode == "stream":
+        raise ConfigError(
+            f"destination {destination_id!r} is in mode stream: its rows of the days are "
+            "written while a reprocess would replace them",
+            fix="reprocess a batch destination",
+        )
+    replaying = sorted((config.layout.failed / "replay").glob(f"replaying.dst={destination_id}.*"))
+    if replaying:
+        raise ConfigError(
+            f"destination {destination_id!r} has a replay of failed events under way "
+            f"({replaying[0].name}): a reprocess could load its events a second time",
+            fix=f"finish it with `eventpipe replay failed --destination {destination_id}`",
         )
 
 
@@ -400,9 +418,54 @@ def rebuild(
     tables = tuple(sorted({*state.destination_tables(dest_id), *loaded}))
     swap = DaySwap(run_id, group.days, tables, shadows, dest.primary_key)
     rows = destination.replace_days(swap)
+    _supersede_failed(config, dest_id, group.days, rebuild_failures(config.layout, run_id, dest_id))
     state.rebuilt_days(dest_id, group.days, version, group.inputs, run_id)
     shutil.rmtree(config.layout.tmp / run_id, ignore_errors=True)
     return DayResult(group, run_id, rows, time.monotonic() - started, resumed, report)
+
+
+def _supersede_failed(config: Config, dest_id: str, days: tuple[str, ...], found: Path) -> None:
+    """The destination's failed/ file without the EventErrors of ``days`` and with the
+    rebuild's own (``found``). Written whole and renamed over the old one, so a death
+    leaves one or the other; done again by a resumed run, it gives the same file.
+
+    EventErrors without a ``day`` (of events whose ``_timestamp`` does not convert, which
+    no day holds, or written before EventErrors had days) stay.
+    """
+    path = config.layout.failed_destination(dest_id)
+    wanted = set(days)
+    partial = path.with_name(path.name + ".partial")
+    dropped = 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with partial.open("wb") as out:
+        if path.exists():
+            with path.open("rb") as lines:
+                for line in lines:
+                    if _failed_day(line) in wanted:
+                        dropped += 1
+                    else:
+                        out.write(line if line.endswith(b"\n") else line + b"\n")
+        added = found.read_bytes() if found.exists() else b""
+        out.write(added)
+        out.flush()
+        os.fsync(out.fileno())
+    if not dropped and not added:
+        partial.unlink()
+        return
+    os.replace(partial, path)
+    fsync_directory(path.parent)
+    log.info("%s: failed/: %d event(s) of the rebuilt days replaced by the %d that "
+             "failed again", dest_id, dropped, added.count(b"\n"))  # fmt: skip
+
+
+def _failed_day(line: bytes) -> str | None:
+    """The ``day`` of one EventError line (None: none, or a line that is not one)."""
+    try:
+        record = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    day = record.get("day") if isinstance(record, dict) else None
+    return day if isinstance(day, str) else None
 
 
 def _clean_tmp(config: Config, state: StateStore) -> None:
