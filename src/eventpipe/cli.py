@@ -231,7 +231,7 @@ def reprocess(
         raise ConfigError(f"--to {end} is before --from {start}")
     targets = list(destination_ids) or rp.batch_ids(config)
     if not targets:
-        raise ConfigError("no duckdb or postgres destination to reprocess")
+        raise ConfigError("no duckdb, postgres or local parquet destination to reprocess")
     for dest_id in targets:
         rp.replaceable(config, dest_id)
     state = open_state(config)

@@ -32,6 +32,14 @@ from tests.process import run, write_config
 
 DAY = date.fromisoformat
 MOVE_N = {"fields": [{"src": "/n", "dst": "/number", "action": "move"}]}
+REBUILT_20TH = {  # _three_days's rows after a reprocess of the 20th with MOVE_N
+    "page": [
+        ("e1", "2026-11-20", 1, None), ("e2", "2026-11-20", 2, None),
+        ("e4", "2026-11-18", None, 4), ("e6", "2026-11-21", None, 6),
+        ("e7", "2026-11-21", None, 7),
+    ],
+    "click": [("e3", "2026-11-20", 3, None), ("e8", "2026-11-20", 8, None)],
+}  # fmt: skip
 
 
 def _event(n: int, stamp: str, kind: str = "page") -> dict[str, Any]:
@@ -117,12 +125,7 @@ def test_a_mapping_change_rebuilds_only_the_chosen_days(tmp_path: Path, spark: A
     assert results[0].plan.reason == f"built with code version {old} (now {new})"
     assert results[0].rows == {"page": 2, "click": 2}  # e8 arrived the next day: included
     rebuilt = _rows(after.layout.warehouse)
-    assert rebuilt["page"] == [
-        ("e1", "2026-11-20", 1, None), ("e2", "2026-11-20", 2, None),
-        ("e4", "2026-11-18", None, 4), ("e6", "2026-11-21", None, 6),
-        ("e7", "2026-11-21", None, 7),
-    ]  # fmt: skip
-    assert rebuilt["click"] == [("e3", "2026-11-20", 3, None), ("e8", "2026-11-20", 8, None)]
+    assert rebuilt == REBUILT_20TH
     with duckdb.connect(str(after.layout.warehouse), read_only=True) as db:
         left = db.execute("SELECT table_name FROM information_schema.tables "
                           "WHERE table_name LIKE '_eventpipe_rp_%'").fetchall()  # fmt: skip
@@ -398,10 +401,83 @@ def test_reprocess_replaces_a_days_rows_in_postgres(
     assert results == []
 
 
+def _parquet_rows(root: Path) -> dict[str, list[tuple[Any, ...]]]:
+    """Like _rows, of the parquet tables under ``root`` (shadows and hidden directories
+    left out, as readers do)."""
+    tables = sorted(p.name for p in root.iterdir() if p.is_dir() and p.name[0] not in "._")
+    found = {}
+    with duckdb.connect() as db:
+        for table in tables:
+            files = f"{root / table}/day=*/*.parquet"
+            columns = {r[0] for r in db.execute(f"DESCRIBE SELECT * FROM read_parquet("
+                       f"'{files}', union_by_name = true)").fetchall()}  # fmt: skip
+            found[table] = sorted(db.execute(
+                f"SELECT eventn_ctx_event_id, strftime(_timestamp, '%Y-%m-%d'), "
+                f"{'number' if 'number' in columns else 'NULL'}, "
+                f"{'n' if 'n' in columns else 'NULL'} "
+                f"FROM read_parquet('{files}', union_by_name = true)"
+            ).fetchall())  # fmt: skip
+    return found
+
+
+def test_reprocess_replaces_day_partitions_of_parquet_tables(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    base = tmp_path / "base"
+    _three_days(base)
+    lake = {"type": "parquet", "table_name_template": "{{ event_type }}"}
+    process_pending(make_config(base, destinations={"lake": lake}), spark)
+
+    def fresh(name: str) -> Config:
+        shutil.copytree(base, tmp_path / name)
+        return make_config(tmp_path / name, destinations={"lake": {**lake, "mappings": MOVE_N}})
+
+    from eventpipe.destinations.storage import LocalStorage
+
+    real_move = LocalStorage.move
+    calls = {"n": 0, "at": 0}
+
+    def move(self: Any, source: str, target: str) -> None:
+        calls["n"] += 1
+        if calls["n"] == calls["at"]:
+            raise Died
+        real_move(self, source, target)
+
+    monkeypatch.setattr(LocalStorage, "move", move)
+    clean = fresh("clean")
+    _, results = rp.reprocess(spark, clean, "lake", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert results[0].rows == {"page": 2, "click": 2}
+    rebuilt = _parquet_rows(clean.layout.root / "parquet")
+    assert rebuilt == REBUILT_20TH
+    left = {p.name for p in (clean.layout.root / "parquet").iterdir()} - {".staging"}
+    assert left == {"_eventpipe", "click", "page"}  # no shadow, nothing aside
+    _, results = rp.reprocess(spark, clean, "lake", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert results == []
+
+    # Killed at each rename (the shadow loads' files, then the swap's partitions aside
+    # and in), then run again: the same rows.
+    total, calls["n"] = calls["n"], 0
+    assert total >= 6
+    for at in range(1, total + 1):
+        config = fresh(f"died{at}")
+        calls["n"], calls["at"] = 0, at
+        with contextlib.suppress(Died):
+            rp.reprocess(spark, config, "lake", DAY("2026-11-20"), DAY("2026-11-20"))
+        assert calls["n"] >= at  # it died there (the other table's load may go on)
+        calls["at"] = 0
+        rp.reprocess(spark, config, "lake", DAY("2026-11-20"), DAY("2026-11-20"))
+        assert _parquet_rows(config.layout.root / "parquet") == rebuilt, f"died at move {at}"
+        assert not list((config.layout.root / "parquet" / ".staging").glob("swap-*"))
+
+
 def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
-    config = make_config(tmp_path, destinations={"files": {"type": "parquet"}})
-    with pytest.raises(Exception, match="only duckdb and postgres"):
-        rp.replaceable(config, "files")
+    config = make_config(tmp_path, destinations={"api": {"type": "http", "url": "http://x/"}})
+    with pytest.raises(ConfigError, match="only duckdb, postgres, parquet"):
+        rp.replaceable(config, "api")
+    for lake in ({"path": "s3a://bucket/lake"}, {"partition_by": "none"}):
+        config = make_config(tmp_path, destinations={"lake": {"type": "parquet", **lake}})
+        with pytest.raises(ConfigError, match="needs a local path and partition_by: day"):
+            rp.replaceable(config, "lake")
     config = make_config(tmp_path, destinations={"live": {"type": "duckdb", "mode": "stream"}})
     with pytest.raises(ConfigError, match="in mode stream"):
         rp.replaceable(config, "live")

@@ -10,6 +10,8 @@ none (``partition_by: none``)::
                                                   patch (the last one holds)
     <path>/<table>/_eventpipe/loads/<batch>.json  one record per loaded batch
     <path>/.staging/                              batches being written
+    <path>/_eventpipe/swaps/<swap>.json           a reprocess's day partitions replaced
+    <path>/.staging/swap-<swap>/                  the partitions it replaced, until done
 
 Readers skip the ``_eventpipe`` directory (Spark and Hive ignore names starting with
 ``_``; it holds no Parquet). New columns appear in new files: read with schema merging
@@ -29,10 +31,16 @@ Readers skip the ``_eventpipe`` directory (Spark and Hive ignore names starting 
   Hadoop FileSystem (eventpipe.destinations.storage). The layout is the same.
 * No primary key: plain files cannot upsert. Table locks are flocks in the data
   directory: one eventpipe data directory writes a given lake.
+* ``eventpipe reprocess`` (local directories partitioned by day) replaces day partitions:
+  the rebuilt rows are loaded into shadow tables (directories of their own), then each
+  ``day=D`` directory of every table is renamed aside and the shadow's renamed in. A
+  journal written first names every move, so a swap cut short is finished by the next
+  attempt; a reader may see a day missing for the moment between two renames.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import posixpath
@@ -44,10 +52,10 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
-from eventpipe.destinations.base import LoadRequest, LoadResult, table_lock
+from eventpipe.destinations.base import DaySwap, LoadRequest, LoadResult, table_lock
 from eventpipe.destinations.duckdb import file_offsets, rows_of, unconvertible_rows
 from eventpipe.destinations.storage import HadoopStorage, LocalStorage, Storage, join
-from eventpipe.errors import TransientError
+from eventpipe.errors import TerminalError, TransientError
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -177,6 +185,75 @@ class ParquetDestination:
     def _tables(self) -> list[str]:
         root = self.storage.root
         return [n for n in self.storage.names(root) if META in self.storage.names(join(root, n))]
+
+    def tables(self) -> list[str]:
+        """The table directories (shadow tables of a reprocess included)."""
+        return self._tables()
+
+    def drop(self, tables: list[str]) -> None:
+        for table in tables:
+            self.storage.delete(join(self.storage.root, table))
+
+    def replace_days(self, swap: DaySwap) -> dict[str, int]:
+        """Replace the ``day=D`` partitions of ``swap.days`` in every table of
+        ``swap.tables`` by the shadows' (none where a shadow has no rows of the day);
+        the rows moved in per table. Done once per ``swap.swap_id``: the journal written
+        first lists the moves, and an attempt cut short is finished by the next."""
+        if self.partition_by != "day":
+            raise TerminalError(
+                f"parquet destination {self.id!r} has partition_by: none: a reprocess "
+                "replaces day partitions",
+                fix="reprocess a destination with partition_by: day",
+            )
+        storage, root = self.storage, self.storage.root
+        key = hashlib.sha1(swap.swap_id.encode()).hexdigest()[:16]
+        journal = join(root, META, "swaps", f"{key}.json")
+        aside = join(root, ".staging", f"swap-{key}")  # outside every table
+        tables = sorted({*swap.tables, *swap.shadows})
+        with contextlib.ExitStack() as locks:
+            for table in tables:
+                locks.enter_context(table_lock(self.lock_dir, self.id, table))
+            text = storage.read_text(journal)
+            if text is None:  # the plan, from the shadows as they are before any move
+                moves = [
+                    [table, day]
+                    for table, shadow in sorted(swap.shadows.items())
+                    for day in swap.days
+                    if storage.names(join(root, shadow, f"day={day}"))
+                ]
+                rows = {t: self._loaded_rows(s) for t, s in sorted(swap.shadows.items())}
+                plan: dict[str, Any] = {
+                    "swap_id": swap.swap_id, "days": list(swap.days), "tables": tables,
+                    "moves": moves, "rows": rows, "done": False,
+                }  # fmt: skip
+                storage.create_text(journal, json.dumps(plan))
+            else:
+                plan = json.loads(text)
+                if plan["done"]:
+                    return {t: int(n) for t, n in plan["rows"].items()}
+            moved = {(table, day) for table, day in plan["moves"]}
+            for table in plan["tables"]:
+                for day in plan["days"]:
+                    partition = join(root, table, f"day={day}")
+                    rebuilt = None
+                    if (table, day) in moved:
+                        rebuilt = join(root, swap.shadows[table], f"day={day}")
+                        if not storage.names(rebuilt):
+                            continue  # moved in by an earlier attempt
+                    if storage.names(partition):
+                        storage.move(partition, join(aside, table, f"day={day}"))
+                    if rebuilt is not None:
+                        storage.move(rebuilt, partition)
+            storage.delete(aside)
+            self.drop(sorted(swap.shadows.values()))
+            storage.create_text(journal, json.dumps({**plan, "done": True}))
+        return {t: int(n) for t, n in plan["rows"].items()}
+
+    def _loaded_rows(self, table: str) -> int:
+        """The rows of ``table``'s batch records."""
+        records = [n for n in self.storage.names(self._meta(table, "loads")) if _is_json(n)]
+        texts = (self.storage.read_text(self._meta(table, "loads", n)) for n in records)
+        return sum(json.loads(t)["rows"] for t in texts if t is not None)
 
     def _records(self) -> list[str]:
         """Every table's batch records."""

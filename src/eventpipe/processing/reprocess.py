@@ -62,7 +62,7 @@ from eventpipe.archive.files import (
     segments_of_day,
 )
 from eventpipe.archive.retention import pruned_through
-from eventpipe.config import Config
+from eventpipe.config import Config, DestinationConfig
 from eventpipe.destinations.base import (
     DaySwap,
     Destination,
@@ -71,7 +71,7 @@ from eventpipe.destinations.base import (
     Replaceable,
 )
 from eventpipe.errors import ConfigError, TerminalError
-from eventpipe.paths import fsync_directory
+from eventpipe.paths import fsync_directory, is_uri
 from eventpipe.processing import shutdown
 from eventpipe.processing.job import (
     Rebuild,
@@ -92,7 +92,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventpipe.processing")
 
 SHADOW_PREFIX = "_eventpipe_rp_"
-REPLACEABLE = ("duckdb", "postgres")
+REPLACEABLE = ("duckdb", "postgres", "parquet")
 """Destination types whose rows of a day can be replaced in one transaction."""
 
 
@@ -216,9 +216,15 @@ def replaceable(config: Config, destination_id: str) -> None:
     if dest.type not in REPLACEABLE:
         raise ConfigError(
             f"destination {destination_id!r} is of type {dest.type}: reprocess replaces a "
-            f"day's rows in one transaction, which only {' and '.join(REPLACEABLE)} "
-            "destinations do",
-            fix="reprocess a duckdb or postgres destination",
+            "day's rows in one transaction or a day partition, which only "
+            f"{', '.join(REPLACEABLE)} destinations do",
+            fix="reprocess a duckdb, postgres or parquet destination",
+        )
+    if dest.type == "parquet" and not _replaces_days(dest):
+        raise ConfigError(
+            f"parquet destination {destination_id!r}: reprocess replaces day partitions "
+            "by renaming directories, which needs a local path and partition_by: day",
+            fix="reprocess a local parquet destination partitioned by day",
         )
     if dest.mode == "stream":
         raise ConfigError(
@@ -507,4 +513,11 @@ def _inputs(config: Config, run_id: str, sources: tuple[Source, ...]) -> list[Pa
 
 def batch_ids(config: Config) -> list[str]:
     """The destinations reprocess takes by default: every batch one it can replace."""
-    return [d for d, dest in batch_destinations(config).items() if dest.type in REPLACEABLE]
+    return [d for d, dest in batch_destinations(config).items() if _replaces_days(dest)]
+
+
+def _replaces_days(dest: DestinationConfig) -> bool:
+    """Whether reprocess can replace the destination's days (docs/archive.md)."""
+    if dest.type == "parquet":
+        return dest.partition_by == "day" and not is_uri(dest.path or "")
+    return dest.type in REPLACEABLE
