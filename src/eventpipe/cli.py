@@ -425,13 +425,16 @@ def log_show(
         return
     import orjson
 
+    from eventpipe.processing.columns import FILTERED
     from eventpipe.processing.job import preview
 
     config.destination(destination_id)
     lines = [line for _, line in found]
     previews = _with_spark(config, lambda spark: preview(config, spark, destination_id, lines))
     for (position, _), shown in zip(found, previews, strict=True):
-        if shown.table:
+        if shown.table == FILTERED:
+            what = "filtered: by the destination's namespace or transforms"
+        elif shown.table:
             what = f"table {shown.table}\t" + orjson.dumps(shown.columns, default=str).decode()
         elif shown.table == "":
             what = "skipped: the table name is empty"
@@ -547,14 +550,14 @@ def status(config_path: Path | None, history: bool, limit: int) -> None:
     sealed = layout.sealed_segments()
     store = open_state(config)
     names = ["destination", "type", "backlog", "last load (UTC)", "rows loaded", "failed",
-             "skipped"]  # fmt: skip
+             "skipped", "filtered"]  # fmt: skip
     rows = []
     for dest_id, dest in config.destinations.items():
         summary = store.summary(dest_id)
         rows.append((
             dest_id, dest.type, _backlog(config, dest_id, summary.done_segments, sealed),
             summary.last_load or "never", f"{summary.rows_loaded:,}", f"{summary.failed:,}",
-            f"{summary.skipped:,}",
+            f"{summary.skipped:,}", f"{summary.filtered:,}",
         ))  # fmt: skip
     _print_table(names, rows)
     active = sum(p.stat().st_size for p in layout.active_segments())
@@ -578,7 +581,7 @@ def _print_history(store: Any, limit: int) -> None:
                 run.started_at
             )
             took = f"{seconds.total_seconds():.1f}"
-        counts = {d: (skipped, failed) for d, skipped, failed in run.events}
+        counts = {d: (skipped, failed, filtered) for d, skipped, failed, filtered in run.events}
         destinations = sorted(
             set(run.code_versions) | {t.destination for t in run.tables} | set(counts)
         ) or [""]
@@ -588,15 +591,15 @@ def _print_history(store: Any, limit: int) -> None:
                 for t in run.tables
                 if t.destination == dest
             )
-            skipped, failed = counts.get(dest, (0, 0))
+            skipped, failed, filtered = counts.get(dest, (0, 0, 0))
             rows.append((
                 run.run_id, run.started_at[:19].replace("T", " "), took, run.trigger,
                 run.status, run.segments, dest, run.code_versions.get(dest, ""),
-                loaded, f"{skipped:,}", f"{failed:,}",
+                loaded, f"{skipped:,}", f"{failed:,}", f"{filtered:,}",
             ))  # fmt: skip
     _print_table(["run", "started (UTC)", "seconds", "trigger", "status", "segments",
                   "destination", "code version", "loaded (table rows)", "skipped",
-                  "failed"], rows)  # fmt: skip
+                  "failed", "filtered"], rows)  # fmt: skip
 
 
 def _archive_line(config: Any) -> str:

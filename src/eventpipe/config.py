@@ -31,6 +31,7 @@ from pydantic import (
     Field,
     SecretStr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 
@@ -215,6 +216,58 @@ class MappingConfig(_Model):
 
 
 _SQL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+_FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+_PYTHON_FUNCTION = re.compile(r"^[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*$")
+
+
+def _field_path(value: str) -> str:
+    if not _FIELD_PATH.match(value):
+        raise ValueError(
+            f"{value!r}: a field is a name or a dotted path of names (properties.usage_gb)"
+        )
+    return value
+
+
+FieldPath = Annotated[str, AfterValidator(_field_path)]
+
+
+class TransformStep(_Model):
+    """One step of a destination's transforms (docs/transforms.md): exactly one of
+    ``filter``, ``set``, ``drop`` or ``python``."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, populate_by_name=True
+    )
+
+    filter: str | None = None
+    """A Spark SQL boolean expression on the event (``properties.plan = 'pro'``): events
+    for which it is not true are dropped for this destination (counted as filtered)."""
+    assign: dict[FieldPath, str] | None = Field(default=None, alias="set")
+    """Fields set to Spark SQL expressions: ``{usage_gb: "properties.usage_mb / 1024"}``;
+    a dotted name sets a field of an object the event has."""
+    drop: tuple[FieldPath, ...] | None = None
+    """Fields removed (names or dotted paths)."""
+    python: str | None = None
+    """``package.module:function``: called with each Arrow record batch of events (or a
+    pandas DataFrame, when its parameter is annotated so); returns the events to keep,
+    changed or not. Its exceptions send the batch's events to failed/."""
+
+    @model_validator(mode="after")
+    def _one_kind(self) -> TransformStep:
+        given = [k for k in ("filter", "assign", "drop", "python") if getattr(self, k)]
+        if len(given) != 1:
+            named = ", ".join("set" if k == "assign" else k for k in given) or "none"
+            raise ValueError(
+                f"a transform step takes exactly one of filter, set, drop, python (got {named})"
+            )
+        if self.python is not None and not _PYTHON_FUNCTION.match(self.python):
+            raise ValueError(f"python {self.python!r}: write package.module:function")
+        return self
+
+    @property
+    def kind(self) -> str:
+        return next(k for k in ("filter", "set", "drop", "python")
+                    if getattr(self, "assign" if k == "set" else k))  # fmt: skip
 
 
 class DestinationConfig(_Model):
@@ -247,6 +300,13 @@ class DestinationConfig(_Model):
     """postgres: the schema eventpipe creates its tables in (created if missing)."""
     only_keys: tuple[SafeKeyId, ...] | None = None
     """API key ids whose events go here. Absent: all keys."""
+    namespace: str = ".*"
+    """A regular expression matched against each event's table name (found anywhere in
+    it; anchor with ``^...$``): events whose table does not match skip this destination,
+    counted as filtered."""
+    transforms: tuple[TransformStep, ...] = ()
+    """Steps applied in order to the events of this destination, after lookups and
+    before mapping: ``filter``, ``set``, ``drop``, ``python``."""
     table_name_template: str = "events"
     """Table per event: text with ``{{ path.to.field }}`` and ``{{ _timestamp |
     date('%Y_%m') }}``; sanitised like a column name; empty means skip."""
@@ -290,6 +350,15 @@ class DestinationConfig(_Model):
     """http: event bytes held in memory at most, buffered and in flight, per Spark task."""
     gzip: bool = True
     """http: compress request bodies (Content-Encoding: gzip)."""
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"namespace {value!r} is not a regular expression: {exc}") from None
+        return value
 
     @model_validator(mode="after")
     def _settings_for_type(self) -> DestinationConfig:

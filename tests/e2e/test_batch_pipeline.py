@@ -140,8 +140,8 @@ def test_status_shows_backlog_loads_failures_and_skips(spark: Any, tmp_path: Pat
     cells = [c.strip() for c in line.split("|")]
     assert cells[0:3] == ["warehouse", "duckdb", "0 segment(s), 0.0 MB"]
     assert cells[3] != "never"
-    # rows loaded, failed (a _timestamp that is not one), skipped (no kind)
-    assert cells[4:] == ["1", "1", "1"]
+    # rows loaded, failed (a _timestamp that is not one), skipped (no kind), filtered
+    assert cells[4:] == ["1", "1", "1", "0"]
 
 
 def test_one_pipeline_per_data_directory(start_collector: Any, spark: Any) -> None:

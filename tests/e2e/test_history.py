@@ -63,7 +63,7 @@ def test_runs_are_recorded_with_rows_failures_and_code_versions(
     assert tables[("warehouse", "click")].rows == 1
     assert tables[("pg", "*")].status == "failed"
     assert "127.0.0.1" in (tables[("pg", "*")].error or "")
-    assert ("warehouse", 1, 0) in first.events  # the empty table name: skipped
+    assert ("warehouse", 1, 0, 0) in first.events  # the empty table name: skipped
     assert first.finished_at is not None
     assert first.started_at <= first.finished_at
 

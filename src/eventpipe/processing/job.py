@@ -45,7 +45,8 @@ from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout, count_lines, fsync_directory, is_uri
-from eventpipe.processing import lookup, shutdown
+from eventpipe.processing import lookup, shutdown, transforms
+from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped, leaves
 from eventpipe.processing.mapping import Mapping
 from eventpipe.processing.paths import (
@@ -90,13 +91,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eventpipe.processing")
 
-TABLE = "__table"
-ERROR = "__error"
 RAW = "__raw"
 DAY = "__day"
 TIMESTAMP = "_timestamp"
 FILE = "__file"
-ROW = "__row"
 SEGMENT = "__segment"
 """The segment a row comes from, kept when the run's destinations take different ones."""
 
@@ -108,6 +106,7 @@ class RunReport:
     resumed: bool
     loaded: dict[tuple[str, str], int] = field(default_factory=dict)
     skipped: dict[str, int] = field(default_factory=dict)
+    filtered: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
     corrupt: int = 0
     archived: list[Path] = field(default_factory=list)
@@ -454,6 +453,7 @@ def _run_job(
     down for minutes delays no other destination of the run. ``failing``: a destination
     that fails with a TransientError is recorded there (and in the state store) and the
     others go on; without it the error is raised. ``rebuild``: a reprocess run."""
+    transforms.check(spark, config)
     lookups = Lookups.plan(config)
     days = rebuild.days if rebuild else None
     events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
@@ -556,7 +556,8 @@ class Preview:
     --destination``)."""
 
     table: str | None
-    """Its table; None: it would fail (``error``); "": skipped (empty table name)."""
+    """Its table; None: it would fail (``error``); "": skipped (empty table name);
+    FILTERED: dropped by the destination's namespace or transforms."""
     error: str | None
     columns: dict[str, object]
     """Its flat columns that have a value."""
@@ -602,6 +603,8 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             out.append(Preview(None, "line is not a JSON object", {}))
         elif not (row := next(events_in_order)):
             out.append(Preview(None, f"not for {dest_id}: its key is not in only_keys", {}))
+        elif row[TABLE] == FILTERED:
+            out.append(Preview(FILTERED, None, {}))
         else:
             values = {
                 k: v for k, v in row.items() if k not in (TABLE, ERROR, ROW) and v is not None
@@ -840,6 +843,7 @@ def _flatten_for(events: DataFrame, run: _Run, target: _Target) -> _Flattened:
             condition = browser if rule.destinations is None else None
             frame = set_path(frame, rule.target, F.col(rule.column), condition)
     frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN, SEGMENT)
+    frame = transforms.apply(frame, dest_id, dest)
     flat = flatten_mapped(
         frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
     )
@@ -854,6 +858,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     where = run.layout.tmp / run.run_id / f"dst={dest_id}"
     staged, counts = _stage_flat(cast, where)
     report.skipped[dest_id] = counts["skipped"]
+    report.filtered[dest_id] = counts.get("filtered", 0)  # a resumed run's older counts
     report.failed[dest_id] = 0
     if counts["failed"]:
         _fail_once(cast.filter(F.col(ERROR).isNotNull()), run, dest_id, "processing",
@@ -868,7 +873,11 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         run.state.record_days(dest_id, days, code_version(run.config, dest_id), run.run_id)
     run.state.record(target.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)
     run.state.record_destination_run(
-        run.run_id, dest_id, skipped=report.skipped[dest_id], failed=report.failed[dest_id]
+        run.run_id,
+        dest_id,
+        skipped=report.skipped[dest_id],
+        failed=report.failed[dest_id],
+        filtered=report.filtered[dest_id],
     )
 
 
@@ -1075,8 +1084,9 @@ def _type_mixes(
 
 def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]:
     """The destination's flattened rows, written once as Parquet partitioned by table
-    (Spark's own types), and the counts of rows skipped (empty table name) and failed
-    (template error) and the days of the rows (``days``), observed during that write.
+    (Spark's own types), and the counts of rows skipped (empty table name), filtered (by
+    the namespace or transforms) and failed (template error, transform error) and the
+    days of the rows (``days``), observed during that write.
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
@@ -1091,16 +1101,17 @@ def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]
         types = {f.name: f.dataType for f in flat.schema.fields}
         stamped = isinstance(types.get(TIMESTAMP), TimestampType)
         day = F.date_format(F.col(TIMESTAMP), "yyyy-MM-dd") if stamped else F.lit(None)
-        loaded = table.isNotNull() & (table != F.lit(""))
+        loaded = table.isNotNull() & (table != F.lit("")) & (table != F.lit(FILTERED))
         with _step(f"{where.name}: enrich, map, flatten and stage"):
             flat.observe(
                 observed,
                 F.count_if(table == F.lit("")).alias("skipped"),
+                F.count_if(table == F.lit(FILTERED)).alias("filtered"),
                 F.count_if(table.isNull()).alias("failed"),
                 F.collect_set(F.when(loaded, day)).alias("days"),
-            ).filter(table != F.lit("")).drop(ERROR).write.mode("overwrite").partitionBy(
-                TABLE
-            ).parquet(str(out))
+            ).filter((table != F.lit("")) & (table != F.lit(FILTERED))).drop(ERROR).write.mode(
+                "overwrite"
+            ).partitionBy(TABLE).parquet(str(out))
         counts_file.write_text(json.dumps(observed.get))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession

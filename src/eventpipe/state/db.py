@@ -86,12 +86,17 @@ CREATE TABLE IF NOT EXISTS destination_runs (
     skipped INTEGER NOT NULL,
     failed INTEGER NOT NULL,
     finished_at TEXT NOT NULL,
+    filtered INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, destination)
 );
 """
 
-ADDED_COLUMNS = {"runs": ("plan", "code_versions")}
-"""Columns added after a table was first released: added to a store made before."""
+ADDED_COLUMNS = {
+    "runs": (("plan", "TEXT"), ("code_versions", "TEXT")),
+    "destination_runs": (("filtered", "INTEGER NOT NULL DEFAULT 0"),),
+}
+"""Columns added after a table was first released (name, type): added to a store made
+before. New tables list them in SCHEMA too."""
 
 
 class Transaction(Protocol):
@@ -131,9 +136,9 @@ class SqliteDatabase:
             connection.executescript(SCHEMA)
             for table, added in ADDED_COLUMNS.items():
                 columns = {row[1] for row in connection.execute(f"PRAGMA table_info({table})")}
-                for column in added:
+                for column, sql_type in added:
                     if column not in columns:
-                        connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} TEXT")
+                        connection.execute(f"ALTER TABLE {table} ADD COLUMN {column} {sql_type}")
             connection.commit()
         finally:
             connection.close()
@@ -166,8 +171,10 @@ class PostgresDatabase:
             for statement in filter(str.strip, SCHEMA.split(";")):
                 db.execute(_postgres_ddl(statement))
             for table, added in ADDED_COLUMNS.items():
-                for column in added:
-                    db.execute(f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} TEXT")
+                for column, sql_type in added:
+                    db.execute(_postgres_ddl(
+                        f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {sql_type}"
+                    ))  # fmt: skip
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:

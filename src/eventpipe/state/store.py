@@ -22,7 +22,7 @@
 * A stream destination records each micro-batch like a segment
   (``queue.dst=<id>/batch-<n>``), one a second: once a later micro-batch is recorded,
   the older ones are folded into one row per table (``queue.dst=<id>/folded``, rows
-  summed), and their skipped/failed counts into one ``destination_runs`` row, so the
+  summed), and their skipped/filtered/failed counts into one ``destination_runs`` row, so the
   store stays small however long the stream runs.
 
 Every change is one transaction, one writer at a time (SQLite in WAL mode), so a crash
@@ -141,8 +141,9 @@ class RunRecord:
     error: str | None
     code_versions: dict[str, str]
     tables: tuple[TableRun, ...]
-    events: tuple[tuple[str, int, int], ...]
-    """Per destination: events skipped (empty table name) and failed."""
+    events: tuple[tuple[str, int, int, int], ...]
+    """Per destination: events skipped (empty table name), failed, and filtered (by its
+    namespace or transforms)."""
 
 
 @dataclass(frozen=True)
@@ -162,6 +163,8 @@ class DestinationSummary:
     skipped: int
     failed: int
     done_segments: frozenset[str]
+    filtered: int = 0
+    """Events the destination's namespace or transforms dropped."""
 
 
 @dataclass(frozen=True)
@@ -345,7 +348,7 @@ class StateStore:
                 ids,
             ).fetchall()
             counts = db.execute(
-                "SELECT run_id, destination, skipped, failed FROM destination_runs "
+                "SELECT run_id, destination, skipped, failed, filtered FROM destination_runs "
                 f"WHERE run_id IN ({marks}) ORDER BY destination",
                 ids,
             ).fetchall()
@@ -355,7 +358,7 @@ class StateStore:
                 status=status, segments=len(json.loads(segments)), error=error,
                 code_versions=json.loads(versions or "{}"),
                 tables=tuple(TableRun(*t[1:]) for t in tables if t[0] == run_id),
-                events=tuple((c[1], c[2], c[3]) for c in counts if c[0] == run_id),
+                events=tuple((c[1], c[2], c[3], c[4]) for c in counts if c[0] == run_id),
             )
             for run_id, trigger, started, finished, status, segments, error, versions in runs
         ]  # fmt: skip
@@ -455,14 +458,16 @@ class StateStore:
         return [s for s in segments if s in done]
 
     def record_destination_run(
-        self, run_id: str, destination: str, *, skipped: int, failed: int
+        self, run_id: str, destination: str, *, skipped: int, failed: int, filtered: int = 0
     ) -> None:
         with self._db() as db:
             db.execute(
-                "INSERT INTO destination_runs VALUES (?, ?, ?, ?, ?) "
+                "INSERT INTO destination_runs (run_id, destination, skipped, failed, "
+                "finished_at, filtered) VALUES (?, ?, ?, ?, ?, ?) "
                 "ON CONFLICT (run_id, destination) DO UPDATE SET skipped = excluded.skipped, "
-                "failed = excluded.failed, finished_at = excluded.finished_at",
-                (run_id, destination, skipped, failed, _now()),
+                "failed = excluded.failed, finished_at = excluded.finished_at, "
+                "filtered = excluded.filtered",
+                (run_id, destination, skipped, failed, _now(), filtered),
             )
 
     def fold_stream(self, destination: str, epoch: int) -> None:
@@ -502,12 +507,14 @@ class StateStore:
                 return
             marks = ",".join("?" * len(older))
             db.execute(
-                "INSERT INTO destination_runs SELECT ?, destination, sum(skipped), "
-                "sum(failed), max(finished_at) FROM destination_runs WHERE destination = ? "
+                "INSERT INTO destination_runs (run_id, destination, skipped, failed, "
+                "finished_at, filtered) SELECT ?, destination, sum(skipped), sum(failed), "
+                "max(finished_at), sum(filtered) FROM destination_runs WHERE destination = ? "
                 f"AND run_id IN ({marks}) GROUP BY destination "
                 "ON CONFLICT (run_id, destination) DO UPDATE SET "
                 "skipped = destination_runs.skipped + excluded.skipped, "
-                "failed = destination_runs.failed + excluded.failed, finished_at = "
+                "failed = destination_runs.failed + excluded.failed, "
+                "filtered = destination_runs.filtered + excluded.filtered, finished_at = "
                 f"{_greater('destination_runs.finished_at', 'excluded.finished_at')}",
                 (folded_run, destination, *older),
             )
@@ -524,8 +531,9 @@ class StateStore:
                 "WHERE destination = ? AND tbl != ? AND status = 'ok'",
                 (destination, ALL_TABLES),
             ).fetchone()
-            skipped, failed = db.execute(
-                "SELECT coalesce(sum(skipped), 0), coalesce(sum(failed), 0) "
+            skipped, failed, filtered = db.execute(
+                "SELECT coalesce(sum(skipped), 0), coalesce(sum(failed), 0), "
+                "coalesce(sum(filtered), 0) "
                 "FROM destination_runs WHERE destination = ?",
                 (destination,),
             ).fetchone()
@@ -537,7 +545,9 @@ class StateStore:
                     (destination, ALL_TABLES),
                 )
             }
-        return DestinationSummary(last, int(rows), int(skipped), int(failed), frozenset(done))
+        return DestinationSummary(
+            last, int(rows), int(skipped), int(failed), frozenset(done), int(filtered)
+        )
 
     def tables(self, destination: str) -> list[TableProgress]:
         """Per table of one destination: what its records add up to."""

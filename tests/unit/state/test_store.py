@@ -64,11 +64,12 @@ def test_a_streams_older_micro_batches_fold_into_one_row_per_table(store: StateS
         if epoch % 2:
             store.record([name], "live", "clicks", ok=True, rows=1)
         store.record([name], "live", ALL_TABLES, ok=True)
-        store.record_destination_run(f"stream-live-{epoch}", "live", skipped=1, failed=2)
+        store.record_destination_run(f"stream-live-{epoch}", "live", skipped=1, failed=2,
+                                     filtered=3)  # fmt: skip
         store.fold_stream("live", epoch)
     before = store.summary("live")
     assert before.rows_loaded == 7 + 12 * 10 + 6
-    assert (before.skipped, before.failed) == (12, 24)
+    assert (before.skipped, before.failed, before.filtered) == (12, 24, 36)
     segments = {(s, t): r for s, d, t, _, r, _, _ in store.statuses() if d == "live"}
     assert segments == {
         ("s1", "events"): 7,
@@ -212,3 +213,18 @@ def test_a_postgres_store_that_is_down_says_where_without_the_password() -> None
     assert "cannot connect" in message
     assert "hunter2" not in message
     assert "state.dsn" in (raised.value.fix or "")
+
+
+def test_a_store_made_before_filtered_counts_gains_the_column(tmp_path: Path) -> None:
+    import sqlite3
+
+    path = tmp_path / "state.sqlite"
+    with sqlite3.connect(path) as db:  # destination_runs as first released
+        db.execute("CREATE TABLE destination_runs (run_id TEXT NOT NULL, destination TEXT "
+                   "NOT NULL, skipped INTEGER NOT NULL, failed INTEGER NOT NULL, finished_at "
+                   "TEXT NOT NULL, PRIMARY KEY (run_id, destination))")  # fmt: skip
+        db.execute("INSERT INTO destination_runs VALUES ('run-a', 'dw', 1, 2, 'then')")
+    store = StateStore(path)
+    store.record_destination_run("run-b", "dw", skipped=0, failed=0, filtered=5)
+    summary = store.summary("dw")
+    assert (summary.skipped, summary.failed, summary.filtered) == (1, 2, 5)
