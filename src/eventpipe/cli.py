@@ -483,14 +483,16 @@ def log_step(config_path: Path | None, destination_id: str) -> None:
                    f"  loaded into {table}: {rows} row(s)")  # fmt: skip
     if report.skipped.get(destination_id):
         click.echo("  skipped: the table name is empty")
+    if report.filtered.get(destination_id):
+        click.echo("  filtered: by the destination's namespace or transforms")
     if report.failed.get(destination_id):
         failed = config.layout.failed_destination(destination_id)
         error = _last_error(failed)
         click.echo(f"  failed: {error} (-> {failed})")
     if report.corrupt:
         click.echo("  failed: the line is not a JSON object (-> data/failed/)")
-    if not (report.loaded or report.skipped.get(destination_id) or
-            report.failed.get(destination_id) or report.corrupt):  # fmt: skip
+    if not (report.loaded or report.skipped.get(destination_id) or report.corrupt or
+            report.failed.get(destination_id) or report.filtered.get(destination_id)):  # fmt: skip
         click.echo(f"  not for {destination_id} (its key is not in only_keys)")
 
 
@@ -523,6 +525,9 @@ def _print_report(report: Any) -> None:
     for dest, count in sorted(report.skipped.items()):
         if count:
             click.echo(f"  {dest}: {count} event(s) skipped (empty table name)")
+    for dest, count in sorted(report.filtered.items()):
+        if count:
+            click.echo(f"  {dest}: {count} event(s) filtered (namespace, transforms)")
     for dest, count in sorted(report.failed.items()):
         if count:
             click.echo(f"  {dest}: {count} event(s) failed -> data/failed/failed.dst={dest}.log")

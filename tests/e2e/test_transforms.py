@@ -180,3 +180,15 @@ def test_a_changed_python_transform_changes_the_code_version(
     before = code_version(config, "w")
     module.write_text("def keep(batch):\n    return batch.slice(0, 1)\n")
     assert code_version(config, "w") != before
+
+
+def test_a_runs_report_names_the_filtered_events(capsys: pytest.CaptureFixture[str]) -> None:
+    from eventpipe.cli import _print_report
+    from eventpipe.processing.job import RunReport
+
+    report = RunReport("run-1", ("s1",), False, loaded={("billing", "usage"): 2},
+                       filtered={"billing": 3, "other": 0})  # fmt: skip
+    _print_report(report)
+    lines = capsys.readouterr().out.splitlines()
+    assert "  billing: 3 event(s) filtered (namespace, transforms)" in lines
+    assert not any(line.startswith("  other:") for line in lines)
