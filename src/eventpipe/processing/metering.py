@@ -1,0 +1,184 @@
+"""Usage metering (seed 5): product classification of events.
+
+A product (``product_uid``, ``event_name``, ``filters``) matches an event when the
+event's ``$.properties.name`` equals ``event_name`` and every filter passes. A filter is
+``{path, _in, not_in, optional}``:
+
+* ``path``: a JSONPath into the event (``$.properties.region``, ``$.items[0].sku``);
+* ``_in``: the value must be one of these; ignored when empty;
+* ``not_in``: the value must be none of these; ignored when empty;
+* ``optional``: when the event has no value at ``path``, the filter passes (``_in`` and
+  ``not_in`` are ignored); without it, a missing value fails the filter. When the value
+  is there, ``_in`` and ``not_in`` apply either way.
+
+Values are compared as the text of their JSON value (``"eu"``, ``5``, ``2.5``,
+``true``): a list entry ``5`` matches the number 5 and the string "5". A JSON null is a
+missing value. An event matching several products gives one row per product; one
+matching none has a null ``product_uid`` (it goes to the unclassified table).
+
+The catalogue comes from a CSV file (columns ``product_uid``, ``event_name``, ``filters``,
+the last a JSON list), a YAML file (a list of the same objects), or rows of a table read
+before the run (docs/metering.md). Matching runs natively in Spark: each distinct path is
+read once per event (``get_json_object``), then each product whose ``event_name`` is the
+event's is checked with its own conditions.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import yaml
+
+from eventpipe.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+NAME_PATH = "$.properties.name"
+"""Where an event's name is read to match ``event_name`` (seed 5's default)."""
+
+
+@dataclass(frozen=True)
+class Filter:
+    path: str
+    within: tuple[str, ...] = ()
+    """``_in``, as JSON text."""
+    not_within: tuple[str, ...] = ()
+    """``not_in``, as JSON text."""
+    optional: bool = False
+
+
+@dataclass(frozen=True)
+class Product:
+    uid: str
+    event_name: str
+    filters: tuple[Filter, ...] = field(default_factory=tuple)
+
+
+def load_products(path: Path) -> list[Product]:
+    """The catalogue in ``path`` (``.csv``, ``.yaml`` or ``.yml``); ConfigError naming the
+    file and the entry when one is not a product."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"products {path}: {exc.strerror or exc}") from None
+    if path.suffix == ".csv":
+        rows: list[Any] = list(csv.DictReader(text.splitlines()))
+    elif path.suffix in (".yaml", ".yml"):
+        rows = yaml.safe_load(text) or []
+        if not isinstance(rows, list):
+            raise ConfigError(f"products {path}: a list of products is expected")
+    else:
+        raise ConfigError(f"products {path}: use a .csv, .yaml or .yml file")
+    return products_of(rows, str(path))
+
+
+def products_of(rows: Iterable[Any], source: str) -> list[Product]:
+    """Products from mappings with ``product_uid``, ``event_name`` and ``filters`` (a
+    list, or its JSON text; empty or absent: none)."""
+    found = []
+    seen: set[str] = set()
+    for number, row in enumerate(rows, start=1):
+        where = f"products {source}, entry {number}"
+        if not isinstance(row, dict):
+            raise ConfigError(f"{where}: not an object with product_uid and event_name")
+        uid, name = row.get("product_uid"), row.get("event_name")
+        if not uid or not name:
+            raise ConfigError(f"{where}: product_uid and event_name are required")
+        if str(uid) in seen:
+            raise ConfigError(f"{where}: product_uid {uid!r} is used twice")
+        seen.add(str(uid))
+        found.append(Product(str(uid), str(name), _filters(row.get("filters"), where)))
+    return found
+
+
+def _filters(value: Any, where: str) -> tuple[Filter, ...]:
+    if value in (None, ""):
+        return ()
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: filters is not JSON: {exc}") from None
+    if not isinstance(value, list):
+        raise ConfigError(f"{where}: filters must be a list")
+    filters = []
+    for item in value:
+        if not isinstance(item, dict) or not isinstance(item.get("path"), str):
+            raise ConfigError(f"{where}: each filter needs a path")
+        path = item["path"]
+        if not path.startswith("$"):
+            raise ConfigError(f"{where}: filter path {path!r} is not a JSONPath ($.a.b)")
+        unknown = set(item) - {"path", "_in", "not_in", "optional"}
+        if unknown:
+            raise ConfigError(f"{where}: unknown filter key(s) {', '.join(sorted(unknown))}")
+        filters.append(Filter(
+            path,
+            _texts(item.get("_in"), where),
+            _texts(item.get("not_in"), where),
+            bool(item.get("optional", False)),
+        ))  # fmt: skip
+    return tuple(filters)
+
+
+def _texts(values: Any, where: str) -> tuple[str, ...]:
+    if values in (None, ""):
+        return ()
+    if not isinstance(values, list):
+        raise ConfigError(f"{where}: _in and not_in take lists")
+    return tuple(value_text(v) for v in values)
+
+
+def value_text(value: Any) -> str:
+    """The text a JSON value is compared by (``get_json_object``'s form: strings as
+    they are, other scalars as JSON)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def classify(event_json: Column, products: Sequence[Product]) -> Column:
+    """The ``product_uid`` of every product matching the event (``event_json``: its
+    JSON text), as an array: empty when none does."""
+    from pyspark.sql import functions as F
+
+    paths = sorted({NAME_PATH} | {f.path for p in products for f in p.filters})
+    values = {path: F.get_json_object(event_json, path) for path in paths}
+    by_name: dict[str, list[str]] = {}
+    for product in products:
+        by_name.setdefault(product.event_name, []).append(product.uid)
+    if not by_name:
+        return F.array().cast("array<string>")
+    candidates = F.element_at(
+        F.create_map(*(x for name, uids in sorted(by_name.items())
+                       for x in (F.lit(name), F.array(*map(F.lit, uids))))),
+        values[NAME_PATH],
+    )  # fmt: skip
+    checks = {p.uid: _matches(p, values) for p in products}
+
+    def passes(uid: Column) -> Column:
+        case = F.when(F.lit(False), F.lit(False))
+        for product_uid, check in checks.items():
+            case = case.when(uid == F.lit(product_uid), check)
+        return F.coalesce(case.otherwise(F.lit(False)), F.lit(False))
+
+    return F.filter(F.coalesce(candidates, F.array().cast("array<string>")), passes)
+
+
+def _matches(product: Product, values: dict[str, Column]) -> Column:
+    from pyspark.sql import functions as F
+
+    check = F.lit(True)
+    for rule in product.filters:
+        value = values[rule.path]
+        present = F.lit(True)
+        if rule.within:
+            present = present & value.isin(list(rule.within))
+        if rule.not_within:
+            present = present & ~value.isin(list(rule.not_within))
+        missing = F.lit(rule.optional)
+        check = check & F.when(value.isNull(), missing).otherwise(present)
+    return check

@@ -1,0 +1,170 @@
+"""Product classification (seed 5): eventpipe's Spark expressions against the filter
+semantics written out independently in plain SQL in DuckDB, on generated events."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+
+from eventpipe.errors import ConfigError
+from eventpipe.processing.metering import Filter, Product, classify, load_products
+
+NAMES = ["search", "export", "upload", "login", "report"]
+
+PRODUCTS = [
+    Product("search-all", "search"),
+    Product("search-eu", "search", (Filter("$.properties.region", within=("eu",)),)),
+    Product("search-paid", "search", (Filter("$.properties.tier", not_within=("free",)),)),
+    Product("export-any-tier", "export",
+            (Filter("$.properties.tier", within=("pro", "team"), optional=True),)),
+    Product("export-not-us", "export",
+            (Filter("$.properties.region", not_within=("us",), optional=True),)),
+    Product("upload-big", "upload", (Filter("$.properties.size", within=("2", "3")),
+                                     Filter("$.properties.region", not_within=("apac",)))),
+    Product("upload-tagged", "upload", (Filter("$.properties.tags[0]", within=("a",)),)),
+    Product("report-odd", "report",
+            (Filter("$.properties.flag", within=("true",), optional=True),
+             Filter("$.properties.region", within=("eu", "us"), not_within=("us",)))),
+]  # fmt: skip
+"""Plain, _in, not_in, optional with each, two filters, numbers as text, an array element,
+booleans, _in and not_in together; several products per event name; login has none."""
+
+
+def _events(count: int) -> list[tuple[int, str]]:
+    rng = random.Random(2026)
+    events = []
+    for n in range(count):
+        properties: dict[str, Any] = {"name": rng.choice(NAMES)}
+        for key, choices in {
+            "region": ["eu", "us", "apac", None, "missing"],
+            "tier": ["free", "pro", "team", None, "missing"],
+            "size": [1, 2, 3, "2", "missing"],
+            "flag": [True, False, "missing"],
+            "tags": [["a", "b"], ["b"], [], "missing"],
+        }.items():
+            value = rng.choice(choices)
+            if value != "missing":
+                properties[key] = value
+        events.append((n, json.dumps({"transaction_id": f"t{n}", "properties": properties})))
+    return events
+
+
+def _expected(events: list[tuple[int, str]]) -> set[tuple[int, str]]:
+    """(event, product) pairs by the seed's semantics, in SQL."""
+    db = duckdb.connect()
+    db.execute("CREATE TABLE events (id INTEGER, doc JSON)")
+    db.executemany("INSERT INTO events VALUES (?, ?)", events)
+    db.execute("CREATE TABLE products (product_uid TEXT, event_name TEXT)")
+    db.execute("CREATE TABLE filters (product_uid TEXT, path TEXT, optional BOOLEAN)")
+    db.execute("CREATE TABLE allowed (product_uid TEXT, path TEXT, value TEXT)")
+    db.execute("CREATE TABLE refused (product_uid TEXT, path TEXT, value TEXT)")
+    for p in PRODUCTS:
+        db.execute("INSERT INTO products VALUES (?, ?)", [p.uid, p.event_name])
+        for f in p.filters:
+            db.execute("INSERT INTO filters VALUES (?, ?, ?)", [p.uid, f.path, f.optional])
+            for v in f.within:
+                db.execute("INSERT INTO allowed VALUES (?, ?, ?)", [p.uid, f.path, v])
+            for v in f.not_within:
+                db.execute("INSERT INTO refused VALUES (?, ?, ?)", [p.uid, f.path, v])
+    rows = db.execute("""
+        SELECT e.id, p.product_uid
+        FROM events e
+        JOIN products p ON json_extract_string(e.doc, '$.properties.name') = p.event_name
+        WHERE NOT EXISTS (                      -- every filter of the product passes
+            SELECT 1 FROM filters f
+            WHERE f.product_uid = p.product_uid
+              AND NOT CASE
+                -- missing (or null): passes only when optional
+                WHEN json_extract_string(e.doc, f.path) IS NULL THEN f.optional
+                -- present: in _in (when _in has values) and not in not_in
+                ELSE (NOT EXISTS (SELECT 1 FROM allowed a
+                                  WHERE a.product_uid = f.product_uid AND a.path = f.path)
+                      OR json_extract_string(e.doc, f.path) IN (
+                          SELECT a.value FROM allowed a
+                          WHERE a.product_uid = f.product_uid AND a.path = f.path))
+                     AND json_extract_string(e.doc, f.path) NOT IN (
+                          SELECT r.value FROM refused r
+                          WHERE r.product_uid = f.product_uid AND r.path = f.path)
+              END)
+    """).fetchall()
+    return {(int(i), str(u)) for i, u in rows}
+
+
+def test_classification_equals_the_seeds_semantics_in_sql(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    events = _events(3000)
+    frame = spark.createDataFrame(events, "id int, doc string")
+    matched = frame.select("id", F.explode(classify(F.col("doc"), PRODUCTS)).alias("uid"))
+    found = {(r["id"], r["uid"]) for r in matched.collect()}
+    expected = _expected(events)
+    assert found == expected
+    # Every kind of outcome happened: several products for one event, none for some.
+    per_event: dict[int, int] = {}
+    for event, _ in expected:
+        per_event[event] = per_event.get(event, 0) + 1
+    assert max(per_event.values()) >= 3
+    assert len(per_event) < len(events)  # unclassified events exist (login, failed filters)
+    assert {u for _, u in expected} == {p.uid for p in PRODUCTS}  # each product matched
+
+
+def test_an_event_without_products_gets_an_empty_list(spark: Any) -> None:
+    from pyspark.sql import functions as F
+
+    frame = spark.createDataFrame([(1, '{"properties": {"name": "login"}}'), (2, "{}")],
+                                  "id int, doc string")  # fmt: skip
+    rows = frame.select("id", classify(F.col("doc"), PRODUCTS).alias("uids")).collect()
+    assert [(r["id"], r["uids"]) for r in rows] == [(1, []), (2, [])]
+    assert frame.select(classify(F.col("doc"), []).alias("u")).first()["u"] == []
+
+
+def test_the_catalogue_reads_from_csv_and_yaml(tmp_path: Path) -> None:
+    csv_file = tmp_path / "products.csv"
+    csv_file.write_text(
+        "product_uid,event_name,filters\n"
+        'p1,search,""\n'
+        'p2,search,"[{""path"": ""$.properties.region"", ""_in"": [""eu""], ""not_in"": [], '
+        '""optional"": false}]"\n'
+        'p3,upload,"[{""path"": ""$.properties.size"", ""_in"": [2, 3]}]"\n'
+    )
+    yaml_file = tmp_path / "products.yaml"
+    yaml_file.write_text(
+        "- {product_uid: p1, event_name: search}\n"
+        "- product_uid: p2\n  event_name: search\n"
+        "  filters: [{path: $.properties.region, _in: [eu], not_in: [], optional: false}]\n"
+        "- product_uid: p3\n  event_name: upload\n"
+        "  filters: [{path: $.properties.size, _in: [2, 3]}]\n"
+    )
+    expected = [
+        Product("p1", "search"),
+        Product("p2", "search", (Filter("$.properties.region", ("eu",)),)),
+        Product("p3", "upload", (Filter("$.properties.size", ("2", "3")),)),
+    ]
+    assert load_products(csv_file) == expected
+    assert load_products(yaml_file) == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ("- {event_name: x}\n", "entry 1: product_uid and event_name are required"),
+    ("- {product_uid: a, event_name: x}\n- {product_uid: a, event_name: y}\n",
+     "entry 2: product_uid 'a' is used twice"),
+    ("- {product_uid: a, event_name: x, filters: [{_in: [1]}]}\n", "each filter needs a path"),
+    ("- {product_uid: a, event_name: x, filters: [{path: properties.a}]}\n", "not a JSONPath"),
+    ("- {product_uid: a, event_name: x, filters: [{path: $.a, in: [1]}]}\n",
+     "unknown filter key(s) in"),
+    ("{product_uid: a}\n", "a list of products is expected"),
+])  # fmt: skip
+def test_a_bad_catalogue_is_refused_naming_the_entry(
+    tmp_path: Path, text: str, message: str
+) -> None:
+    path = tmp_path / "products.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as refused:
+        load_products(path)
+    assert message in str(refused.value)
+    assert str(path) in str(refused.value)
