@@ -270,6 +270,38 @@ class TransformStep(_Model):
                     if getattr(self, "assign" if k == "set" else k))  # fmt: skip
 
 
+class MeteringConfig(_Model):
+    """Usage metering (seed 5, docs/metering.md): duplicates removed, corrections applied,
+    each event attributed to its products."""
+
+    products: Path
+    """The product catalogue: a .csv (product_uid, event_name, filters as JSON) or a
+    .yaml/.yml list of {product_uid, event_name, filters}."""
+    key: FieldPath = "transaction_id"
+    """The field that identifies an event: its duplicates and corrections share it."""
+    order_by: FieldPath = "received_at"
+    """Among events of one key, the newest by this field wins (``_timestamp`` for an event
+    without it)."""
+    window_by: FieldPath = "metered_at"
+    """The time that places an event in the lookback window (``_timestamp`` without it)."""
+    lookback_days: int = Field(default=90, ge=1)
+    """Events are compared with those of the last this many days; older ones are loaded
+    as they are, compared with nothing (seed 5's bound on the scan)."""
+    table: str = "usage_events"
+    """The table of classified events: one row per event x product."""
+    unclassified_table: str = "unclassified"
+    """The table of events no product matches (never dropped)."""
+
+    @model_validator(mode="after")
+    def _tables_differ(self) -> MeteringConfig:
+        for name in (self.table, self.unclassified_table):
+            if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
+                raise ValueError(f"table {name!r}: use a-z, 0-9 and _ (at most 63)")
+        if self.table == self.unclassified_table:
+            raise ValueError("table and unclassified_table must differ")
+        return self
+
+
 class DestinationConfig(_Model):
     """Where events go: ``type`` duckdb, postgres, parquet or http, in ``mode`` batch, or
     stream (duckdb, postgres, http)."""
@@ -307,6 +339,8 @@ class DestinationConfig(_Model):
     transforms: tuple[TransformStep, ...] = ()
     """Steps applied in order to the events of this destination, after lookups and
     before mapping: ``filter``, ``set``, ``drop``, ``python``."""
+    metering: MeteringConfig | None = None
+    """duckdb, postgres: usage metering instead of table_name_template (docs/metering.md)."""
     table_name_template: str = "events"
     """Table per event: text with ``{{ path.to.field }}`` and ``{{ _timestamp |
     date('%Y_%m') }}``; sanitised like a column name; empty means skip."""
@@ -359,6 +393,16 @@ class DestinationConfig(_Model):
         except re.error as exc:
             raise ValueError(f"namespace {value!r} is not a regular expression: {exc}") from None
         return value
+
+    @model_validator(mode="after")
+    def _metering_where_rows_can_be_replaced(self) -> DestinationConfig:
+        if self.metering is not None and (self.type not in ("duckdb", "postgres") or
+                                          self.mode != "batch"):  # fmt: skip
+            raise ValueError(
+                "metering replaces rows in one transaction: a duckdb or postgres "
+                "destination in mode batch"
+            )
+        return self
 
     @model_validator(mode="after")
     def _settings_for_type(self) -> DestinationConfig:

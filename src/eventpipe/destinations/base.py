@@ -19,7 +19,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import date, timedelta
+from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -109,6 +109,36 @@ def delete_days(
         if "_timestamp" not in current.columns:
             raise no_timestamp(destination_id, table)
         delete(table, where)
+
+
+def newest_only(
+    tables: Sequence[str],
+    name: Callable[[str], str],
+    quote: Callable[[str], str],
+    cutoff: datetime,
+) -> list[str]:
+    """DELETEs that leave, of each key whose rows are in the window (``cutoff`` on), only
+    the rows of its newest version across ``tables`` (metering: a correction replaces the
+    rows of its key, classified or not; docs/metering.md). Rows before ``cutoff`` are
+    neither compared nor removed. ``name``: a table's SQL name; ``quote``: a column's.
+    Run them in one transaction."""
+    from eventpipe.processing.metering import ARRIVAL, KEY, ORDER_AT, WINDOW_AT
+
+    since = f"TIMESTAMP '{cutoff.replace(tzinfo=None).isoformat(sep=' ')}'"
+    key, order, arrival, window = (quote(c) for c in (KEY, ORDER_AT, ARRIVAL, WINDOW_AT))
+    versions = " UNION ALL ".join(
+        f"SELECT {key} AS k, {order} AS o, {arrival} AS a FROM {name(t)} WHERE {window} >= {since}"
+        for t in tables
+    )
+    deletes = []
+    for table in tables:
+        row = name(table)
+        deletes.append(
+            f"DELETE FROM {row} WHERE {window} >= {since} AND EXISTS (SELECT 1 FROM "
+            f"({versions}) AS v WHERE v.k = {row}.{key} AND (v.o > {row}.{order} OR "
+            f"(v.o IS NOT DISTINCT FROM {row}.{order} AND v.a > {row}.{arrival})))"
+        )
+    return deletes
 
 
 def no_timestamp(destination_id: str, table: str) -> TerminalError:

@@ -18,8 +18,9 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +32,7 @@ from eventpipe.destinations.base import (
     LoadRequest,
     LoadResult,
     delete_days,
+    newest_only,
     table_lock,
 )
 from eventpipe.errors import TerminalError, TransientError
@@ -228,6 +230,26 @@ class DuckDBDestination:
                 db.execute("ROLLBACK")
                 raise
         return moved
+
+    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> None:
+        """Metering: of each key in the window, only its newest version's rows stay
+        (destinations/base.py newest_only), in one transaction."""
+        q = self.dialect.quote
+        with contextlib.ExitStack() as locks:
+            for table in sorted(tables):
+                locks.enter_context(table_lock(self.lock_dir, self.id, table))
+            db = locks.enter_context(self._connect())
+            found = [t for t in tables if _describe(db, t) is not None]
+            if not found:
+                return
+            db.execute("BEGIN")
+            try:
+                for delete in newest_only(found, q, q, cutoff):
+                    db.execute(delete)
+                db.execute("COMMIT")
+            except BaseException:
+                db.execute("ROLLBACK")
+                raise
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL read-only and return column names and rows (``eventpipe query``)."""

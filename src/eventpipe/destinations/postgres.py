@@ -30,8 +30,9 @@ import io
 import queue
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -45,6 +46,7 @@ from eventpipe.destinations.base import (
     LoadRequest,
     LoadResult,
     delete_days,
+    newest_only,
 )
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.schema.dialects import POSTGRES
@@ -301,6 +303,16 @@ class PostgresDestination:
         with self._connect() as db, db.transaction():
             for table in tables:
                 db.execute(f"DROP TABLE IF EXISTS {self._name(table)}")
+
+    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> None:
+        """Metering: of each key in the window, only its newest version's rows stay
+        (destinations/base.py newest_only), in one transaction."""
+        with self._connect() as db, db.transaction():
+            for table in sorted(tables):
+                self._lock(db, table)
+            found = [t for t in tables if self._describe(db, t) is not None]
+            for delete in newest_only(found, self._name, self.dialect.quote, cutoff):
+                db.execute(delete)
 
     def replace_days(self, swap: DaySwap) -> dict[str, int]:
         """Delete the rows of ``swap.days`` from ``swap.tables`` and move the shadows'

@@ -30,6 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,13 +40,13 @@ from pyspark.sql.types import TimestampType
 from eventpipe import locks
 from eventpipe.archive import retention
 from eventpipe.archive.write import archive_segment
-from eventpipe.config import Config, DestinationConfig
+from eventpipe.config import Config, DestinationConfig, MeteringConfig
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout, count_lines, fsync_directory, is_uri
-from eventpipe.processing import lookup, shutdown, transforms
+from eventpipe.processing import lookup, metering, shutdown, transforms
 from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
 from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped, leaves
 from eventpipe.processing.mapping import Mapping
@@ -139,6 +140,8 @@ class _Run:
     pause: Callable[[float], None] = time.sleep
     """Waits between attempts (a stream's raises when the stream is stopping)."""
     rebuild: Rebuild | None = None
+    started: datetime = field(default_factory=utc_now)
+    """When the run started here: metering's window and order of arrival count from it."""
 
     @property
     def layout(self) -> DataLayout:
@@ -454,6 +457,9 @@ def _run_job(
     that fails with a TransientError is recorded there (and in the state store) and the
     others go on; without it the error is raised. ``rebuild``: a reprocess run."""
     transforms.check(spark, config)
+    for dest in config.destinations.values():  # a catalogue that cannot be read stops it
+        if dest.metering is not None:
+            metering.load_products(dest.metering.products)
     lookups = Lookups.plan(config)
     days = rebuild.days if rebuild else None
     events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
@@ -844,6 +850,11 @@ def _flatten_for(events: DataFrame, run: _Run, target: _Target) -> _Flattened:
             frame = set_path(frame, rule.target, F.col(rule.column), condition)
     frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN, SEGMENT)
     frame = transforms.apply(frame, dest_id, dest)
+    if dest.metering is not None:
+        cutoff = run.started - timedelta(days=dest.metering.lookback_days)
+        products = metering.load_products(dest.metering.products)
+        arrival = run.started.strftime("%Y%m%d%H%M%S%f")
+        frame = metering.route(frame, dest.metering, products, cutoff, arrival)
     flat = flatten_mapped(
         frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
     )
@@ -868,6 +879,8 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     else:
         _load_tables(staged, counts, where, columns, flat, flattened.event_schema,
                      flattened.name, run, target)  # fmt: skip
+        if (metered := target.config.metering) is not None:
+            _keep_newest(target.destination, metered, run.started)
     if run.rebuild is None:  # a reprocess records its days when it swaps them in
         days = sorted(counts.get("days") or ())
         run.state.record_days(dest_id, days, code_version(run.config, dest_id), run.run_id)
@@ -879,6 +892,26 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         failed=report.failed[dest_id],
         filtered=report.filtered[dest_id],
     )
+
+
+def _keep_newest(destination: Destination, metered: MeteringConfig, started: datetime) -> None:
+    """Metering: of each key in the window, only the newest version's rows stay, across
+    the destination's two tables. The columns it compares by are added where a batch
+    left them out (all null: an event with no time is before every window)."""
+    tables = (metered.table, metered.unclassified_table)
+    wanted = {
+        metering.KEY: DataType.STRING,
+        metering.ORDER_AT: DataType.TIMESTAMP,
+        metering.WINDOW_AT: DataType.TIMESTAMP,
+        metering.ARRIVAL: DataType.STRING,
+    }
+    for table in tables:
+        if (current := destination.describe(table)) is not None:
+            destination.patch(diff(current, Table(table, wanted)))
+    with _step(f"{destination.id}: keep each key's newest version"):
+        destination.keep_newest(  # type: ignore[attr-defined]
+            tables, started - timedelta(days=metered.lookback_days)
+        )
 
 
 def _load_tables(

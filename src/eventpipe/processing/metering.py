@@ -37,7 +37,11 @@ import yaml
 from eventpipe.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from datetime import datetime
+
+    from pyspark.sql import Column, DataFrame
+
+    from eventpipe.config import MeteringConfig
 
 NAME_PATH = "$.properties.name"
 """Where an event's name is read to match ``event_name`` (seed 5's default)."""
@@ -182,3 +186,91 @@ def _matches(product: Product, values: dict[str, Column]) -> Column:
         missing = F.lit(rule.optional)
         check = check & F.when(value.isNull(), missing).otherwise(present)
     return check
+
+
+KEY = "_eventpipe_key"
+"""Columns a metered table has beside the event's own: its key as text,"""
+ORDER_AT = "_eventpipe_order_at"
+"""the time that orders the events of one key (``order_by``, else ``_timestamp``),"""
+WINDOW_AT = "_eventpipe_window_at"
+"""the time that places it in the lookback window (``window_by``, else ``_timestamp``),"""
+ARRIVAL = "_eventpipe_arrival"
+"""and the order it arrived in (the run's start, then its place in the run): of two
+versions with the same ``order_at``, the later arrival wins."""
+PRODUCT = "product_uid"
+
+
+def route(
+    frame: DataFrame,
+    metering: MeteringConfig,
+    products: Sequence[Product],
+    cutoff: datetime,
+    arrival: str,
+) -> DataFrame:
+    """The destination's events (their fields and TABLE, ERROR, ROW) as metered rows:
+    within the batch only the newest version of each key inside the window; one row per
+    matching product in ``metering.table``, or one in ``metering.unclassified_table``;
+    an event without a key fails. ``cutoff``: the window's start; ``arrival``: this
+    run's place among runs (text that sorts by time)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
+    from eventpipe.processing.transforms import live
+    from eventpipe.processing.typing import cast_to
+    from eventpipe.schema.types import DataType
+
+    fields = [c for c in frame.columns if c not in (TABLE, ERROR, ROW)]
+    types = {f.name: f.dataType for f in frame.schema.fields}
+
+    def value(path: str) -> Column:
+        top, *rest = path.split(".")
+        if top not in types:
+            return F.lit(None)
+        column = F.col(top)
+        for part in rest:
+            column = column.getField(part)
+        try:
+            frame.select(column).schema  # noqa: B018 - a missing nested field
+        except Exception:  # noqa: BLE001 - AnalysisException: null for every event
+            return F.lit(None)
+        return column
+
+    def time(path: str) -> Column:
+        found = value(path)
+        source = frame.select(found).schema.fields[0].dataType
+        stamp = value("_timestamp")
+        stamp_type = frame.select(stamp).schema.fields[0].dataType
+        return F.coalesce(cast_to(found, DataType.TIMESTAMP, source),
+                          cast_to(stamp, DataType.TIMESTAMP, stamp_type))  # fmt: skip
+
+    key = value(metering.key).cast("string")
+    frame = frame.withColumns({
+        KEY: key,
+        ORDER_AT: time(metering.order_by),
+        WINDOW_AT: time(metering.window_by),
+        ARRIVAL: F.concat(F.lit(arrival), F.lpad(F.col(ROW).cast("string"), 12, "0")),
+    })  # fmt: skip
+    no_key = live() & F.col(KEY).isNull()
+    frame = frame.withColumns({
+        ERROR: F.when(no_key, F.lit(f"metering: the event has no {metering.key}"))
+                .otherwise(F.col(ERROR)),
+        TABLE: F.when(no_key, F.lit(None)).otherwise(F.col(TABLE)),
+    })  # fmt: skip
+    compared = live() & (F.col(WINDOW_AT) >= F.lit(cutoff))
+    newest = Window.partitionBy(KEY).orderBy(F.col(ORDER_AT).desc_nulls_last(),
+                                             F.col(ARRIVAL).desc())  # fmt: skip
+    rank = F.when(compared, F.row_number().over(newest))
+    frame = frame.withColumn(TABLE, F.when(rank > 1, F.lit(FILTERED)).otherwise(F.col(TABLE)))
+    event = F.to_json(F.struct(*(F.col(f"`{c}`") for c in fields)))
+    matched = F.when(live(), classify(event, products)).otherwise(F.array().cast("array<string>"))
+    frame = frame.withColumn(PRODUCT, F.explode_outer(matched))
+    return frame.withColumn(
+        TABLE,
+        F.when(
+            live(),
+            F.when(F.col(PRODUCT).isNull(), F.lit(metering.unclassified_table)).otherwise(
+                F.lit(metering.table)
+            ),
+        ).otherwise(F.col(TABLE)),
+    )

@@ -226,6 +226,12 @@ def replaceable(config: Config, destination_id: str) -> None:
             "by renaming directories, which needs a local path and partition_by: day",
             fix="reprocess a local parquet destination partitioned by day",
         )
+    if dest.metering is not None:
+        raise ConfigError(
+            f"destination {destination_id!r} meters usage: its rows are kept per key across "
+            "days, which a reprocess by day does not rebuild yet",
+            fix="reprocess the destinations without metering",
+        )
     if dest.mode == "stream":
         raise ConfigError(
             f"destination {destination_id!r} is in mode stream: its rows of the days are "
@@ -513,7 +519,11 @@ def _inputs(config: Config, run_id: str, sources: tuple[Source, ...]) -> list[Pa
 
 def batch_ids(config: Config) -> list[str]:
     """The destinations reprocess takes by default: every batch one it can replace."""
-    return [d for d, dest in batch_destinations(config).items() if _replaces_days(dest)]
+    return [
+        d
+        for d, dest in batch_destinations(config).items()
+        if _replaces_days(dest) and dest.metering is None
+    ]
 
 
 def _replaces_days(dest: DestinationConfig) -> bool:

@@ -91,7 +91,7 @@ def _where(dest_id: str, index: int, step: TransformStep) -> str:
     return f"destination {dest_id!r} transforms[{index}] ({step.kind})"
 
 
-def _live() -> Column:
+def live() -> Column:
     """Events still bound for a table (not failed, skipped or filtered)."""
     table = F.col(TABLE)
     return table.isNotNull() & (table != F.lit("")) & (table != F.lit(FILTERED))
@@ -100,7 +100,7 @@ def _live() -> Column:
 def _drop_where(frame: DataFrame, condition: Column) -> DataFrame:
     """Live events for which ``condition`` holds are filtered."""
     return frame.withColumn(
-        TABLE, F.when(_live() & condition, F.lit(FILTERED)).otherwise(F.col(TABLE))
+        TABLE, F.when(live() & condition, F.lit(FILTERED)).otherwise(F.col(TABLE))
     )
 
 
@@ -268,12 +268,12 @@ def _python(frame: DataFrame, spec: str, where: str) -> DataFrame:
     function = user_function(spec)
     pandas = _wants_pandas(function)
     inputs = [c for c in frame.columns if c not in (TABLE, ERROR)]  # ROW included
-    live = frame.filter(_live())
-    rest = frame.filter(~_live()).select(ROW, TABLE, ERROR)
-    sample = live.select(*inputs).limit(SAMPLE_ROWS).toArrow()
+    bound = frame.filter(live())
+    rest = frame.filter(~live()).select(ROW, TABLE, ERROR)
+    sample = bound.select(*inputs).limit(SAMPLE_ROWS).toArrow()
     if sample.num_rows == 0:
         return frame
-    given = to_arrow_schema(live.select(*inputs).schema)
+    given = to_arrow_schema(bound.select(*inputs).schema)
     try:
         returned = _arrow(function(_as_given(sample.combine_chunks().to_batches()[0], pandas)))
         fields = [f for f in returned.schema if f.name != ROW]
@@ -285,7 +285,7 @@ def _python(frame: DataFrame, spec: str, where: str) -> DataFrame:
                         pa.field(ERROR, pa.string())])  # fmt: skip
     run = functools.partial(_run_batches, function=function, pandas=pandas, spec=spec,
                             schema=schema)  # fmt: skip
-    out = live.select(*inputs, TABLE).mapInArrow(run, from_arrow_schema(schema))
+    out = bound.select(*inputs, TABLE).mapInArrow(run, from_arrow_schema(schema))
     return out.unionByName(rest, allowMissingColumns=True)
 
 

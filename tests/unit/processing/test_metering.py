@@ -13,6 +13,7 @@ import pytest
 
 from eventpipe.errors import ConfigError
 from eventpipe.processing.metering import Filter, Product, classify, load_products
+from tests import metering_sql
 
 NAMES = ["search", "export", "upload", "login", "report"]
 
@@ -59,39 +60,8 @@ def _expected(events: list[tuple[int, str]]) -> set[tuple[int, str]]:
     db = duckdb.connect()
     db.execute("CREATE TABLE events (id INTEGER, doc JSON)")
     db.executemany("INSERT INTO events VALUES (?, ?)", events)
-    db.execute("CREATE TABLE products (product_uid TEXT, event_name TEXT)")
-    db.execute("CREATE TABLE filters (product_uid TEXT, path TEXT, optional BOOLEAN)")
-    db.execute("CREATE TABLE allowed (product_uid TEXT, path TEXT, value TEXT)")
-    db.execute("CREATE TABLE refused (product_uid TEXT, path TEXT, value TEXT)")
-    for p in PRODUCTS:
-        db.execute("INSERT INTO products VALUES (?, ?)", [p.uid, p.event_name])
-        for f in p.filters:
-            db.execute("INSERT INTO filters VALUES (?, ?, ?)", [p.uid, f.path, f.optional])
-            for v in f.within:
-                db.execute("INSERT INTO allowed VALUES (?, ?, ?)", [p.uid, f.path, v])
-            for v in f.not_within:
-                db.execute("INSERT INTO refused VALUES (?, ?, ?)", [p.uid, f.path, v])
-    rows = db.execute("""
-        SELECT e.id, p.product_uid
-        FROM events e
-        JOIN products p ON json_extract_string(e.doc, '$.properties.name') = p.event_name
-        WHERE NOT EXISTS (                      -- every filter of the product passes
-            SELECT 1 FROM filters f
-            WHERE f.product_uid = p.product_uid
-              AND NOT CASE
-                -- missing (or null): passes only when optional
-                WHEN json_extract_string(e.doc, f.path) IS NULL THEN f.optional
-                -- present: in _in (when _in has values) and not in not_in
-                ELSE (NOT EXISTS (SELECT 1 FROM allowed a
-                                  WHERE a.product_uid = f.product_uid AND a.path = f.path)
-                      OR json_extract_string(e.doc, f.path) IN (
-                          SELECT a.value FROM allowed a
-                          WHERE a.product_uid = f.product_uid AND a.path = f.path))
-                     AND json_extract_string(e.doc, f.path) NOT IN (
-                          SELECT r.value FROM refused r
-                          WHERE r.product_uid = f.product_uid AND r.path = f.path)
-              END)
-    """).fetchall()
+    metering_sql.load_products(db, PRODUCTS)
+    rows = db.execute(metering_sql.MATCHES.format(events="events")).fetchall()
     return {(int(i), str(u)) for i, u in rows}
 
 
