@@ -214,6 +214,7 @@ def route(
     run's place among runs (text that sorts by time)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StructType
 
     from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
     from eventpipe.processing.transforms import live
@@ -221,19 +222,18 @@ def route(
     from eventpipe.schema.types import DataType
 
     fields = [c for c in frame.columns if c not in (TABLE, ERROR, ROW)]
-    types = {f.name: f.dataType for f in frame.schema.fields}
 
     def value(path: str) -> Column:
-        top, *rest = path.split(".")
-        if top not in types:
-            return F.lit(None)
-        column = F.col(top)
-        for part in rest:
+        """The field at ``path``; null when no event of the batch has it."""
+        parts = path.split(".")
+        data_type: Any = frame.schema
+        for part in parts:
+            if not isinstance(data_type, StructType) or part not in data_type.fieldNames():
+                return F.lit(None)
+            data_type = data_type[part].dataType
+        column = F.col(f"`{parts[0]}`")
+        for part in parts[1:]:
             column = column.getField(part)
-        try:
-            frame.select(column).schema  # noqa: B018 - a missing nested field
-        except Exception:  # noqa: BLE001 - AnalysisException: null for every event
-            return F.lit(None)
         return column
 
     def time(path: str) -> Column:
