@@ -249,7 +249,8 @@ def route(
         KEY: key,
         ORDER_AT: time(metering.order_by),
         WINDOW_AT: time(metering.window_by),
-        ARRIVAL: F.concat(F.lit(arrival), F.lpad(F.col(ROW).cast("string"), 12, "0")),
+        # ROW: a long (monotonically_increasing_id), 19 digits at most: padded, it sorts
+        ARRIVAL: F.concat(F.lit(arrival), F.lpad(F.col(ROW).cast("string"), 20, "0")),
     })  # fmt: skip
     no_key = live() & F.col(KEY).isNull()
     frame = frame.withColumns({
