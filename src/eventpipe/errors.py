@@ -85,3 +85,10 @@ def retry_transient(
             sleep(delay)
             delay = min(delay * 2, max_delay)
             attempt += 1
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's message (its type when it has none): drivers
+    and Spark put queries and stack traces after it."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

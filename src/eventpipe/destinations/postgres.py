@@ -48,7 +48,7 @@ from eventpipe.destinations.base import (
     delete_days,
     newest_only,
 )
-from eventpipe.errors import TerminalError, TransientError
+from eventpipe.errors import TerminalError, TransientError, first_line
 from eventpipe.schema.dialects import POSTGRES
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -129,7 +129,7 @@ class PostgresDestination:
             connection = psycopg.connect(self.dsn, connect_timeout=10, application_name="eventpipe")
         except psycopg.OperationalError as exc:
             raise TransientError(
-                f"postgres {redacted(self.dsn)}: cannot connect: {_first_line(exc)}",
+                f"postgres {redacted(self.dsn)}: cannot connect: {first_line(exc)}",
                 fix="check that the server is up and the dsn is right",
             ) from None
         try:
@@ -490,11 +490,7 @@ def _reason(exc: Exception) -> str:
     """The database's message, with where (column and value) when it says."""
     context = getattr(getattr(exc, "diag", None), "context", None) or ""
     where = context.split(", ", 1)[1].split(", ", 1)[1] if context.count(", ") >= 2 else ""
-    return f"postgres: {_first_line(exc)}" + (f" ({where.splitlines()[0]})" if where else "")
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    return f"postgres: {first_line(exc)}" + (f" ({where.splitlines()[0]})" if where else "")
 
 
 def _classified(exc: Exception, destination_id: str, table: str | None) -> Exception:
@@ -503,7 +499,7 @@ def _classified(exc: Exception, destination_id: str, table: str | None) -> Excep
 
     state = getattr(exc, "sqlstate", None) or ""
     where = f"{destination_id}.{table}" if table else destination_id
-    message = f"postgres ({where}): {_first_line(exc)}"
+    message = f"postgres ({where}): {first_line(exc)}"
     if (
         (isinstance(exc, psycopg.OperationalError) and not state)
         or state[:2] in _TRANSIENT_CLASSES

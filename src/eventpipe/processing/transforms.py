@@ -33,7 +33,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import StructType
 
 from eventpipe.config import Config, DestinationConfig, TransformStep
-from eventpipe.errors import ConfigError
+from eventpipe.errors import ConfigError, first_line
 from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
 
 if TYPE_CHECKING:
@@ -64,7 +64,7 @@ def check(spark: SparkSession, config: Config) -> None:
                 try:  # the syntax alone (the fields are the batch's)
                     parser.parseExpression(text)
                 except ParseException as exc:
-                    raise ConfigError(f"{where}: {text!r}: {_first_line(exc)}") from None
+                    raise ConfigError(f"{where}: {text!r}: {first_line(exc)}") from None
             if step.python:
                 user_function(step.python)
 
@@ -136,9 +136,9 @@ def _with_expression(
             return use(F.expr(text))
     except AnalysisException as exc:
         if exc.getCondition() not in _MISSING:
-            raise ConfigError(f"{where}: {text!r}: {_first_line(exc)}") from None
+            raise ConfigError(f"{where}: {text!r}: {first_line(exc)}") from None
         log.warning("%s: no event of this batch has a field it names (%s): null for all",
-                    where, _first_line(exc))  # fmt: skip
+                    where, first_line(exc))  # fmt: skip
         return use(F.lit(None))
 
 
@@ -399,7 +399,3 @@ def _summary(spec: str, exc: BaseException) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     at = f" (at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
     return f"python transform {spec} raised {type(exc).__name__}: {exc}"[:500] + at
-
-
-def _first_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from eventpipe.errors import TransientError
+from eventpipe.errors import TransientError, first_line
 
 if TYPE_CHECKING:
     import psycopg
@@ -186,7 +186,7 @@ class PostgresDatabase:
             )
         except psycopg.OperationalError as exc:
             raise TransientError(
-                f"state store {self.where}: cannot connect: {str(exc).strip().splitlines()[0]}",
+                f"state store {self.where}: cannot connect: {first_line(exc)}",
                 fix="check that the server is up and state.dsn is right",
             ) from None
         try:
