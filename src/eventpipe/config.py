@@ -20,6 +20,7 @@ import os
 import re
 import secrets
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -291,6 +292,10 @@ class MeteringConfig(_Model):
     """The table of classified events: one row per event x product."""
     unclassified_table: str = "unclassified"
     """The table of events no product matches (never dropped)."""
+
+    def window_start(self, started: datetime) -> datetime:
+        """The first moment of the lookback window of a run started at ``started``."""
+        return started - timedelta(days=self.lookback_days)
 
     @model_validator(mode="after")
     def _tables_differ(self) -> MeteringConfig:

@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -851,7 +851,7 @@ def _flatten_for(events: DataFrame, run: _Run, target: _Target) -> _Flattened:
     frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN, SEGMENT)
     frame = transforms.apply(frame, dest_id, dest)
     if dest.metering is not None:
-        cutoff = run.started - timedelta(days=dest.metering.lookback_days)
+        cutoff = dest.metering.window_start(run.started)
         products = metering.load_products(dest.metering.products)
         arrival = run.started.strftime("%Y%m%d%H%M%S%f")
         frame = metering.route(frame, dest.metering, products, cutoff, arrival)
@@ -910,7 +910,7 @@ def _keep_newest(destination: Destination, metered: MeteringConfig, started: dat
             destination.patch(diff(current, Table(table, wanted)))
     with _step(f"{destination.id}: keep each key's newest version"):
         destination.keep_newest(  # type: ignore[attr-defined]
-            tables, started - timedelta(days=metered.lookback_days)
+            tables, metered.window_start(started)
         )
 
 
