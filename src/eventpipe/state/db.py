@@ -159,6 +159,10 @@ class SqliteDatabase:
             connection.close()
 
 
+_MADE: set[tuple[str, str]] = set()
+"""(dsn, schema) of the PostgreSQL stores this process has made (or found) up to date."""
+
+
 class PostgresDatabase:
     def __init__(self, dsn: str, schema: str) -> None:
         from eventpipe.destinations.postgres import redacted
@@ -166,6 +170,8 @@ class PostgresDatabase:
         self.dsn = dsn
         self.schema = schema
         self.where = f"postgres {redacted(dsn)} schema {schema}"
+        if (dsn, schema) in _MADE:  # a stream opens its store every micro-batch
+            return
         with self.transaction() as db:
             db.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             for statement in filter(str.strip, SCHEMA.split(";")):
@@ -175,6 +181,7 @@ class PostgresDatabase:
                     db.execute(_postgres_ddl(
                         f"ALTER TABLE {table} ADD COLUMN IF NOT EXISTS {column} {sql_type}"
                     ))  # fmt: skip
+        _MADE.add((dsn, schema))
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
