@@ -204,7 +204,8 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
     "--destination",
     "destination_ids",
     multiple=True,
-    help="Only this destination (repeatable; default: every duckdb and postgres one).",
+    help="Only this destination (repeatable; default: every duckdb, postgres and local "
+    "parquet one without metering).",
 )
 @click.option("--force", is_flag=True, help="Rebuild every day of the range, up to date or not.")
 @click.option("--dry-run", is_flag=True, help="Print what would be rebuilt and why.")
