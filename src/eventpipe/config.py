@@ -275,9 +275,12 @@ class MeteringConfig(_Model):
     """Usage metering (seed 5, docs/metering.md): duplicates removed, corrections applied,
     each event attributed to its products."""
 
-    products: Path
+    products: Path | None = None
     """The product catalogue: a .csv (product_uid, event_name, filters as JSON) or a
     .yaml/.yml list of {product_uid, event_name, filters}."""
+    products_table: str | None = None
+    """Or a table of the destination with the same columns (``filters``: JSON text, or
+    JSON/jsonb; a table without it has no filters), read at the start of each run."""
     key: FieldPath = "transaction_id"
     """The field that identifies an event: its duplicates and corrections share it."""
     order_by: FieldPath = "received_at"
@@ -298,7 +301,13 @@ class MeteringConfig(_Model):
         return started - timedelta(days=self.lookback_days)
 
     @model_validator(mode="after")
-    def _tables_differ(self) -> MeteringConfig:
+    def _consistent(self) -> MeteringConfig:
+        if (self.products is None) == (self.products_table is None):
+            raise ValueError("give the catalogue as products (a file) or products_table")
+        if self.products_table is not None and not re.fullmatch(
+            r"[A-Za-z_][A-Za-z0-9_$]{0,62}", self.products_table
+        ):
+            raise ValueError(f"products_table {self.products_table!r}: a table name is expected")
         for name in (self.table, self.unclassified_table):
             if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
                 raise ValueError(f"table {name!r}: use a-z, 0-9 and _ (at most 63)")

@@ -197,3 +197,80 @@ def test_metering_needs_a_destination_that_replaces_rows() -> None:
     with pytest.raises(ConfigError, match="duckdb or postgres destination in mode batch"):
         make_config(Path("/tmp/x"), destinations={"lake": {
             "type": "parquet", "metering": {"products": "p.yaml"}}})  # fmt: skip
+
+
+def _catalogue_table(config: Config, products: list[dict[str, Any]]) -> None:
+    """``products`` as the rows of table ``products`` in the destination: filters as
+    DuckDB JSON or PostgreSQL jsonb."""
+    rows = [(p["product_uid"], p["event_name"], json.dumps(p.get("filters", [])))
+            for p in products]  # fmt: skip
+    dest = config.destinations["billing"]
+    if dest.type == "duckdb":
+        config.layout.warehouse.parent.mkdir(parents=True, exist_ok=True)
+        with duckdb.connect(str(config.layout.warehouse)) as db:
+            db.execute("CREATE OR REPLACE TABLE products "
+                       "(product_uid VARCHAR, event_name VARCHAR, filters JSON)")  # fmt: skip
+            db.executemany("INSERT INTO products VALUES (?, ?, ?)", rows)
+        return
+    import psycopg
+
+    assert dest.dsn is not None
+    with psycopg.connect(dest.dsn) as db:
+        db.execute(f'CREATE SCHEMA IF NOT EXISTS "{dest.db_schema}"')
+        db.execute(f'SET search_path TO "{dest.db_schema}"')
+        db.execute("DROP TABLE IF EXISTS products")
+        db.execute("CREATE TABLE products (product_uid text, event_name text, filters jsonb)")
+        db.cursor().executemany("INSERT INTO products VALUES (%s, %s, %s)", rows)
+
+
+@pytest.mark.parametrize("kind", ["duckdb", "postgres"])
+def test_the_catalogue_can_be_a_table_of_the_destination_read_each_run(
+    tmp_path: Path, spark: Any, kind: str, request: pytest.FixtureRequest
+) -> None:
+    data = tmp_path / "data"
+    where: dict[str, Any] = {"type": "duckdb"}
+    if kind == "postgres":
+        where = {"type": "postgres", "dsn": request.getfixturevalue("postgres_dsn"),
+                 "schema": request.getfixturevalue("postgres_schema")}  # fmt: skip
+    config = make_config(data, destinations={"billing": {
+        **where, "metering": {"products_table": "products"}}})  # fmt: skip
+    incoming = data / "incoming"
+    incoming.mkdir(parents=True)
+    segment = incoming / "incoming.tok=web-2026-11-21T10-00-00.000.log"
+    segment.write_bytes(
+        b'{"api_key": "web", "transaction_id": "t1", "properties": {"name": "seat"}}\n'
+    )
+    with pytest.raises(ConfigError, match="products_table products of destination billing: "
+                                          "no such table"):  # fmt: skip
+        process_pending(config, spark)
+    _catalogue_table(config, CATALOGUE)
+    events = [
+        {"api_key": "web", "transaction_id": "t1", "properties": {"name": "seat"}},
+        {"api_key": "web", "transaction_id": "t2",
+         "properties": {"name": "api_call", "region": "eu"}},
+        {"api_key": "web", "transaction_id": "t3",
+         "properties": {"name": "storage", "tier": "free", "size": "large", "region": "us"}},
+    ]  # fmt: skip
+    segment.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    process_pending(config, spark)
+    sql = "SELECT transaction_id, product_uid, 0 FROM usage_events ORDER BY ALL"
+    assert [r[:2] for r in _rows(config, sql)] == [
+        ("t1", "seats"), ("t2", "api-calls"), ("t2", "api-calls-eu"), ("t3", "storage-big"),
+    ]  # fmt: skip
+    # A product added to the table applies from the next run on.
+    _catalogue_table(config, [*CATALOGUE, {"product_uid": "logins", "event_name": "login"}])
+    (incoming / "incoming.tok=web-2026-11-21T11-00-00.000.log").write_bytes(
+        b'{"api_key": "web", "transaction_id": "t4", "properties": {"name": "login"}}\n'
+    )
+    process_pending(config, spark)
+    assert [r[:2] for r in _rows(config, sql)] == [
+        ("t1", "seats"), ("t2", "api-calls"), ("t2", "api-calls-eu"), ("t3", "storage-big"),
+        ("t4", "logins"),
+    ]  # fmt: skip
+
+
+def test_the_catalogue_is_a_file_or_a_table() -> None:
+    for metered in ({}, {"products": "p.yaml", "products_table": "products"}):
+        with pytest.raises(ConfigError, match="products \\(a file\\) or products_table"):
+            make_config(Path("/tmp/x"), destinations={"billing": {
+                "type": "duckdb", "metering": metered}})  # fmt: skip

@@ -178,6 +178,19 @@ class Replaceable(Destination, Protocol):
     def replace_days(self, swap: DaySwap) -> dict[str, int]: ...
 
 
+class Metered(Destination, Protocol):
+    """A destination that can hold a metering destination's tables (docs/metering.md)."""
+
+    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> None:
+        """Of each key in the window, only its newest version's rows stay (newest_only),
+        in one transaction."""
+        ...
+
+    def rows(self, table: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+        """Every row of a small table (a product catalogue), as column -> value."""
+        ...
+
+
 @contextmanager
 def table_lock(lock_dir: Path, destination_id: str, table: str) -> Iterator[None]:
     """An exclusive lock keyed by destination and table, held across processes (flock).

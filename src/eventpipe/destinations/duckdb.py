@@ -251,6 +251,12 @@ class DuckDBDestination:
                 db.execute("ROLLBACK")
                 raise
 
+    def rows(self, table: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+        listed = ", ".join(map(self.dialect.quote, columns))
+        with self._connect() as db:
+            found = db.execute(f"SELECT {listed} FROM {self.dialect.quote(table)}").fetchall()
+        return [dict(zip(columns, row, strict=True)) for row in found]
+
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL read-only and return column names and rows (``eventpipe query``)."""
         connection = duckdb.connect(str(self.path), read_only=True)

@@ -314,6 +314,12 @@ class PostgresDestination:
             for delete in newest_only(found, self._name, self.dialect.quote, cutoff):
                 db.execute(delete)
 
+    def rows(self, table: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+        listed = ", ".join(map(self.dialect.quote, columns))
+        with self._connect(table) as db:
+            cursor = db.execute(f"SELECT {listed} FROM {self._name(table)}")
+            return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
+
     def replace_days(self, swap: DaySwap) -> dict[str, int]:
         """Delete the rows of ``swap.days`` from ``swap.tables`` and move the shadows'
         rows in (an upsert with a primary key), in one transaction recorded under

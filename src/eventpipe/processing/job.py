@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
@@ -41,7 +41,7 @@ from eventpipe import locks
 from eventpipe.archive import retention
 from eventpipe.archive.write import archive_segment
 from eventpipe.config import Config, DestinationConfig, MeteringConfig
-from eventpipe.destinations.base import Destination, LoadRequest
+from eventpipe.destinations.base import Destination, LoadRequest, Metered
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
@@ -137,6 +137,8 @@ class _Run:
     lookups: Lookups
     paths: tuple[str, ...]
     """The files the run reads (segments, or the events of a replay)."""
+    catalogues: dict[str, list[metering.Product]]
+    """Each metering destination's products, read once at the start of the run."""
     pause: Callable[[float], None] = time.sleep
     """Waits between attempts (a stream's raises when the stream is stopping)."""
     rebuild: Rebuild | None = None
@@ -185,6 +187,20 @@ def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> D
         return ParquetDestination(dest_id, root, layout.locks, dest.partition_by)
     return DuckDBDestination(dest_id, Path(dest.path) if dest.path else layout.warehouse,
                              layout.locks)  # fmt: skip
+
+
+def _catalogues(config: Config) -> dict[str, list[metering.Product]]:
+    """The products of each metering destination of ``config``."""
+    return {
+        dest_id: metering.read_catalogue(
+            dest.metering,
+            cast("Metered", open_destination(dest_id, dest, config))
+            if dest.metering.products_table
+            else None,
+        )
+        for dest_id, dest in config.destinations.items()
+        if dest.metering is not None
+    }
 
 
 @contextmanager
@@ -457,9 +473,7 @@ def _run_job(
     that fails with a TransientError is recorded there (and in the state store) and the
     others go on; without it the error is raised. ``rebuild``: a reprocess run."""
     transforms.check(spark, config)
-    for dest in config.destinations.values():  # a catalogue that cannot be read stops it
-        if dest.metering is not None:
-            metering.load_products(dest.metering.products)
+    catalogues = _catalogues(config)  # one that cannot be read stops the run here
     lookups = Lookups.plan(config)
     days = rebuild.days if rebuild else None
     events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
@@ -477,7 +491,7 @@ def _run_job(
     )
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     shared = _Run(run_id, segments, config, state, report, originals, lookups, tuple(paths),
-                  pause, rebuild)  # fmt: skip
+                  catalogues, pause, rebuild)  # fmt: skip
 
     def process(dest_id: str, open_target: Callable[[], _Target]) -> None:
         shutdown.check(f"{dest_id}'s part of the run")
@@ -597,8 +611,8 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             run_id = Path(tmp).name
             events = _stage_events(spark, only, run_id, [str(path)], lookups, staged=False)
             target = _Target(dest_id, only.destinations[dest_id], (), None, SchemaCache())
-            run = _Run(run_id, (), only, open_state(config),
-                       RunReport(run_id, (), False), events, lookups, (str(path),))  # fmt: skip
+            run = _Run(run_id, (), only, open_state(config), RunReport(run_id, (), False),
+                       events, lookups, (str(path),), _catalogues(only))  # fmt: skip
             ids = sorted(r[ROW] for r in events.select(ROW).collect())  # in the file's order
             flat = {r[ROW]: r.asDict() for r in _flatten_for(events, run, target).frame.collect()}
             rows = [flat.get(i, {}) for i in ids]
@@ -852,9 +866,8 @@ def _flatten_for(events: DataFrame, run: _Run, target: _Target) -> _Flattened:
     frame = transforms.apply(frame, dest_id, dest)
     if dest.metering is not None:
         cutoff = dest.metering.window_start(run.started)
-        products = metering.load_products(dest.metering.products)
         arrival = run.started.strftime("%Y%m%d%H%M%S%f")
-        frame = metering.route(frame, dest.metering, products, cutoff, arrival)
+        frame = metering.route(frame, dest.metering, run.catalogues[dest_id], cutoff, arrival)
     flat = flatten_mapped(
         frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
     )
@@ -909,9 +922,7 @@ def _keep_newest(destination: Destination, metered: MeteringConfig, started: dat
         if (current := destination.describe(table)) is not None:
             destination.patch(diff(current, Table(table, wanted)))
     with _step(f"{destination.id}: keep each key's newest version"):
-        destination.keep_newest(  # type: ignore[attr-defined]
-            tables, metered.window_start(started)
-        )
+        cast("Metered", destination).keep_newest(tables, metered.window_start(started))
 
 
 def _load_tables(

@@ -42,6 +42,7 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
 
     from eventpipe.config import MeteringConfig
+    from eventpipe.destinations.base import Metered
 
 NAME_PATH = "$.properties.name"
 """Where an event's name is read to match ``event_name`` (seed 5's default)."""
@@ -80,6 +81,28 @@ def load_products(path: Path) -> list[Product]:
     else:
         raise ConfigError(f"products {path}: use a .csv, .yaml or .yml file")
     return products_of(rows, str(path))
+
+
+def read_catalogue(metered: MeteringConfig, destination: Metered | None) -> list[Product]:
+    """The products of a metering destination: its ``products`` file, or the rows of its
+    ``products_table`` (ConfigError when the table is missing or lacks a column)."""
+    if metered.products is not None:
+        return load_products(metered.products)
+    table = metered.products_table
+    assert table is not None  # checked by the config model
+    assert destination is not None
+    where = f"products_table {table} of destination {destination.id}"
+    found = destination.describe(table)
+    if found is None:
+        raise ConfigError(
+            f"{where}: no such table",
+            fix="create it with columns product_uid, event_name and filters (JSON)",
+        )
+    missing = [c for c in ("product_uid", "event_name") if c not in found.columns]
+    if missing:
+        raise ConfigError(f"{where}: no column {', '.join(missing)}")
+    columns = [c for c in ("product_uid", "event_name", "filters") if c in found.columns]
+    return products_of(destination.rows(table, columns), f"table {destination.id}.{table}")
 
 
 def products_of(rows: Iterable[Any], source: str) -> list[Product]:

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.metering import Filter, Product, classify, load_products
+from eventpipe.processing.metering import Filter, Product, classify, load_products, products_of
 from tests import metering_sql
 
 NAMES = ["search", "export", "upload", "login", "report"]
@@ -138,3 +138,26 @@ def test_a_bad_catalogue_is_refused_naming_the_entry(
         load_products(path)
     assert message in str(refused.value)
     assert str(path) in str(refused.value)
+
+
+def test_catalogue_rows_of_a_duckdb_table_take_filters_as_structs_or_json() -> None:
+    db = duckdb.connect()
+    db.execute(
+        "CREATE TABLE p AS SELECT * FROM (VALUES "
+        "('eu', 'x', [{'path': '$.properties.region', '_in': ['eu'], "
+        "  'not_in': NULL::VARCHAR[], 'optional': true}]::JSON), "
+        "('all', 'x', NULL)) t(product_uid, event_name, filters)"
+    )
+    structs = db.execute(
+        "SELECT product_uid, event_name, "
+        "CAST(filters AS STRUCT(path VARCHAR, _in VARCHAR[], not_in VARCHAR[], "
+        "optional BOOLEAN)[]) AS filters FROM p"
+    ).fetchall()
+    as_json = db.execute("SELECT * FROM p").fetchall()
+    columns = ("product_uid", "event_name", "filters")
+    expected = [
+        Product("eu", "x", (Filter("$.properties.region", ("eu",), (), optional=True),)),
+        Product("all", "x"),
+    ]
+    for rows in (structs, as_json):
+        assert products_of([dict(zip(columns, r, strict=True)) for r in rows], "t") == expected
