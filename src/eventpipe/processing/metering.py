@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
 
     from eventpipe.config import MeteringConfig
     from eventpipe.destinations.base import Metered
@@ -167,32 +169,87 @@ def value_text(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value)
 
 
-def classify(event_json: Column, products: Sequence[Product]) -> Column:
-    """The ``product_uid`` of every product matching the event (``event_json``: its
-    JSON text), as an array: empty when none does."""
+def classify(value_at: Callable[[str], Column], products: Sequence[Product]) -> Column:
+    """The ``product_uid`` of every product matching the event, as an array: empty when
+    none does. ``value_at(path)``: the text of the event's value at a JSONPath, null when
+    missing (json_text_at, or get_json_object over the event's JSON text).
+
+    Each product is one condition beside the others (not a lookup inside a lambda):
+    Spark then computes each path's value once per event, and the generated code stays
+    small with hundreds of products."""
     from pyspark.sql import functions as F
 
-    paths = sorted({NAME_PATH} | {f.path for p in products for f in p.filters})
-    values = {path: F.get_json_object(event_json, path) for path in paths}
-    by_name: dict[str, list[str]] = {}
-    for product in products:
-        by_name.setdefault(product.event_name, []).append(product.uid)
-    if not by_name:
+    if not products:
         return F.array().cast("array<string>")
-    candidates = F.element_at(
-        F.create_map(*(x for name, uids in sorted(by_name.items())
-                       for x in (F.lit(name), F.array(*map(F.lit, uids))))),
-        values[NAME_PATH],
+    paths = sorted({NAME_PATH} | {f.path for p in products for f in p.filters})
+    values = {path: value_at(path) for path in paths}
+    name = values[NAME_PATH]
+    found = [
+        F.when((name == F.lit(p.event_name)) & _matches(p, values), F.lit(p.uid)) for p in products
+    ]
+    return F.filter(F.array(*found), lambda uid: uid.isNotNull())
+
+
+def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable[[str], Column]:
+    """``value_at`` for classify over an event's columns (``schema``): the text of the
+    value at a JSONPath as ``get_json_object`` gives it from the event's JSON (strings as
+    they are, numbers and booleans as JSON, objects and lists as JSON text), read from
+    the columns directly. A path that is more than names and indexes (``$.a[*]``,
+    ``$..a``), or meets a type with no plain JSON text, is read by get_json_object from
+    ``fallback()``: the event's JSON text."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import (
+        ArrayType,
+        BooleanType,
+        DoubleType,
+        FloatType,
+        IntegralType,
+        MapType,
+        StringType,
+        StructType,
     )  # fmt: skip
-    checks = {p.uid: _matches(p, values) for p in products}
 
-    def passes(uid: Column) -> Column:
-        case = F.when(F.lit(False), F.lit(False))
-        for product_uid, check in checks.items():
-            case = case.when(uid == F.lit(product_uid), check)
-        return F.coalesce(case.otherwise(F.lit(False)), F.lit(False))
+    def value_at(path: str) -> Column:
+        steps = _steps(path)
+        if steps is None:
+            return F.get_json_object(fallback(), path)
+        column: Column | None = None
+        data_type: Any = schema
+        for step in steps:
+            if isinstance(step, str):
+                if not isinstance(data_type, StructType):
+                    return F.lit(None).cast("string")
+                names = data_type.fieldNames()
+                if step not in names:
+                    return F.lit(None).cast("string")
+                if sum(n.lower() == step.lower() for n in names) > 1:  # ambiguous to Spark
+                    return F.get_json_object(fallback(), path)
+                column = F.col(f"`{step}`") if column is None else column.getField(step)
+                data_type = data_type[step].dataType
+            else:
+                if not isinstance(data_type, ArrayType) or column is None:
+                    return F.lit(None).cast("string")
+                column = F.get(column, step)  # null past the end
+                data_type = data_type.elementType
+        assert column is not None
+        if isinstance(data_type, StringType):
+            return column
+        if isinstance(data_type, BooleanType | IntegralType | DoubleType | FloatType):
+            return column.cast("string")
+        if isinstance(data_type, StructType | ArrayType | MapType):
+            return F.to_json(column)
+        return F.get_json_object(fallback(), path)
 
-    return F.filter(F.coalesce(candidates, F.array().cast("array<string>")), passes)
+    return value_at
+
+
+def _steps(path: str) -> list[str | int] | None:
+    """``$.a.b[0].c`` as ["a", "b", 0, "c"]; None for anything else JSONPath allows."""
+    steps: list[str | int] = []
+    for name, index in re.findall(r"\.([^.\[\]*]+)|\[(\d+)\]", path[1:]):
+        steps.append(name if name else int(index))
+    rebuilt = "".join(f".{s}" if isinstance(s, str) else f"[{s}]" for s in steps)
+    return steps if path.startswith("$") and rebuilt == path[1:] and steps else None
 
 
 def _matches(product: Product, values: dict[str, Column]) -> Column:
@@ -286,8 +343,14 @@ def route(
                                              F.col(ARRIVAL).desc())  # fmt: skip
     rank = F.when(compared, F.row_number().over(newest))
     frame = frame.withColumn(TABLE, F.when(rank > 1, F.lit(FILTERED)).otherwise(F.col(TABLE)))
-    event = F.to_json(F.struct(*(F.col(f"`{c}`") for c in fields)))
-    matched = F.when(live(), classify(event, products)).otherwise(F.array().cast("array<string>"))
+
+    def event_json() -> Column:
+        return F.to_json(F.struct(*(F.col(f"`{c}`") for c in fields)))
+
+    value_at = json_text_at(frame.select(*(F.col(f"`{c}`") for c in fields)).schema, event_json)
+    matched = F.when(live(), classify(value_at, products)).otherwise(
+        F.array().cast("array<string>")
+    )
     frame = frame.withColumn(PRODUCT, F.explode_outer(matched))
     return frame.withColumn(
         TABLE,

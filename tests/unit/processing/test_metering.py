@@ -12,7 +12,14 @@ import duckdb
 import pytest
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.metering import Filter, Product, classify, load_products, products_of
+from eventpipe.processing.metering import (
+    Filter,
+    Product,
+    classify,
+    json_text_at,
+    load_products,
+    products_of,
+)  # fmt: skip
 from tests import metering_sql
 
 NAMES = ["search", "export", "upload", "login", "report"]
@@ -28,6 +35,9 @@ PRODUCTS = [
     Product("upload-big", "upload", (Filter("$.properties.size", within=("2", "3")),
                                      Filter("$.properties.region", not_within=("apac",)))),
     Product("upload-tagged", "upload", (Filter("$.properties.tags[0]", within=("a",)),)),
+    Product("search-level", "search", (Filter("$.properties.level", within=("2",)),
+                                       Filter("$.properties.ratio", not_within=("0.5",),
+                                              optional=True))),
     Product("report-odd", "report",
             (Filter("$.properties.flag", within=("true",), optional=True),
              Filter("$.properties.region", within=("eu", "us"), not_within=("us",)))),
@@ -47,6 +57,8 @@ def _events(count: int) -> list[tuple[int, str]]:
             "size": [1, 2, 3, "2", "missing"],
             "flag": [True, False, "missing"],
             "tags": [["a", "b"], ["b"], [], "missing"],
+            "level": [1, 2, 3, "missing"],
+            "ratio": [0.5, 2.5, "missing"],
         }.items():
             value = rng.choice(choices)
             if value != "missing":
@@ -65,12 +77,30 @@ def _expected(events: list[tuple[int, str]]) -> set[tuple[int, str]]:
     return {(int(i), str(u)) for i, u in rows}
 
 
-def test_classification_equals_the_seeds_semantics_in_sql(spark: Any) -> None:
+def _of_text(doc: Any) -> Any:
+    from pyspark.sql import functions as F
+
+    return lambda path: F.get_json_object(doc, path)
+
+
+@pytest.mark.parametrize("read", ["json text", "columns"])
+def test_classification_equals_the_seeds_semantics_in_sql(spark: Any, read: str) -> None:
+    """Values read by get_json_object from the event's text, and from the columns Spark's
+    JSON reader makes of it (as the pipeline reads events), both equal the SQL's."""
     from pyspark.sql import functions as F
 
     events = _events(3000)
     frame = spark.createDataFrame(events, "id int, doc string")
-    matched = frame.select("id", F.explode(classify(F.col("doc"), PRODUCTS)).alias("uid"))
+    value_at = _of_text(F.col("doc"))
+    if read == "columns":
+        schema = spark.read.json(frame.rdd.map(lambda r: r["doc"])).schema
+        frame = frame.select("id", "doc", F.from_json("doc", schema).alias("e"))
+        frame = frame.select("id", "doc", "e.*")
+        value_at = json_text_at(schema, lambda: pytest.fail("every path is read from columns"))
+        types = {f.name: f.dataType.typeName() for f in schema["properties"].dataType.fields}
+        assert {types[n] for n in ("size", "tags", "flag", "level", "ratio")} == {
+            "string", "array", "boolean", "long", "double"}  # fmt: skip
+    matched = frame.select("id", F.explode(classify(value_at, PRODUCTS)).alias("uid"))
     found = {(r["id"], r["uid"]) for r in matched.collect()}
     expected = _expected(events)
     assert found == expected
@@ -88,9 +118,10 @@ def test_an_event_without_products_gets_an_empty_list(spark: Any) -> None:
 
     frame = spark.createDataFrame([(1, '{"properties": {"name": "login"}}'), (2, "{}")],
                                   "id int, doc string")  # fmt: skip
-    rows = frame.select("id", classify(F.col("doc"), PRODUCTS).alias("uids")).collect()
+    value_at = _of_text(F.col("doc"))
+    rows = frame.select("id", classify(value_at, PRODUCTS).alias("uids")).collect()
     assert [(r["id"], r["uids"]) for r in rows] == [(1, []), (2, [])]
-    assert frame.select(classify(F.col("doc"), []).alias("u")).first()["u"] == []
+    assert frame.select(classify(value_at, []).alias("u")).first()["u"] == []
 
 
 def test_the_catalogue_reads_from_csv_and_yaml(tmp_path: Path) -> None:
@@ -161,3 +192,27 @@ def test_catalogue_rows_of_a_duckdb_table_take_filters_as_structs_or_json() -> N
     ]
     for rows in (structs, as_json):
         assert products_of([dict(zip(columns, r, strict=True)) for r in rows], "t") == expected
+
+
+def test_values_read_from_columns_equal_get_json_object_over_the_text(spark: Any) -> None:
+    """Paths beyond names and indexes are read from the event's text; every path gives
+    what get_json_object gives over the event's JSON."""
+    from pyspark.sql import functions as F
+
+    docs = [json.dumps(d) for d in (
+        {"a": {"b": [{"c": 1}, {"c": "x"}], "n": 2.5, "t": True, "o": {"k": [1, 2]}}},
+        {"a": {"b": [], "n": None}},
+        {"z": 1},
+    )]  # fmt: skip
+    frame = spark.createDataFrame([(d,) for d in docs], "doc string")
+    schema = spark.read.json(frame.rdd.map(lambda r: r["doc"])).schema
+    frame = frame.select("doc", F.from_json("doc", schema).alias("e")).select("doc", "e.*")
+    value_at = json_text_at(schema, lambda: F.col("doc"))
+    paths = ["$.a.b[0].c", "$.a.b[1].c", "$.a.b[5].c", "$.a.n", "$.a.t", "$.a.o",
+             "$.a.o.k", "$.a.o.k[1]", "$.a.missing", "$.z", "$.a.b[*].c", "$['a']['n']"]  # fmt: skip
+    got = frame.select(*(value_at(p).alias(str(i)) for i, p in enumerate(paths))).collect()
+    want = frame.select(
+        *(F.get_json_object("doc", p).alias(str(i)) for i, p in enumerate(paths))
+    ).collect()
+    assert [list(r) for r in got] == [list(r) for r in want]
+    assert got[0][0] == "1" and got[0][5] == '{"k":[1,2]}'
