@@ -7,6 +7,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 
 from eventpipe.archive.files import ArchivedSegment
 from eventpipe.archive.read import lines
@@ -228,3 +229,30 @@ def test_a_resumed_run_writes_each_failed_event_once(
     assert failed["event"]["eventn_ctx"]["event_id"] == "bad"
     assert len(read_lines([c.layout.failed_receiving("web")])) == 1
     assert _query(c, "SELECT eventn_ctx_event_id FROM events") == [("ok",)]
+
+
+@pytest.mark.parametrize("broadcast_up_to", [50_000, 2])
+def test_failed_events_are_found_by_their_ids_few_or_many(
+    spark: Any, tmp_path: Path, monkeypatch: Any, broadcast_up_to: int
+) -> None:
+    """Failed rows are joined with their events by a broadcast of their ids when they
+    are few, and by a sort-merge join when there are more (2 here): the same failed/."""
+    from eventpipe.processing import job
+    from tests.conftest import make_config
+
+    monkeypatch.setattr(job, "BROADCAST_FAILED", broadcast_up_to)
+    data = tmp_path / "data"
+    (data / "incoming").mkdir(parents=True)
+    events = [{"n": n, "_timestamp": f"2026-11-{n + 1:02d}T10:00:00Z"} for n in range(6)]
+    events += [{"n": n, "_timestamp": f"not a time {n}"} for n in (6, 7, 8)]
+    (data / "incoming" / "incoming.tok=web-2026-11-21T10-00-00.000.log").write_bytes(
+        b"".join(orjson.dumps(e) + b"\n" for e in events)
+    )
+    config = make_config(data)
+    report = process_once(config, spark)
+    assert report is not None
+    assert report.failed == {"warehouse": 3}
+    failed = read_lines([config.layout.failed_destination("warehouse")])
+    assert sorted((f["event"]["n"], f["error"]) for f in failed) == [
+        (n, f"column _timestamp (TIMESTAMP) cannot take not a time {n}") for n in (6, 7, 8)
+    ]

@@ -1540,6 +1540,11 @@ def _once(marker: Path, write: Callable[[], int]) -> int:
     return count
 
 
+BROADCAST_FAILED = 50_000
+"""Failed rows of one write up to which their (row id, error) pairs are broadcast to the
+join that finds their events (about 100 bytes each)."""
+
+
 def _write_failed(
     frame: DataFrame, run: _Run, dest_id: str, *, table: str | None, stage: Stage
 ) -> int:
@@ -1548,7 +1553,19 @@ def _write_failed(
     import orjson
 
     when = utc_now()
-    with_originals = frame.select(ROW, ERROR).join(run.originals, ROW).select(RAW, ERROR, DAY)
+    failing = frame.select(ROW, ERROR)
+    # Usually none, or a few: found first, they are the side of the join Spark broadcasts.
+    # Left to its estimates, Spark broadcast the originals (all the batch's events as
+    # JSON) whenever their Parquet was small on disk, and ran out of memory at 1M events.
+    found = failing.limit(BROADCAST_FAILED + 1).collect()
+    if not found:
+        return 0
+    originals = run.originals
+    if len(found) <= BROADCAST_FAILED:
+        failing = F.broadcast(frame.sparkSession.createDataFrame(found, failing.schema))
+    else:  # a mass failure: a sort-merge join, nothing broadcast
+        originals = originals.hint("merge")
+    with_originals = failing.join(originals, ROW).select(RAW, ERROR, DAY)
     lines = []
     for row in with_originals.toLocalIterator():
         event = orjson.loads(row[0])

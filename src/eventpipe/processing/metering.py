@@ -19,8 +19,8 @@ matching none has a null ``product_uid`` (it goes to the unclassified table).
 The catalogue comes from a CSV file (columns ``product_uid``, ``event_name``, ``filters``,
 the last a JSON list), a YAML file (a list of the same objects), or rows of a table read
 before the run (docs/metering.md). Matching runs natively in Spark: each distinct path is
-read once per event (``get_json_object``), then each product whose ``event_name`` is the
-event's is checked with its own conditions.
+read once per event, from the event's columns (or its JSON text for paths beyond names and
+indexes), and each product is one condition on those values.
 """
 
 from __future__ import annotations

@@ -208,11 +208,12 @@ def test_values_read_from_columns_equal_get_json_object_over_the_text(spark: Any
     schema = spark.read.json(frame.rdd.map(lambda r: r["doc"])).schema
     frame = frame.select("doc", F.from_json("doc", schema).alias("e")).select("doc", "e.*")
     value_at = json_text_at(schema, lambda: F.col("doc"))
-    paths = ["$.a.b[0].c", "$.a.b[1].c", "$.a.b[5].c", "$.a.n", "$.a.t", "$.a.o",
-             "$.a.o.k", "$.a.o.k[1]", "$.a.missing", "$.z", "$.a.b[*].c", "$['a']['n']"]  # fmt: skip
+    paths = ["$.a.b[0].c", "$.a.b[1].c", "$.a.b[5].c", "$.a.n", "$.a.t", "$.a.o", "$.a.o.k",
+             "$.a.o.k[1]", "$.a.missing", "$.z", "$.a.b[*].c", "$['a']['n']"]  # fmt: skip
     got = frame.select(*(value_at(p).alias(str(i)) for i, p in enumerate(paths))).collect()
     want = frame.select(
         *(F.get_json_object("doc", p).alias(str(i)) for i, p in enumerate(paths))
     ).collect()
     assert [list(r) for r in got] == [list(r) for r in want]
-    assert got[0][0] == "1" and got[0][5] == '{"k":[1,2]}'
+    assert got[0][0] == "1"
+    assert got[0][5] == '{"k":[1,2]}'
