@@ -174,20 +174,25 @@ def classify(value_at: Callable[[str], Column], products: Sequence[Product]) -> 
     none does. ``value_at(path)``: the text of the event's value at a JSONPath, null when
     missing (json_text_at, or get_json_object over the event's JSON text).
 
-    Each product is one condition beside the others (not a lookup inside a lambda):
-    Spark then computes each path's value once per event, and the generated code stays
-    small with hundreds of products."""
+    One CASE over the catalogue's event names picks the event's products, and only their
+    conditions are evaluated; each path's value is computed once per event. (Not a
+    lookup inside a lambda: Spark cannot share values into one, and with 100 products
+    its generated code passed the JVM's 64 KB limit.)"""
     from pyspark.sql import functions as F
 
+    none = F.array().cast("array<string>")
     if not products:
-        return F.array().cast("array<string>")
+        return none
     paths = sorted({NAME_PATH} | {f.path for p in products for f in p.filters})
     values = {path: value_at(path) for path in paths}
-    name = values[NAME_PATH]
-    found = [
-        F.when((name == F.lit(p.event_name)) & _matches(p, values), F.lit(p.uid)) for p in products
-    ]
-    return F.filter(F.array(*found), lambda uid: uid.isNotNull())
+    by_name: dict[str, list[Product]] = {}
+    for product in products:
+        by_name.setdefault(product.event_name, []).append(product)
+    case: Any = F
+    for name, group in by_name.items():
+        found = F.array(*(F.when(_matches(p, values), F.lit(p.uid)) for p in group))
+        case = case.when(values[NAME_PATH] == F.lit(name), found)
+    return F.filter(case.otherwise(none), lambda uid: uid.isNotNull())
 
 
 def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable[[str], Column]:
