@@ -41,6 +41,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/archive.py
 	$(BIN)/python bench/reprocess.py
 	$(BIN)/python bench/state.py
+	$(BIN)/python bench/metering.py
 
 setup: $(STAMP) java
 
