@@ -528,7 +528,11 @@ def _print_report(report: Any) -> None:
             click.echo(f"  {dest}: {count} event(s) skipped (empty table name)")
     for dest, count in sorted(report.filtered.items()):
         if count:
-            click.echo(f"  {dest}: {count} event(s) filtered (namespace, transforms)")
+            click.echo(f"  {dest}: {count} event(s) filtered (namespace, transforms, or "
+                       "metering's older versions of a key)")  # fmt: skip
+    for dest, count in sorted(report.replaced.items()):
+        if count:
+            click.echo(f"  {dest}: {count} row(s) of earlier runs replaced by newer versions")
     for dest, count in sorted(report.failed.items()):
         if count:
             click.echo(f"  {dest}: {count} event(s) failed -> data/failed/failed.dst={dest}.log")

@@ -147,11 +147,14 @@ def test_metered_rows_equal_the_seeds_sql(
     config = _config(data, catalogue, **where)
     now = datetime.now(UTC)
     batches = _batches(now)
+    loaded = replaced = 0
     for number, batch in enumerate(batches):
         (data / "incoming").mkdir(parents=True, exist_ok=True)
         segment = data / "incoming" / f"incoming.tok=web-2026-11-21T1{number}-00-00.000.log"
         segment.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in batch))
-        process_pending(config, spark)
+        [report] = process_pending(config, spark)
+        loaded += sum(report.loaded.values())
+        replaced += report.replaced["billing"]
     events = [e for batch in batches for e in batch]
     cutoff = now - timedelta(days=90)
     usage, unclassified = _expected(events, load_products(catalogue), cutoff)
@@ -161,6 +164,9 @@ def test_metered_rows_equal_the_seeds_sql(
                              "FROM unclassified ORDER BY ALL")  # fmt: skip
     assert got_usage == usage
     assert [r[:2] for r in got_unclassified] == unclassified
+    # Rows of earlier runs that a newer version replaced are counted.
+    assert replaced > 0
+    assert loaded - replaced == len(usage) + len(unclassified)
     # What the data held: each case the test is about happened.
     keys = [e["transaction_id"] for e in events]
     assert len(keys) - len(set(keys)) > 50  # duplicates and corrections

@@ -164,8 +164,9 @@ def test_reference_config_documents_every_field() -> None:
     text = _reference_text()
     for path, field in iter_fields(Config):
         leaf = path.rsplit(".", 1)[-1]
-        # Keys of list items may be shown in a commented example: `# - {name: ..., from: ...}`.
-        shown = rf"^\s*(- )?{leaf}:|^\s*# - \{{.*\b{leaf}:"
+        # Keys of list items may be shown in a commented example: `# - {name: ..., from: ...}`,
+        # and keys of an optional block in a commented block: `#   products: ...`.
+        shown = rf"^\s*(- )?{leaf}:|^\s*# - \{{.*\b{leaf}:|^\s*#\s+{leaf}: \S"
         assert re.search(shown, text, re.MULTILINE), f"{path} missing"
         assert field.description, f"{path} has no docstring"
 

@@ -181,9 +181,9 @@ class Replaceable(Destination, Protocol):
 class Metered(Destination, Protocol):
     """A destination that can hold a metering destination's tables (docs/metering.md)."""
 
-    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> None:
+    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> int:
         """Of each key in the window, only its newest version's rows stay (newest_only),
-        in one transaction."""
+        in one transaction; returns the rows removed."""
         ...
 
     def rows(self, table: str, columns: Sequence[str]) -> list[dict[str, Any]]:

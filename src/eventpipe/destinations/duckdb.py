@@ -231,9 +231,9 @@ class DuckDBDestination:
                 raise
         return moved
 
-    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> None:
+    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> int:
         """Metering: of each key in the window, only its newest version's rows stay
-        (destinations/base.py newest_only), in one transaction."""
+        (destinations/base.py newest_only), in one transaction; the rows removed."""
         q = self.dialect.quote
         with contextlib.ExitStack() as locks:
             for table in sorted(tables):
@@ -241,15 +241,18 @@ class DuckDBDestination:
             db = locks.enter_context(self._connect())
             found = [t for t in tables if _describe(db, t) is not None]
             if not found:
-                return
+                return 0
+            removed = 0
             db.execute("BEGIN")
             try:
                 for delete in newest_only(found, q, q, cutoff):
-                    db.execute(delete)
+                    row = db.execute(delete).fetchone()
+                    removed += int(row[0]) if row else 0
                 db.execute("COMMIT")
             except BaseException:
                 db.execute("ROLLBACK")
                 raise
+            return removed
 
     def rows(self, table: str, columns: Sequence[str]) -> list[dict[str, Any]]:
         listed = ", ".join(map(self.dialect.quote, columns))

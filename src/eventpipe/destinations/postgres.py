@@ -304,15 +304,17 @@ class PostgresDestination:
             for table in tables:
                 db.execute(f"DROP TABLE IF EXISTS {self._name(table)}")
 
-    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> None:
+    def keep_newest(self, tables: Sequence[str], cutoff: datetime) -> int:
         """Metering: of each key in the window, only its newest version's rows stay
-        (destinations/base.py newest_only), in one transaction."""
+        (destinations/base.py newest_only), in one transaction; the rows removed."""
+        removed = 0
         with self._connect() as db, db.transaction():
             for table in sorted(tables):
                 self._lock(db, table)
             found = [t for t in tables if self._describe(db, t) is not None]
             for delete in newest_only(found, self._name, self.dialect.quote, cutoff):
-                db.execute(delete)
+                removed += max(db.execute(delete).rowcount, 0)
+        return removed
 
     def rows(self, table: str, columns: Sequence[str]) -> list[dict[str, Any]]:
         listed = ", ".join(map(self.dialect.quote, columns))

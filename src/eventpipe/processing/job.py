@@ -109,6 +109,9 @@ class RunReport:
     skipped: dict[str, int] = field(default_factory=dict)
     filtered: dict[str, int] = field(default_factory=dict)
     failed: dict[str, int] = field(default_factory=dict)
+    replaced: dict[str, int] = field(default_factory=dict)
+    """Metering: rows of earlier runs removed because this run loaded a newer version of
+    their key."""
     corrupt: int = 0
     archived: list[Path] = field(default_factory=list)
 
@@ -893,7 +896,7 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
         _load_tables(staged, counts, where, columns, flat, flattened.event_schema,
                      flattened.name, run, target)  # fmt: skip
         if (metered := target.config.metering) is not None:
-            _keep_newest(target.destination, metered, run.started)
+            report.replaced[dest_id] = _keep_newest(target.destination, metered, run.started)
     if run.rebuild is None:  # a reprocess records its days when it swaps them in
         days = sorted(counts.get("days") or ())
         run.state.record_days(dest_id, days, code_version(run.config, dest_id), run.run_id)
@@ -907,10 +910,11 @@ def _process_destination(events: DataFrame, run: _Run, target: _Target) -> None:
     )
 
 
-def _keep_newest(destination: Destination, metered: MeteringConfig, started: datetime) -> None:
+def _keep_newest(destination: Destination, metered: MeteringConfig, started: datetime) -> int:
     """Metering: of each key in the window, only the newest version's rows stay, across
-    the destination's two tables. The columns it compares by are added where a batch
-    left them out (all null: an event with no time is before every window)."""
+    the destination's two tables; returns the rows removed. The columns it compares by
+    are added where a batch left them out (all null: an event with no time is before
+    every window)."""
     tables = (metered.table, metered.unclassified_table)
     wanted = {
         metering.KEY: DataType.STRING,
@@ -922,7 +926,9 @@ def _keep_newest(destination: Destination, metered: MeteringConfig, started: dat
         if (current := destination.describe(table)) is not None:
             destination.patch(diff(current, Table(table, wanted)))
     with _step(f"{destination.id}: keep each key's newest version"):
-        cast("Metered", destination).keep_newest(tables, metered.window_start(started))
+        removed = cast("Metered", destination).keep_newest(tables, metered.window_start(started))
+    log.info("%s: %d row(s) of older versions removed", destination.id, removed)
+    return removed
 
 
 def _load_tables(
