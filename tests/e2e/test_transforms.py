@@ -187,8 +187,11 @@ def test_a_runs_report_names_the_filtered_events(capsys: pytest.CaptureFixture[s
     from eventpipe.processing.job import RunReport
 
     report = RunReport("run-1", ("s1",), False, loaded={("billing", "usage"): 2},
-                       filtered={"billing": 3, "other": 0})  # fmt: skip
+                       filtered={"billing": 3, "other": 0},
+                       replaced={"billing": 4, "other": 0})  # fmt: skip
     _print_report(report)
     lines = capsys.readouterr().out.splitlines()
-    assert "  billing: 3 event(s) filtered (namespace, transforms)" in lines
+    assert ("  billing: 3 event(s) filtered (namespace, transforms, or metering's older "
+            "versions of a key)") in lines  # fmt: skip
+    assert "  billing: 4 row(s) of earlier runs replaced by newer versions" in lines
     assert not any(line.startswith("  other:") for line in lines)
