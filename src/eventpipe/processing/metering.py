@@ -20,7 +20,7 @@ The catalogue comes from a CSV file (columns ``product_uid``, ``event_name``, ``
 the last a JSON list), a YAML file (a list of the same objects), or rows of a table read
 before the run (docs/metering.md). Matching runs natively in Spark: each distinct path is
 read once per event, from the event's columns (or its JSON text for paths beyond names and
-indexes), and each product is one condition on those values.
+indexes), and one CASE over the event names evaluates only the products of the event's name.
 """
 
 from __future__ import annotations
@@ -188,10 +188,12 @@ def classify(value_at: Callable[[str], Column], products: Sequence[Product]) -> 
     by_name: dict[str, list[Product]] = {}
     for product in products:
         by_name.setdefault(product.event_name, []).append(product)
-    case: Any = F
+    case: Column | None = None
     for name, group in by_name.items():
+        named = values[NAME_PATH] == F.lit(name)
         found = F.array(*(F.when(_matches(p, values), F.lit(p.uid)) for p in group))
-        case = case.when(values[NAME_PATH] == F.lit(name), found)
+        case = F.when(named, found) if case is None else case.when(named, found)
+    assert case is not None
     return F.filter(case.otherwise(none), lambda uid: uid.isNotNull())
 
 
@@ -212,7 +214,7 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
         MapType,
         StringType,
         StructType,
-    )  # fmt: skip
+    )
 
     def value_at(path: str) -> Column:
         steps = _steps(path)
