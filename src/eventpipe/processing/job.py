@@ -34,6 +34,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, cast
 
+from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
@@ -1140,8 +1141,6 @@ def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
-    from pyspark.sql import Observation
-
     out, counts_file = where / "flat", where / "counts.json"
     if not (out / "_SUCCESS").exists() or not counts_file.exists():
         observed = Observation("counts")
@@ -1274,19 +1273,23 @@ def _load_table_as(
     if missing_key:
         problems.append(F.lit(f"primary key column(s) {', '.join(missing_key)} missing"))
     staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
-    ok = checked = frame
+    ok = checked = staging_rows = frame
+    observed = Observation()
     if problems:
         checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
         ok = checked.filter(F.col(ERROR) == "")
+        # The failed rows are counted during the write: none (the usual case), no pass.
+        failing = F.count_if(F.col(ERROR) != "").alias("failed")
+        staging_rows = checked.observe(observed, failing).filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (_load_files).
-        ok.select(ROW, *(value.alias(c) for c, value in converted.items())).write.mode(
+        staging_rows.select(ROW, *(value.alias(c) for c, value in converted.items())).write.mode(
             "overwrite"
         ).parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
     loaded = _load_files(_StagedTable(table, frame, files), run, target, existing, targets, ok,
                          retry_stale)  # fmt: skip
-    if problems:
+    if problems and observed.get["failed"]:
         # After the load: a load retried with a fresh schema converts them again.
         _fail_once(checked.filter(F.col(ERROR) != ""), run, dest_id, f"table={table}",
                    table=table, stage=Stage.LOADING)  # fmt: skip
