@@ -40,12 +40,11 @@ from pyspark.sql.types import TimestampType
 
 from eventpipe import locks
 from eventpipe.archive import retention
-from eventpipe.archive.files import SUFFIX
-from eventpipe.archive.write import archive_segment, prepare_segment
+from eventpipe.archive.write import archive_segment
 from eventpipe.config import Config, DestinationConfig, MeteringConfig
 from eventpipe.destinations.base import Destination, LoadRequest, Metered
 from eventpipe.destinations.duckdb import DuckDBDestination
-from eventpipe.errors import TerminalError, TransientError, first_line
+from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout, count_lines, fsync_directory, is_uri
 from eventpipe.processing import lookup, metering, shutdown, transforms
@@ -271,43 +270,6 @@ def process_pending(
 
 def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[RunReport]:
     layout = config.layout
-    with _archiving_ahead(config, [p.name for p in layout.sealed_segments()]):
-        return _run_pending(config, spark, trigger)
-
-
-@contextmanager
-def _archiving_ahead(config: Config, names: Sequence[str]) -> Iterator[None]:
-    """Compress the segments ``names`` for the archive on a thread of its own while the
-    block runs (Spark's work leaves the driver's cores idle at times); archive_segment
-    then moves the files into place. The block's end waits for the thread; an error
-    stops it after the segment it is on. A segment it could not prepare is compressed
-    when it is archived, as without it."""
-    layout = config.layout
-    stop = threading.Event()
-
-    def prepare() -> None:
-        for name in names:
-            if stop.is_set():
-                return
-            try:
-                prepare_segment(layout, name, config.archive)
-            except Exception as exc:  # noqa: BLE001 (archiving compresses it itself)
-                log.warning("archiving %s ahead: %s; it is compressed when archived", name,
-                            first_line(exc))  # fmt: skip
-
-    thread = threading.Thread(target=prepare, name="archive-ahead", daemon=True)
-    thread.start()
-    try:
-        yield
-    except BaseException:
-        stop.set()
-        raise
-    finally:
-        thread.join()
-
-
-def _run_pending(config: Config, spark: SparkSession, trigger: str) -> list[RunReport]:
-    layout = config.layout
     state = open_state(config)
     batch = list(batch_destinations(config))
     failing: dict[str, str] = {}
@@ -456,20 +418,7 @@ def archive_segments(config: Config, names: Sequence[str]) -> list[Path]:
     # 1.2x faster than one (bench/archive.py).
     pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
     with _step(f"archive {len(ready)} segment(s)"), pool:
-        archived = list(pool.map(lambda n: archive_segment(layout, n, config.archive), ready))
-    _drop_stale_ahead(layout)
-    return archived
-
-
-def _drop_stale_ahead(layout: DataLayout) -> None:
-    """Remove files archived ahead for segments that are no longer in incoming/."""
-    ahead = layout.tmp / "archive-ahead"
-    if not ahead.is_dir():
-        return
-    present = {p.name for p in layout.sealed_segments()}
-    for path in ahead.iterdir():
-        if path.name.split(SUFFIX)[0] not in present:
-            path.unlink(missing_ok=True)
+        return list(pool.map(lambda n: archive_segment(layout, n, config.archive), ready))
 
 
 def process_stream_batch(
