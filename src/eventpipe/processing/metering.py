@@ -216,6 +216,8 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
         StructType,
     )
 
+    from eventpipe.processing.paths import reference
+
     def value_at(path: str) -> Column:
         steps = _steps(path)
         if steps is None:
@@ -231,7 +233,7 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
                     return F.lit(None).cast("string")
                 if sum(n.lower() == step.lower() for n in names) > 1:  # ambiguous to Spark
                     return F.get_json_object(fallback(), path)
-                column = F.col(f"`{step}`") if column is None else column.getField(step)
+                column = reference((step,)) if column is None else column.getField(step)
                 data_type = data_type[step].dataType
             else:
                 if not isinstance(data_type, ArrayType) or column is None:
@@ -301,41 +303,30 @@ def route(
     run's place among runs (text that sorts by time)."""
     from pyspark.sql import Window
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StructType
 
     from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
+    from eventpipe.processing.paths import column_at, field_type, reference
     from eventpipe.processing.transforms import live
     from eventpipe.processing.typing import cast_to
     from eventpipe.schema.types import DataType
 
     fields = [c for c in frame.columns if c not in (TABLE, ERROR, ROW)]
 
-    def value(path: str) -> Column:
-        """The field at ``path``; null when no event of the batch has it."""
-        parts = path.split(".")
-        data_type: Any = frame.schema
-        for part in parts:
-            if not isinstance(data_type, StructType) or part not in data_type.fieldNames():
-                return F.lit(None)
-            data_type = data_type[part].dataType
-        column = F.col(f"`{parts[0]}`")
-        for part in parts[1:]:
-            column = column.getField(part)
-        return column
+    def time(*paths: str) -> Column:
+        """The first of the fields at ``paths`` that converts to a timestamp (null when
+        no event of the batch has any of them)."""
+        converted = []
+        for path in paths:
+            parts = tuple(path.split("."))
+            if (source := field_type(frame.schema, parts)) is not None:
+                converted.append(cast_to(reference(parts), DataType.TIMESTAMP, source))
+        return F.coalesce(*converted, F.lit(None).cast("timestamp"))
 
-    def time(path: str) -> Column:
-        found = value(path)
-        source = frame.select(found).schema.fields[0].dataType
-        stamp = value("_timestamp")
-        stamp_type = frame.select(stamp).schema.fields[0].dataType
-        return F.coalesce(cast_to(found, DataType.TIMESTAMP, source),
-                          cast_to(stamp, DataType.TIMESTAMP, stamp_type))  # fmt: skip
-
-    key = value(metering.key).cast("string")
+    key = column_at(frame.schema, tuple(metering.key.split(".")))
     frame = frame.withColumns({
-        KEY: key,
-        ORDER_AT: time(metering.order_by),
-        WINDOW_AT: time(metering.window_by),
+        KEY: (F.lit(None) if key is None else key).cast("string"),
+        ORDER_AT: time(metering.order_by, "_timestamp"),
+        WINDOW_AT: time(metering.window_by, "_timestamp"),
         # ROW: a long (monotonically_increasing_id), 19 digits at most: padded, it sorts
         ARRIVAL: F.concat(F.lit(arrival), F.lpad(F.col(ROW).cast("string"), 20, "0")),
     })  # fmt: skip
