@@ -91,6 +91,15 @@ def set_path(
                 pointer(path[:depth]), existing.simpleString(),
             )  # fmt: skip
             return frame
+    return assign(frame, path, value, condition)
+
+
+def assign(
+    frame: DataFrame, path: tuple[str, ...], value: Column, condition: Column | None = None
+) -> DataFrame:
+    """``frame`` with ``value`` at ``path`` whatever the batch has there: missing or null
+    objects on the way are made, a scalar on the way is replaced by an object (where
+    ``condition`` holds; elsewhere the field keeps what it had)."""
     top = path[0]
     schema_top = field_type(frame.schema, (top,))
     base = reference((top,)) if schema_top is not None else None

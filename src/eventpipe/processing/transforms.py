@@ -35,6 +35,7 @@ from pyspark.sql.types import StructType
 from eventpipe.config import Config, DestinationConfig, TransformStep
 from eventpipe.errors import ConfigError, first_line
 from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
+from eventpipe.processing.paths import assign
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -170,33 +171,10 @@ def _assign(frame: DataFrame, fields: dict[str, str], where: str) -> DataFrame:
         parts = name.split(".")
 
         def use(value: Column, frame: DataFrame = frame, parts: list[str] = parts) -> DataFrame:
-            top = parts[0]
-            if len(parts) == 1:
-                return frame.withColumn(top, value)
-            existing = frame.schema[top].dataType if top in frame.columns else None
-            return frame.withColumn(top, _with_path(F.col(top), existing, parts[1:], value))
+            return assign(frame, tuple(parts), value)
 
         frame = _with_expression(frame, text, f"{where} {name}", use)
     return frame
-
-
-def _with_path(
-    column: Column, struct_type: DataType | None, parts: list[str], value: Column
-) -> Column:
-    """``column`` (an object of ``struct_type``; None: none) with ``value`` at ``parts``;
-    missing objects on the way are made (a scalar there is replaced by one)."""
-    if not isinstance(struct_type, StructType):
-        return _nested(parts, value)
-    head, rest = parts[0], parts[1:]
-    if not rest:
-        return column.withField(head, value)
-    child = next((f.dataType for f in struct_type.fields if f.name == head), None)
-    return column.withField(head, _with_path(column.getField(head), child, rest, value))
-
-
-def _nested(parts: list[str], value: Column) -> Column:
-    head, rest = parts[0], parts[1:]
-    return F.struct((_nested(rest, value) if rest else value).alias(head))
 
 
 def _drop(frame: DataFrame, fields: tuple[str, ...]) -> DataFrame:
