@@ -86,7 +86,7 @@ from eventpipe.state.store import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
 
     from eventpipe.destinations.http import HttpSettings
@@ -790,7 +790,7 @@ def _stage_events(
         if not staged and CORRUPT_COLUMN not in raw.columns:
             return raw.withColumns(extra)
         with _step(f"read {len(paths)} segment(s) and look up"):
-            raw.withColumns(extra).write.mode("overwrite").parquet(str(out))
+            _staging_writer(raw.withColumns(extra)).parquet(str(out))
     return spark.read.parquet(str(out))
 
 
@@ -1152,21 +1152,32 @@ def _stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]
         day = F.date_format(F.col(TIMESTAMP), "yyyy-MM-dd") if stamped else F.lit(None)
         loaded = table.isNotNull() & (table != F.lit("")) & (table != F.lit(FILTERED))
         with _step(f"{where.name}: enrich, map, flatten and stage"):
-            flat.observe(
+            flat_rows = flat.observe(
                 observed,
                 F.count_if(table == F.lit("")).alias("skipped"),
                 F.count_if(table == F.lit(FILTERED)).alias("filtered"),
                 F.count_if(table.isNull()).alias("failed"),
                 F.collect_set(F.when(loaded, day)).alias("days"),
-            ).filter((table != F.lit("")) & (table != F.lit(FILTERED))).drop(ERROR).write.mode(
-                "overwrite"
-            ).partitionBy(TABLE).parquet(str(out))
+            )
+            kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
+            _staging_writer(kept.drop(ERROR)).partitionBy(TABLE).parquet(str(out))
         counts_file.write_text(json.dumps(observed.get))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
     if not any(out.glob(f"{TABLE}=*")):
         return spark.createDataFrame([], flat.drop(ERROR).schema), counts
     return spark.read.parquet(str(out)), counts
+
+
+def _staging_writer(frame: DataFrame) -> DataFrameWriter:
+    """How the run's own Parquet copies are written (read back by the run, then removed).
+
+    Without dictionary encoding: on the batch benchmark's staging write (1M events, five
+    tables), dictionaries took 6.1-7.4 s against 4.2-4.7 s without, whatever the codec
+    (snappy, none, lz4_raw, zstd). The copies are read once or twice, from local disk, and
+    deleted; a Parquet destination's files (kept by users) keep Spark's defaults.
+    """
+    return frame.write.mode("overwrite").option("parquet.enable.dictionary", "false")
 
 
 def _cast_explicit(frame: DataFrame, explicit: dict[str, DataType]) -> DataFrame:
@@ -1283,9 +1294,8 @@ def _load_table_as(
         staging_rows = checked.observe(observed, failing).filter(F.col(ERROR) == "")
     with _step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (_load_files).
-        staging_rows.select(ROW, *(value.alias(c) for c, value in converted.items())).write.mode(
-            "overwrite"
-        ).parquet(str(staging))
+        rows = staging_rows.select(ROW, *(value.alias(c) for c, value in converted.items()))
+        _staging_writer(rows).parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
     loaded = _load_files(_StagedTable(table, frame, files), run, target, existing, targets, ok,
                          retry_stale)  # fmt: skip
