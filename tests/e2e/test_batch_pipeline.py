@@ -256,3 +256,34 @@ def test_failed_events_are_found_by_their_ids_few_or_many(
     assert sorted((f["event"]["n"], f["error"]) for f in failed) == [
         (n, f"column _timestamp (TIMESTAMP) cannot take not a time {n}") for n in (6, 7, 8)
     ]
+
+
+def test_a_runs_segments_are_compressed_once_ahead_and_moved_into_the_archive(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    from eventpipe.archive import write
+    from tests.conftest import make_config
+
+    written: list[Path] = []
+    real = write.write_segment
+
+    def recording(source: Path, target: ArchivedSegment, settings: Any) -> Any:
+        written.append(target.data)
+        return real(source, target, settings)
+
+    monkeypatch.setattr(write, "write_segment", recording)
+    data = tmp_path / "data"
+    (data / "incoming").mkdir(parents=True)
+    for n in range(2):
+        (data / "incoming" / f"incoming.tok=web-2026-11-21T10-00-0{n}.000.log").write_bytes(
+            orjson.dumps({"n": n}) + b"\n"
+        )
+    config = make_config(data)
+    report = process_once(config, spark)
+    assert report is not None
+    assert len(report.archived) == 2
+    # Each compressed once, under tmp/archive-ahead/, then moved in.
+    assert sorted(p.parent for p in written) == [config.layout.tmp / "archive-ahead"] * 2
+    assert not any((config.layout.tmp / "archive-ahead").iterdir())
+    assert verify(config.layout).ok
+    assert not any(config.layout.incoming.glob("*.log"))

@@ -21,7 +21,7 @@ from eventpipe.archive.files import (
     segments_of_day,
 )
 from eventpipe.archive.verify import verify
-from eventpipe.archive.write import archive_segment
+from eventpipe.archive.write import ahead_of, archive_segment, prepare_segment
 from eventpipe.config import ArchiveConfig
 from eventpipe.paths import DataLayout
 
@@ -251,3 +251,40 @@ def _flip_byte(path: Path, offset: int) -> None:
     data = bytearray(path.read_bytes())
     data[offset] ^= 0x01
     path.write_bytes(bytes(data))
+
+
+def test_files_archived_ahead_are_moved_in_and_equal_archiving_at_once(tmp_path: Path) -> None:
+    data = _events(1050)
+    _, direct = _archive(tmp_path / "direct", data)
+    layout = DataLayout(tmp_path / "data")
+    layout.incoming.mkdir(parents=True)
+    (layout.incoming / SEGMENT).write_bytes(data)
+    prepare_segment(layout, SEGMENT, SMALL_FRAMES)
+    ahead = ahead_of(layout, SEGMENT)
+    assert ahead.data.exists()
+    assert not layout.archive.exists()  # nothing in archive/ before the segment is done
+    segment = ArchivedSegment(archive_segment(layout, SEGMENT, SMALL_FRAMES))
+    assert not ahead.data.exists()  # moved, not compressed again
+    assert not any(p.exists() for p in ahead.sidecars)
+    for mine, theirs in zip((segment.data, segment.index, segment.ids),
+                            (direct.data, direct.index, direct.ids), strict=True):  # fmt: skip
+        assert mine.read_bytes() == theirs.read_bytes()
+    assert verify(layout).problems == []
+
+
+@pytest.mark.parametrize("spoilt", ["appended", "half moved"])
+def test_files_archived_ahead_that_do_not_fit_are_not_used(tmp_path: Path, spoilt: str) -> None:
+    """Files ahead of a segment that has changed since (a size of its own), or that a
+    crash left half moved (a sidecar gone), are not used: the segment is compressed."""
+    layout = DataLayout(tmp_path / "data")
+    layout.incoming.mkdir(parents=True)
+    source = layout.incoming / SEGMENT
+    source.write_bytes(_events(500))
+    prepare_segment(layout, SEGMENT, SMALL_FRAMES)
+    if spoilt == "appended":
+        source.write_bytes(_events(600))
+    else:
+        ahead_of(layout, SEGMENT).index.unlink()
+    segment = ArchivedSegment(archive_segment(layout, SEGMENT, SMALL_FRAMES))
+    assert Manifest.read(segment.manifest).events == (600 if spoilt == "appended" else 500)
+    assert verify(layout).problems == []

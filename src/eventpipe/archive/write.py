@@ -59,13 +59,48 @@ def digest(data: bytes) -> Checksums:
 
 def archive_segment(layout: DataLayout, name: str, settings: ArchiveConfig) -> Path:
     """Archive the sealed segment ``incoming/<name>``, then remove it from incoming/;
-    the ``.lz4`` file. A segment already gone was archived by an earlier attempt."""
+    the ``.lz4`` file. A segment already gone was archived by an earlier attempt. Files
+    prepare_segment wrote ahead are moved into place; without them (or when they are not
+    of the segment as it is) the segment is compressed here."""
     source = layout.incoming / name
     target = ArchivedSegment.of(layout, name)
     if source.exists():
-        write_segment(source, target, settings)
+        if not _move_ahead(ahead_of(layout, name), target, source):
+            write_segment(source, target, settings)
         source.unlink()
     return target.data
+
+
+def ahead_of(layout: DataLayout, name: str) -> ArchivedSegment:
+    """Where prepare_segment writes the archive files of segment ``name``."""
+    archived = ArchivedSegment.of(layout, name)
+    return ArchivedSegment(layout.tmp / "archive-ahead" / archived.data.name)
+
+
+def prepare_segment(layout: DataLayout, name: str, settings: ArchiveConfig) -> None:
+    """Write the archive files of the sealed segment ``incoming/<name>`` ahead, under
+    ``tmp/archive-ahead/``, while the run that processes it works: archive_segment then
+    only moves them. Nothing is in ``archive/`` until the segment is done."""
+    source = layout.incoming / name
+    ahead = ahead_of(layout, name)
+    if source.exists() and not ahead.data.exists():
+        write_segment(source, ahead, settings)
+
+
+def _move_ahead(ahead: ArchivedSegment, target: ArchivedSegment, source: Path) -> bool:
+    """Move the files prepare_segment wrote into ``archive/`` (sidecars first, the .lz4
+    last); False when there are none, or they are not of ``source`` as it is now."""
+    try:
+        if Manifest.read(ahead.manifest).uncompressed.size != source.stat().st_size:
+            return False
+        target.data.parent.mkdir(parents=True, exist_ok=True)
+        for moved, into in zip((*ahead.sidecars, ahead.data), (*target.sidecars, target.data),
+                               strict=True):  # fmt: skip
+            os.replace(moved, into)
+    except (OSError, ValueError, KeyError, TypeError):  # none, half moved, other filesystem
+        return False
+    fsync_directory(target.data.parent)
+    return True
 
 
 def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig) -> Manifest:
