@@ -8,8 +8,10 @@ none doubled, and the archive holds every event once and verifies.
 
 The death is an exception the pipeline cannot catch as an error (a BaseException, like
 Ctrl-C) raised at the chosen call, in the test's process with its Spark session, so that
-40 deaths fit in the suite's time. Real kill -9s, at moments spread over a run, are in
-test_process_kill9.py and test_collector_kill9.py.
+40 deaths fit in the suite's time. A death in the thread that archives ahead (during the
+loads) ends that thread where it was, and the run raises it when it waits for the thread.
+Real kill -9s, at moments spread over a run, are in test_process_kill9.py and
+test_collector_kill9.py.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import contextlib
 import hashlib
 import os
 import random
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -73,6 +76,7 @@ class CrashPoints:
         self.at: int | None = None
         self.calls = 0
         self.where: str | None = None
+        self._lock = threading.Lock()  # the archive-ahead thread counts too
         points: list[tuple[Any, str, str]] = [
             (load[0], load[1], "before and after a load"),
             (StateStore, "record", "before and after a status record"),
@@ -93,8 +97,10 @@ class CrashPoints:
         return dying
 
     def _point(self, where: str) -> None:
-        self.calls += 1
-        if self.at is not None and self.calls == self.at:
+        with self._lock:
+            self.calls += 1
+            dies = self.at is not None and self.calls == self.at
+        if dies:
             self.where = where
             raise Died(where)
 

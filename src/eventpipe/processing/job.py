@@ -290,7 +290,8 @@ class _ArchiveAhead:
     share the cores instead of running one after the other.
 
     A segment the thread could not prepare (an error, or not reached) is compressed when
-    it is archived, as without it.
+    it is archived, as without it. What is not an error (a BaseException: an interrupt,
+    an exit) ends the thread and is raised again by :meth:`finish`, in the run's thread.
     """
 
     def __init__(self, config: Config, names: Sequence[str]) -> None:
@@ -299,6 +300,7 @@ class _ArchiveAhead:
         self._cancelled = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._stopped_by: BaseException | None = None
 
     def begin(self) -> None:
         with self._lock:
@@ -320,6 +322,9 @@ class _ArchiveAhead:
             thread = self._thread
         if thread is not None:
             thread.join()
+        stopped_by, self._stopped_by = self._stopped_by, None
+        if stopped_by is not None:
+            raise stopped_by
 
     def _prepare(self) -> None:
         layout = self._config.layout
@@ -331,6 +336,9 @@ class _ArchiveAhead:
             except Exception as exc:  # noqa: BLE001 (archiving compresses it itself)
                 log.warning("archiving %s ahead: %s; it is compressed when archived", name,
                             first_line(exc))  # fmt: skip
+            except BaseException as exc:  # noqa: BLE001 (not an error: finish raises it)
+                self._stopped_by = exc
+                return
 
 
 def _run_pending(
