@@ -1271,8 +1271,8 @@ def _staging_writer(frame: DataFrame) -> DataFrameWriter:
 
     Without dictionary encoding: on the batch benchmark's staging write (1M events, five
     tables), dictionaries took 6.1-7.4 s against 4.2-4.7 s without, whatever the codec
-    (snappy, none, lz4_raw, zstd). The copies are read once or twice, from local disk, and
-    deleted; a Parquet destination's files (kept by users) keep Spark's defaults.
+    (snappy, none, lz4_raw, zstd). The copies are read once or twice and deleted; a
+    Parquet destination's files (kept by users) keep Spark's defaults.
     """
     return frame.write.mode("overwrite").option("parquet.enable.dictionary", "false")
 
