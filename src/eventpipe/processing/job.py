@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from pathlib import Path
@@ -378,8 +378,8 @@ def _run_pending(
         run = state.begin_run(segments, trigger, plan, versions)
         reports.append(execute_run(spark, config, state, run, plan, failing, ahead))
         close_run(layout, state, run, plan, failing)
-    if ahead is not None and ahead.running:
-        with _step("archiving ahead: the rest"):
+    if ahead is not None:  # its thread done first (what stopped it, if anything, raised)
+        with _step("archiving ahead: the rest") if ahead.running else nullcontext():
             ahead.finish()
     archived = archive_segments(config, state.segments_done(sealed, batch))
     if reports:
