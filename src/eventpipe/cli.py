@@ -426,8 +426,8 @@ def log_show(
         return
     import orjson
 
-    from eventpipe.processing.columns import FILTERED
     from eventpipe.processing.job import preview
+    from eventpipe.reserved import FILTERED
 
     config.destination(destination_id)
     lines = [line for _, line in found]

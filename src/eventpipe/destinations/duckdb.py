@@ -26,6 +26,7 @@ from typing import Any
 
 import duckdb
 
+from eventpipe import reserved
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
     DaySwap,
@@ -40,7 +41,7 @@ from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
 
-LOADS_TABLE = "_eventpipe_loads"
+LOADS_TABLE = reserved.LOADS_TABLE
 
 LOCK_WAIT_SECONDS = 30.0
 """How long opening the file for writing waits for other processes (readers) to let go,

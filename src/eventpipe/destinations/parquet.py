@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from eventpipe import reserved
 from eventpipe.destinations.base import DaySwap, LoadRequest, LoadResult, table_lock
 from eventpipe.destinations.duckdb import file_offsets, rows_of, unconvertible_rows
 from eventpipe.destinations.storage import HadoopStorage, LocalStorage, Storage, join
@@ -63,7 +64,7 @@ from eventpipe.schema.types import DataType
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-META = "_eventpipe"
+META = reserved.META_DIR
 Rejected = tuple[tuple[int, str], ...]
 
 
@@ -403,12 +404,13 @@ class SparkParquetDestination(ParquetDestination):
 
         from eventpipe.processing.typing import SPARK_TYPES
 
-        parts = [
-            self.spark.read.parquet(str(file)).select(
-                "*", F.lit(i).alias(_FILE), F.col("_metadata.row_index").alias(_ROW_INDEX)
-            )
-            for i, file in enumerate(request.files)
-        ]
+        def read(i: int, file: Path) -> DataFrame:
+            rows = self.spark.read.parquet(str(file))
+            # From the scan itself: a table may have a column named _metadata.
+            index = rows.metadataColumn("_metadata").getField("row_index")
+            return rows.select("*", F.lit(i).alias(_FILE), index.alias(_ROW_INDEX))
+
+        parts = [read(i, file) for i, file in enumerate(request.files)]
         frame = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), parts)
         for column, data_type in request.columns.items():
             if column not in frame.columns:
@@ -444,7 +446,8 @@ class SparkParquetDestination(ParquetDestination):
         return list(result.columns), [tuple(row) for row in result.collect()]
 
 
-_FILE, _ROW_INDEX, _WHY = "__file", "__row_index", "__why"
+# Beside a table's columns while it loads (eventpipe's names: no column is named so).
+_FILE, _ROW_INDEX, _WHY = (reserved.PREFIX + n for n in ("_file_index", "_row_index", "_why"))
 
 
 def _is_json(name: str) -> bool:

@@ -40,6 +40,7 @@ import pyarrow.compute as pc
 import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
+from eventpipe import reserved
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
     DaySwap,
@@ -56,7 +57,7 @@ from eventpipe.schema.types import DataType
 if TYPE_CHECKING:
     import psycopg
 
-LOADS_TABLE = "_eventpipe_loads"
+LOADS_TABLE = reserved.LOADS_TABLE
 
 # PostgreSQL types back to the lattice, for tables eventpipe did not create itself.
 _LATTICE = {
@@ -143,6 +144,14 @@ class PostgresDestination:
         """The advisory lock of this destination's table, until the transaction ends."""
         _advisory_lock(db, f"eventpipe:{self.id}:{self.schema}.{table}")
 
+    def _lock_ddl(self, db: psycopg.Connection[Any]) -> None:
+        """The lock under which tables of the schema are created or changed. One for the
+        schema: a table's row type and array type share pg_type's names with every other
+        table's (``_eventpipe_loads`` has the array type ``__eventpipe_loads``, an escaped
+        event table's name), and two CREATE TABLEs racing for one name fail with a
+        unique violation instead of waiting."""
+        _advisory_lock(db, f"eventpipe:ddl:{self.schema}")
+
     def _ensure_schema(self, db: psycopg.Connection[Any]) -> None:
         """Create the schema if missing. ``CREATE SCHEMA IF NOT EXISTS`` races with
         itself (two sessions can both find it missing), so it runs under a lock of its
@@ -179,6 +188,7 @@ class PostgresDestination:
             return
         with self._connect(patch.table) as db, db.transaction():
             self._lock(db, patch.table)
+            self._lock_ddl(db)
             self._ensure_schema(db)
             current = self._describe(db, patch.table)  # again, under the lock
             d, table, schema = self.dialect, patch.table, self.schema
@@ -211,7 +221,7 @@ class PostgresDestination:
 
     def _ensure_loads_table(self, db: psycopg.Connection[Any]) -> None:
         with db.transaction():
-            _advisory_lock(db, f"eventpipe:{self.schema}.{LOADS_TABLE}")
+            self._lock_ddl(db)
             self._ensure_schema(db)
             db.execute(
                 f"CREATE TABLE IF NOT EXISTS {self._name(LOADS_TABLE)} (batch_id text, "

@@ -7,6 +7,9 @@
   other present one is kept in ``_unmapped_data``, a JSON object keyed by JSON pointer.
   Colliding leaves of different Spark types are compared as strings.
 * An empty object has no leaf and leaves no column.
+* A top-level field is named by the event's own key (:func:`eventpipe.reserved.unescape`
+  of the frame's column), and the naming rules escape it again if it looks like
+  eventpipe's own; eventpipe's own top-level columns (metering's) keep their names.
 
 Everything is a native column expression: no Python runs per row.
 """
@@ -20,12 +23,11 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 
+from eventpipe import reserved
 from eventpipe.processing.mapping import Leaf, Mapping
 from eventpipe.processing.paths import pointer, reference
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
 from eventpipe.schema.types import DataType as SchemaType
-
-CORRUPT_COLUMN = "_corrupt_record"
 
 
 def _reference(path: tuple[str, ...], spark_type: DataType) -> Column:
@@ -33,15 +35,30 @@ def _reference(path: tuple[str, ...], spark_type: DataType) -> Column:
     return F.to_json(ref) if isinstance(spark_type, ArrayType) else ref
 
 
-def leaves(schema: StructType, prefix: tuple[str, ...] = ()) -> list[Leaf]:
+def leaves(schema: StructType) -> list[Leaf]:
+    """Every leaf of ``schema``: its path in the event's own keys, its ``source`` in the
+    frame's columns (a top-level key may be escaped there)."""
     found: list[Leaf] = []
-    for field in schema.fields:
-        path = (*prefix, field.name)
-        if isinstance(field.dataType, StructType):
-            found.extend(leaves(field.dataType, path))
-        else:
-            found.append(Leaf(path, field.dataType, _reference(path, field.dataType), source=path))
+
+    def walk(fields: StructType, path: tuple[str, ...], source: tuple[str, ...]) -> None:
+        for field in fields.fields:
+            key = field.name if source else reserved.unescape(field.name)
+            here, there = (*path, key), (*source, field.name)
+            if isinstance(field.dataType, StructType):
+                walk(field.dataType, here, there)
+            else:
+                column = _reference(there, field.dataType)
+                found.append(Leaf(here, field.dataType, column, source=there))
+
+    walk(schema, (), ())
     return found
+
+
+def _name(leaf: Leaf) -> str:
+    """A leaf's column: eventpipe's own top-level columns keep their names."""
+    if len(leaf.path) == 1 and leaf.source == leaf.path and reserved.is_internal(leaf.path[0]):
+        return leaf.path[0]
+    return column_name(leaf.path)
 
 
 @dataclass(frozen=True)
@@ -53,7 +70,7 @@ class Flat:
     """Each column's JSON pointer (of the winning path): its key in ``_unmapped_data``."""
 
 
-def flatten(frame: DataFrame, *, passthrough: Sequence[str] = (CORRUPT_COLUMN,)) -> DataFrame:
+def flatten(frame: DataFrame, *, passthrough: Sequence[str] = (reserved.CORRUPT,)) -> DataFrame:
     """One column per leaf, named by the naming rules; ``passthrough`` columns kept as is."""
     return flatten_mapped(frame, passthrough=passthrough).frame
 
@@ -61,7 +78,7 @@ def flatten(frame: DataFrame, *, passthrough: Sequence[str] = (CORRUPT_COLUMN,))
 def flatten_mapped(
     frame: DataFrame,
     *,
-    passthrough: Sequence[str] = (CORRUPT_COLUMN,),
+    passthrough: Sequence[str] = (reserved.CORRUPT,),
     mapping: Mapping | None = None,
 ) -> Flat:
     """:func:`flatten` after the mapping rules (processing.mapping) moved, removed, cast
@@ -69,12 +86,12 @@ def flatten_mapped(
     found = [
         leaf
         for leaf in leaves(frame.schema)
-        if not (leaf.path[0] in passthrough and len(leaf.path) == 1)
+        if not (leaf.source is not None and len(leaf.source) == 1 and leaf.source[0] in passthrough)
     ]
     mapped, explicit = (mapping or Mapping()).apply(found)
     groups: dict[str, list[Leaf]] = {}
     for leaf in mapped:
-        groups.setdefault(column_name(leaf.path), []).append(leaf)
+        groups.setdefault(_name(leaf), []).append(leaf)
 
     columns: list[Column] = [F.col(f"`{c}`") for c in passthrough if c in frame.columns]
     losers: list[Column] = []

@@ -38,7 +38,7 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 from pyspark.sql.types import TimestampType
 
-from eventpipe import locks
+from eventpipe import locks, reserved
 from eventpipe.archive import retention
 from eventpipe.archive.files import SUFFIX
 from eventpipe.archive.write import archive_segment, prepare_segment
@@ -49,11 +49,13 @@ from eventpipe.errors import TerminalError, TransientError, first_line
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout, count_lines, fsync_directory, is_uri
 from eventpipe.processing import lookup, metering, shutdown, transforms
-from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
-from eventpipe.processing.flatten import CORRUPT_COLUMN, Flat, flatten_mapped, leaves
+from eventpipe.processing.flatten import Flat, flatten_mapped, leaves
 from eventpipe.processing.mapping import Mapping
 from eventpipe.processing.paths import (
     column_at,
+    has_arrays,
+    json_object,
+    json_text_arrays,
     parse_pointer,
     pointer,
     reference,
@@ -71,6 +73,18 @@ from eventpipe.processing.typing import (
     token_types,
 )
 from eventpipe.processing.version import code_version
+from eventpipe.reserved import (
+    CORRUPT,
+    DAY,
+    ERROR,
+    FILE,
+    FILTERED,
+    LOOKUP,
+    RAW,
+    ROW,
+    SEGMENT,
+    TABLE,
+)
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
 from eventpipe.schema.types import DataType
@@ -87,19 +101,14 @@ from eventpipe.state.store import (
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
+    from pyspark.sql import Column, DataFrame, DataFrameReader, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
 
     from eventpipe.destinations.http import HttpSettings
 
 log = logging.getLogger("eventpipe.processing")
 
-RAW = "__raw"
-DAY = "__day"
 TIMESTAMP = "_timestamp"
-FILE = "__file"
-SEGMENT = "__segment"
-"""The segment a row comes from, kept when the run's destinations take different ones."""
 
 
 @dataclass
@@ -577,15 +586,14 @@ def _run_job(
     days = rebuild.days if rebuild else None
     events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
                            by_segment=by_segment, days=days)  # fmt: skip
-    if CORRUPT_COLUMN in events.columns and rebuild is None:
+    if CORRUPT in events.columns and rebuild is None:
         report.corrupt = _once(
             config.layout.tmp / run_id / "failed.corrupt.done",
             lambda: _fail_corrupt(events, config.layout),
         )
-    columns = [c for c in events.columns if not c.startswith("__") and c != CORRUPT_COLUMN]
     originals = events.select(
         ROW,
-        F.to_json(F.struct(*(_ref(c) for c in columns))).alias(RAW),
+        event_json(events).alias(RAW),
         _day_of(events.schema).alias(DAY),
     )
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
@@ -774,7 +782,7 @@ class LookupRule:
         """Where the read pass keeps its results; rules reading the same field share it
         (an implicit rule's column has browser events' results only)."""
         scope = "browser_" if self.destinations is None else ""
-        return f"__lookup_{scope}{self.name}_{pointer(self.source)}"
+        return f"{LOOKUP}{scope}{self.name}_{pointer(self.source)}"
 
 
 @dataclass(frozen=True)
@@ -868,25 +876,75 @@ def _stage_events(
     out = layout.tmp / run_id / "events"
     if not (out / "_SUCCESS").exists():
         with _step(f"infer the schema of {len(paths)} segment(s)"):
-            raw = (
-                spark.read.option("mode", "PERMISSIVE")
-                .option("columnNameOfCorruptRecord", CORRUPT_COLUMN)
-                .json(list(paths))
-            )
+            raw = read_events(spark, paths, by_segment=by_segment)
         if days is not None:
             raw = raw.filter(_day_of(raw.schema).isin(list(days)))
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
-        if CORRUPT_COLUMN in raw.columns:
-            # The file of each unreadable line: its key id names the failed/ file.
-            extra[FILE] = F.when(F.col(CORRUPT_COLUMN).isNotNull(), F.col("_metadata.file_path"))
-        if by_segment:
-            extra[SEGMENT] = _segment_name()
         extra.update(lookups.computed(raw.schema))
-        if not staged and CORRUPT_COLUMN not in raw.columns:
+        if not staged and CORRUPT not in raw.columns:
             return raw.withColumns(extra)
         with _step(f"read {len(paths)} segment(s) and look up"):
             _staging_writer(raw.withColumns(extra)).parquet(str(out))
     return spark.read.parquet(str(out))
+
+
+def read_events(
+    spark: SparkSession,
+    paths: Sequence[str],
+    *,
+    schema: StructType | None = None,
+    by_segment: bool = False,
+) -> DataFrame:
+    """The events of the log files ``paths`` as Spark's JSON reader reads them (with
+    ``schema``, the events' schema as this function returned it before; else inferred).
+
+    Top-level keys that look like eventpipe's own names are escaped
+    (:func:`eventpipe.reserved.escape`), so the job's columns can never meet an event's.
+    Lines that are not JSON objects have their text in CORRUPT and their file in FILE.
+    ``by_segment``: each row's segment name in SEGMENT.
+    """
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    # Spark's reader matches its corrupt-record column against every line's keys (an
+    # event with that key as a number failed every run): a name no event can know.
+    corrupt = reserved.unguessable(CORRUPT)
+
+    def reader() -> DataFrameReader:
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
+        return spark.read.options(**options)
+
+    if schema is None:
+        inferred = reader().json(list(paths)).schema
+        if not has_arrays(inferred):
+            schema = inferred
+        else:  # read again with arrays as the JSON text they were sent as
+            schema = cast("StructType", json_text_arrays(inferred))
+    else:
+        fields = [
+            StructField(reserved.unescape(f.name), f.dataType, f.nullable, f.metadata)
+            for f in schema.fields
+            if f.name not in (CORRUPT, FILE, SEGMENT)
+        ]
+        if CORRUPT in schema.fieldNames():
+            fields.append(StructField(corrupt, StringType()))
+        schema = StructType(fields)
+    raw = reader().schema(schema).json(list(paths))
+    # Read from the scan itself: an event's own "_metadata" key hides the plain name.
+    path = raw.metadataColumn("_metadata").getField("file_path")
+    columns = [_ref(c).alias(reserved.escape(c)) for c in raw.columns if c != corrupt]
+    if corrupt in raw.columns:
+        columns.append(F.col(corrupt).alias(CORRUPT))
+        columns.append(F.when(F.col(corrupt).isNotNull(), path).alias(FILE))
+    if by_segment:
+        columns.append(F.regexp_extract(path, r"([^/]+)$", 1).alias(SEGMENT))
+    return raw.select(*columns)
+
+
+def event_json(frame: DataFrame) -> Column:
+    """Each event of a frame from :func:`read_events` as JSON text, under its own keys
+    (what a failed/ record keeps, and a replay reads again)."""
+    names = {c: reserved.unescape(c) for c in frame.columns if not reserved.is_internal(c)}
+    return json_object(frame.schema, names)
 
 
 def _day_of(schema: StructType) -> Column:
@@ -896,11 +954,6 @@ def _day_of(schema: StructType) -> Column:
         return F.lit(None).cast("string")
     source = schema[TIMESTAMP].dataType
     return F.date_format(cast_to(F.col(TIMESTAMP), DataType.TIMESTAMP, source), "yyyy-MM-dd")
-
-
-def _segment_name() -> Column:
-    """The name of the file a row of Spark's JSON reader comes from."""
-    return F.regexp_extract(F.col("_metadata.file_path"), r"([^/]+)$", 1)
 
 
 def _of_segments(frame: DataFrame, target: _Target, column: Column) -> DataFrame:
@@ -941,13 +994,13 @@ def _flatten_for(events: DataFrame, run: _Run, target: _Target) -> _Flattened:
     before the tables are typed and loaded."""
     dest_id, dest = target.id, target.config
     frame = events
-    if CORRUPT_COLUMN in frame.columns:
-        frame = frame.filter(F.col(CORRUPT_COLUMN).isNull())
+    if CORRUPT in frame.columns:
+        frame = frame.filter(F.col(CORRUPT).isNull())
     frame = _multiplexed(frame, dest)
     if SEGMENT in frame.columns:
         frame = _of_segments(frame, target, F.col(SEGMENT))
-    lookup_columns = [c for c in frame.columns if c.startswith("__lookup_")]
-    event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT_COLUMN, SEGMENT).schema
+    lookup_columns = [c for c in frame.columns if c.startswith(LOOKUP)]
+    event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT, SEGMENT).schema
     template = Template.parse(dest.table_name_template)
     text, error = render(template, event_schema)
     if template.literal is not None:
@@ -961,7 +1014,7 @@ def _flatten_for(events: DataFrame, run: _Run, target: _Target) -> _Flattened:
         if rule.column in frame.columns:
             condition = browser if rule.destinations is None else None
             frame = set_path(frame, rule.target, F.col(rule.column), condition)
-    frame = frame.drop(*lookup_columns, FILE, CORRUPT_COLUMN, SEGMENT)
+    frame = frame.drop(*lookup_columns, FILE, CORRUPT, SEGMENT)
     frame = transforms.apply(frame, dest_id, dest)
     if dest.metering is not None:
         cutoff = dest.metering.window_start(run.started)
@@ -1218,10 +1271,12 @@ def _type_mixes(
     probe = schema
     for column in wanted:
         probe = with_type_at(probe, sources[column], VariantType())
-    frame = _multiplexed(run.originals.sparkSession.read.schema(probe).json(list(run.paths)), dest)
-    if target.segments != run.segments:
-        frame = _of_segments(frame, target, _segment_name())
-    frame = frame.withColumn(TABLE, name)
+    by_segment = target.segments != run.segments
+    spark = run.originals.sparkSession
+    frame = _multiplexed(read_events(spark, run.paths, schema=probe, by_segment=by_segment), dest)
+    if by_segment:
+        frame = _of_segments(frame, target, F.col(SEGMENT))
+    frame = frame.drop(CORRUPT, FILE, SEGMENT).withColumn(TABLE, name)
     flat = flatten_mapped(frame, passthrough=(TABLE,), mapping=mapping).frame
     found = token_types(flat.select(TABLE, *(_ref(c) for c in sorted(wanted))), TABLE, wanted)
     for table, columns in batch.mixed.items():
@@ -1712,7 +1767,7 @@ def _fail_corrupt(raw: DataFrame, layout: DataLayout) -> int:
 
     from eventpipe.paths import SegmentName
 
-    rows = raw.filter(F.col(CORRUPT_COLUMN).isNotNull()).select(CORRUPT_COLUMN, FILE)
+    rows = raw.filter(F.col(CORRUPT).isNotNull()).select(CORRUPT, FILE)
     by_key: dict[str, list[bytes]] = {}
     when = utc_now()
     for row in rows.toLocalIterator():
@@ -1721,7 +1776,7 @@ def _fail_corrupt(raw: DataFrame, layout: DataLayout) -> int:
         by_key.setdefault(key, []).append(
             event_error_line(
                 event=None, error="line is not a JSON object", stage=Stage.PROCESSING,
-                when=when, api_key=key, raw=row[CORRUPT_COLUMN],
+                when=when, api_key=key, raw=row[CORRUPT],
             )
         )  # fmt: skip
     for key, lines in by_key.items():

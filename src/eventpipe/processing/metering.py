@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
+from eventpipe import reserved
 from eventpipe.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -216,7 +217,7 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
         StructType,
     )
 
-    from eventpipe.processing.paths import reference
+    from eventpipe.processing.paths import is_json_text, reference
 
     def value_at(path: str) -> Column:
         steps = _steps(path)
@@ -224,7 +225,11 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
             return F.get_json_object(fallback(), path)
         column: Column | None = None
         data_type: Any = schema
-        for step in steps:
+        json_text = False
+        for i, step in enumerate(steps):
+            if column is not None and json_text:  # an array, as the JSON text it was sent as
+                rest = "".join(f".{s}" if isinstance(s, str) else f"[{s}]" for s in steps[i:])
+                return F.get_json_object(column, "$" + rest)
             if isinstance(step, str):
                 if not isinstance(data_type, StructType):
                     return F.lit(None).cast("string")
@@ -234,6 +239,7 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
                 if sum(n.lower() == step.lower() for n in names) > 1:  # ambiguous to Spark
                     return F.get_json_object(fallback(), path)
                 column = reference((step,)) if column is None else column.getField(step)
+                json_text = is_json_text(data_type[step])
                 data_type = data_type[step].dataType
             else:
                 if not isinstance(data_type, ArrayType) or column is None:
@@ -277,13 +283,13 @@ def _matches(product: Product, values: dict[str, Column]) -> Column:
     return check
 
 
-KEY = "_eventpipe_key"
+KEY = reserved.PREFIX + "_key"
 """Columns a metered table has beside the event's own: its key as text,"""
-ORDER_AT = "_eventpipe_order_at"
+ORDER_AT = reserved.PREFIX + "_order_at"
 """the time that orders the events of one key (``order_by``, else ``_timestamp``),"""
-WINDOW_AT = "_eventpipe_window_at"
+WINDOW_AT = reserved.PREFIX + "_window_at"
 """the time that places it in the lookback window (``window_by``, else ``_timestamp``),"""
-ARRIVAL = "_eventpipe_arrival"
+ARRIVAL = reserved.PREFIX + "_arrival"
 """and the order it arrived in (the run's start, then its place in the run): of two
 versions with the same ``order_at``, the later arrival wins."""
 PRODUCT = "product_uid"
@@ -304,10 +310,10 @@ def route(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
-    from eventpipe.processing.paths import column_at, field_type, reference
+    from eventpipe.processing.paths import column_at, field_type, json_object, reference
     from eventpipe.processing.transforms import live
     from eventpipe.processing.typing import cast_to
+    from eventpipe.reserved import ERROR, FILTERED, ROW, TABLE
     from eventpipe.schema.types import DataType
 
     fields = [c for c in frame.columns if c not in (TABLE, ERROR, ROW)]
@@ -343,7 +349,7 @@ def route(
     frame = frame.withColumn(TABLE, F.when(rank > 1, F.lit(FILTERED)).otherwise(F.col(TABLE)))
 
     def event_json() -> Column:
-        return F.to_json(F.struct(*(F.col(f"`{c}`") for c in fields)))
+        return json_object(frame.schema, {c: c for c in fields})
 
     value_at = json_text_at(frame.select(*(F.col(f"`{c}`") for c in fields)).schema, event_json)
     matched = F.when(live(), classify(value_at, products)).otherwise(

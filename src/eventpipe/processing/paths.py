@@ -11,11 +11,69 @@ import logging
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import DataType, StructField, StructType
+from pyspark.sql.types import ArrayType, DataType, StringType, StructField, StructType
 
 from eventpipe.errors import ConfigError
 
 log = logging.getLogger("eventpipe.processing")
+
+
+JSON_TEXT = "eventpipe.json_text"
+"""Metadata of a string field that holds JSON text: an array, read as the text it was
+sent as (processing/job.py, read_events), so that its values are never rewritten."""
+
+
+def is_json_text(field: StructField) -> bool:
+    return bool(field.metadata.get(JSON_TEXT))
+
+
+def json_text_arrays(data_type: DataType) -> DataType:
+    """``data_type`` with every array in it read as JSON text (a string marked
+    :data:`JSON_TEXT`), to give Spark's JSON reader: an array of mixed values would
+    otherwise be read as an array of strings (``[1, "a"]`` as ``["1","a"]``)."""
+    if not isinstance(data_type, StructType):
+        return data_type
+    fields = []
+    for field in data_type.fields:
+        if isinstance(field.dataType, ArrayType):
+            field = StructField(field.name, StringType(), field.nullable, {JSON_TEXT: True})
+        else:
+            field = StructField(
+                field.name, json_text_arrays(field.dataType), field.nullable, field.metadata
+            )
+        fields.append(field)
+    return StructType(fields)
+
+
+def has_arrays(data_type: DataType) -> bool:
+    if isinstance(data_type, ArrayType):
+        return True
+    return isinstance(data_type, StructType) and any(has_arrays(f.dataType) for f in data_type)
+
+
+def json_object(schema: StructType, names: dict[str, str]) -> Column:
+    """The JSON text of an object of the columns ``names`` (column -> key) of a frame with
+    ``schema``: JSON-text fields as the values they hold, not as strings."""
+
+    def value(field: StructField, column: Column) -> Column:
+        if is_json_text(field):
+            return F.try_parse_json(column)
+        if isinstance(field.dataType, StructType) and has_json_text(field.dataType):
+            children = (value(f, column.getField(f.name)).alias(f.name) for f in field.dataType)
+            return F.when(column.isNotNull(), F.struct(*children))
+        return column
+
+    fields = {f.name: f for f in schema.fields}
+    return F.to_json(
+        F.struct(*(value(fields[c], reference((c,))).alias(key) for c, key in names.items()))
+    )
+
+
+def has_json_text(schema: StructType) -> bool:
+    return any(
+        is_json_text(f) or (isinstance(f.dataType, StructType) and has_json_text(f.dataType))
+        for f in schema.fields
+    )
 
 
 def parse_pointer(text: str, *, where: str) -> tuple[str, ...]:

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any, cast
 import lz4.frame
 import orjson
 
+from eventpipe import reserved
 from eventpipe.archive.files import (
     SUFFIX,
     ArchiveFormatError,
@@ -91,7 +92,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("eventpipe.processing")
 
-SHADOW_PREFIX = "_eventpipe_rp_"
+SHADOW_PREFIX = reserved.SHADOW_PREFIX
 REPLACEABLE = ("duckdb", "postgres", "parquet")
 """Destination types whose rows of a day can be replaced in one transaction."""
 

@@ -22,6 +22,7 @@ from pyspark.sql.types import ArrayType, StructType
 
 from eventpipe.errors import ConfigError
 from eventpipe.processing.paths import field_type, reference
+from eventpipe.reserved import RESERVED_PATTERN
 from eventpipe.schema.naming import MAX_NAME_LENGTH, table_name
 
 _PLACEHOLDER = re.compile(
@@ -164,6 +165,10 @@ def sanitize_table_name(text: Column) -> Column:
         cleaned
     )
     prefixed = F.when(keyed.rlike("^[0-9]"), F.concat(F.lit("_"), keyed)).otherwise(keyed)
+    # eventpipe.reserved.escape, on names already lower-cased
+    prefixed = F.when(prefixed.rlike(RESERVED_PATTERN), F.concat(F.lit("_"), prefixed)).otherwise(
+        prefixed
+    )
     shortened = F.when(
         F.length(prefixed) > MAX_NAME_LENGTH,
         F.concat(F.substring(prefixed, 1, 54), F.lit("_"), F.substring(F.sha1(prefixed), 1, 8)),

@@ -34,8 +34,8 @@ from pyspark.sql.types import StructType
 
 from eventpipe.config import Config, DestinationConfig, TransformStep
 from eventpipe.errors import ConfigError, first_line
-from eventpipe.processing.columns import ERROR, FILTERED, ROW, TABLE
 from eventpipe.processing.paths import assign
+from eventpipe.reserved import ERROR, FILTERED, ROW, TABLE
 
 if TYPE_CHECKING:
     import pyarrow as pa

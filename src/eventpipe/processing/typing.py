@@ -1,10 +1,11 @@
 """Typing: the lattice type of every column of every table in a batch, natively.
 
 Spark's inferred type of each flattened column maps onto the lattice (schema.types):
-boolean -> BOOL, integral -> INT64, fractional or decimal -> FLOAT64, timestamp ->
-TIMESTAMP. A string column is TIMESTAMP in a table when every non-null value there has
-the RFC 3339 shape *and* parses (so ``2026-02-30T00:00:00Z`` keeps a column STRING instead
-of becoming a null), else STRING.
+boolean -> BOOL, integral -> INT64, fractional -> FLOAT64, timestamp -> TIMESTAMP; an
+integer beyond int64 (Spark's DECIMAL(p, 0)) -> STRING, its exact digits. A string
+column is TIMESTAMP in a table when every non-null value there has the RFC 3339 shape
+*and* parses (so ``2026-02-30T00:00:00Z`` keeps a column STRING instead of becoming a
+null), else STRING.
 
 Types are per table (seed 1's BatchHeader); a column with no value in a table is not part
 of that table's batch. Over a frame, one ``groupBy`` on the table column computes them
@@ -43,6 +44,10 @@ _DIRECT: tuple[tuple[type[T.DataType], DataType], ...] = (
 
 
 def _direct(spark_type: T.DataType) -> DataType | None:
+    if isinstance(spark_type, T.DecimalType) and spark_type.scale == 0:
+        # Integers beyond int64 (Spark reads them as DECIMAL(20..38, 0)): their digits,
+        # exactly, as text (schema/types.py).
+        return DataType.STRING
     return next((t for cls, t in _DIRECT if isinstance(spark_type, cls)), None)
 
 
@@ -168,6 +173,8 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
     converted = column.try_cast(target)
     if data_type is DataType.INT64 and isinstance(source, T.FractionalType):
         return F.when(converted.cast("double") == column, converted)  # no fraction lost
+    if isinstance(source, T.DecimalType):
+        return F.when(converted.try_cast(source) == column, converted)  # no digit lost
     return converted
 
 

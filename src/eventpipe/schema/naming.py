@@ -10,9 +10,13 @@ Rules, in order (seed 1 flattening, plus decisions where the seed is silent):
    stay distinct and the name is the same in every batch.
 4. The keys of a path are joined with ``_`` (``{"user": {"id": 1}}`` -> ``user_id``).
 5. A name that starts with a digit gets a ``_`` in front (``"1a"`` -> ``_1a``).
-6. Names longer than :data:`MAX_NAME_LENGTH` (PostgreSQL's limit, the smallest among the
+6. A name that looks like one of eventpipe's own (``_eventpipe...``, ``_unmapped_data``)
+   gets one more ``_`` in front, by :func:`eventpipe.reserved.escape`: event data never
+   names an internal column or table (``{"_eventpipe": {"row": 1}}`` ->
+   ``__eventpipe_row``; a table ``_eventpipe_loads`` -> ``__eventpipe_loads``).
+7. Names longer than :data:`MAX_NAME_LENGTH` (PostgreSQL's limit, the smallest among the
    destinations) keep their first 54 characters plus ``_`` and 8 hex digits of the SHA-1
-   of the full name.
+   of the full name (the first 54 keep rule 6's underscores: an escaped name stays so).
 
 SQL reserved words (``select``, ``order``) are kept as they are: identifiers are always
 quoted in the SQL eventpipe writes.
@@ -30,8 +34,10 @@ import hashlib
 import re
 from collections.abc import Iterable, Sequence
 
+from eventpipe import reserved
+
 MAX_NAME_LENGTH = 63
-UNMAPPED_COLUMN = "_unmapped_data"
+UNMAPPED_COLUMN = reserved.UNMAPPED
 
 _OUTSIDE = re.compile(r"[^a-z0-9_]")
 _HAS_ALNUM = re.compile(r"[a-z0-9]")
@@ -52,15 +58,16 @@ def sanitize_key(key: str) -> str:
 
 
 def column_name(path: Sequence[str]) -> str:
-    """The column for a JSON path (its keys, outermost first), by rules 1-6."""
+    """The column for a JSON path (its keys, outermost first), by rules 1-7."""
     name = "_".join(sanitize_key(key) for key in path)
     return finish_name(name)
 
 
 def finish_name(name: str) -> str:
-    """Rules 5 and 6 on an already joined name (also used for table names)."""
+    """Rules 5-7 on an already joined name (also used for table names)."""
     if name[:1].isdigit():
         name = "_" + name
+    name = reserved.escape(name)
     if len(name) > MAX_NAME_LENGTH:
         name = f"{name[:54]}_{_short_hash(name)}"
     return name

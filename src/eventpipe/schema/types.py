@@ -12,8 +12,18 @@ of the types of all its values in a batch::
           BOOL
 
 So BOOL + INT64 = INT64, INT64 + FLOAT64 = FLOAT64, FLOAT64 + TIMESTAMP = STRING, and any
-type + STRING = STRING. Nulls have no type and change nothing. Arrays are stored as JSON
-text, so they are STRING. Strings that are RFC 3339 / ISO-8601 date-times are TIMESTAMP.
+type + STRING = STRING. Nulls have no type and change nothing. Arrays are stored as the
+JSON text they were sent as, so they are STRING. Strings that are RFC 3339 / ISO-8601
+date-times are TIMESTAMP.
+
+Integers are exact. An integer within int64 is INT64. One beyond it (up to 38 digits; the
+collector rejects longer ones) is STRING, holding its exact digits: no destination's
+float could hold it, and one more numeric type in the lattice would be one more type in
+every destination for values that are rare and, in practice, ids. A column where such
+integers meet fractions is read by Spark as FLOAT64 (the documented exception: the log
+and the archive keep the digits, for a reprocess). An INT64 or FLOAT64 column that exists
+takes such a value only where the conversion is exact; otherwise the event goes to
+failed/ naming the column.
 
 A column is never narrowed: :func:`promote` only ever moves up the tree.
 """
