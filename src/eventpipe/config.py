@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from eventpipe.errors import ConfigError
+from eventpipe.origins import parse_origin
 from eventpipe.paths import DataLayout, check_safe_id, is_uri
 
 DEFAULT_CONFIG_PATH = Path("eventpipe.yaml")
@@ -53,8 +54,11 @@ def _safe_key_id(value: str) -> str:
 
 
 def _origin_pattern(value: str) -> str:
-    if not value or any(c.isspace() for c in value):
-        raise ValueError(f"origin {value!r} is empty or contains spaces")
+    if value != "*" and parse_origin(value, pattern=True) is None:
+        raise ValueError(
+            f"origin {value!r} is not an origin pattern: scheme://host[:port], where the "
+            "scheme may be left out, the host may start with *. and the port may be *"
+        )
     return value.rstrip("/").lower()
 
 
@@ -118,6 +122,14 @@ class ServerConfig(_Model):
     """How long browsers may cache a CORS preflight answer."""
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """On SIGTERM/Ctrl-C, how long requests in flight may take to finish."""
+    header_timeout_seconds: float = Field(default=10.0, gt=0)
+    """How long a client may take to send a request's line and headers (from when it
+    connects, or starts its next request); then 408 and the connection is closed."""
+    body_timeout_seconds: float = Field(default=30.0, gt=0)
+    """How long a client may take to send a request's whole body; then 408 and the
+    connection is closed (a client that announces a body and sends it slowly, or never)."""
+    max_connections: int = Field(default=2048, ge=1)
+    """Open connections (and requests in progress) past which new requests get 503."""
 
 
 class IncomingConfig(_Model):
@@ -128,7 +140,8 @@ class IncomingConfig(_Model):
     max_segment_bytes: int = Field(default=100_000_000, ge=1024)
     """Seal the active segment of a key when it reaches this size."""
     max_backlog_bytes: int = Field(default=10_000_000_000, ge=0)
-    """Above this many bytes of unprocessed segments, answer 503 instead of accepting."""
+    """Above this many bytes of unprocessed segments and failed/ records, answer 503
+    instead of accepting."""
     min_free_disk_bytes: int = Field(default=500_000_000, ge=0)
     """Below this much free disk under data_dir, answer 503 instead of accepting."""
     retry_after_seconds: int = Field(default=5, ge=1)

@@ -74,11 +74,15 @@ def event_error_line(
     destination: str | None = None,
     table: str | None = None,
     raw: str | None = None,
+    raw_bytes: int | None = None,
+    raw_sha256: str | None = None,
     day: str | None = None,
 ) -> bytes:
     """One EventError as a JSON line, ready to append to a ``failed/`` file.
 
-    ``raw`` carries input that never became an event (a torn line, undecodable bytes).
+    ``raw`` carries input that never became an event (a torn line, undecodable bytes), or
+    the first bytes of input too large to keep whole: then ``raw_bytes`` and
+    ``raw_sha256`` are the whole input's size and SHA-256.
     A destination's EventErrors carry ``day``: the UTC day of the event's ``_timestamp``
     as the pipeline converts it (null where it does not), by which a reprocess of that
     day replaces them (processing/reprocess.py).
@@ -96,14 +100,19 @@ def event_error_line(
         record["day"] = day
     if raw is not None:
         record["raw"] = raw
+    if raw_bytes is not None:
+        record["raw_bytes"] = raw_bytes
+        record["raw_sha256"] = raw_sha256
+    # default=str: a value the log would not take (an integer of too many digits) is
+    # recorded as its text, so that the record says what was refused.
     try:
-        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE, default=str)
     except orjson.JSONEncodeError:
         # Too deep for the encoder (orjson stops at 254 levels): keep what can be kept,
         # and say so, rather than lose the record.
         record["event"] = _clip(event, _CLIP_DEPTH)
         record["event_clipped"] = f"nested deeper than {_CLIP_DEPTH} levels; cut there"
-        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE)
+        return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE, default=str)
 
 
 _CLIP_DEPTH = 100

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from eventpipe.collector.auth import KeyKind, KeyRing, origin_allowed
+from eventpipe.collector.auth import KeyKind, KeyRing
 from eventpipe.config import ApiKey
+from eventpipe.origins import origin_allowed
 
 KEYS = [
     ApiKey.model_validate({"id": "web", "js": "js-secret-1", "server": "srv-secret-1"}),
@@ -53,7 +54,36 @@ def test_only_keys_with_a_js_secret_serve_browsers() -> None:
         ("http://a.example.org", ["*.example.org"], True),
         ("https://shop.example.com", ["shop.example.com"], True),
         ("null", ["https://shop.example.com"], False),
+        # Text that is not an origin matches nothing, whatever it ends with.
+        ("https://evil.com/.example.com", ["https://*.example.com"], False),
+        ("https://evil.com#.example.com", ["https://*.example.com"], False),
+        ("https://evil.com?.example.com", ["https://*.example.com"], False),
+        ("https://user@a.example.com", ["https://*.example.com"], False),
+        ("https://a.example.com@evil.com", ["https://*.example.com"], False),
+        ("https://evil.com\\.example.com", ["https://*.example.com"], False),
+        ("https://a.example.com.", ["https://*.example.com"], False),
+        ("https://a.example.com/path", ["https://a.example.com"], False),
+        ("shop.example.com", ["shop.example.com"], False),  # no scheme: not an origin
+        # Ports: the default only, unless the pattern names one or any.
+        ("https://a.example.com:443", ["https://*.example.com"], True),
+        ("https://a.example.com:8443", ["https://*.example.com"], False),
+        ("https://a.example.com:8443", ["https://*.example.com:8443"], True),
+        ("https://a.example.com:9000", ["https://*.example.com:*"], True),
+        ("http://localhost:5173", ["http://localhost:*"], True),
+        ("http://[::1]:8080", ["http://[::1]:8080"], True),
     ],
 )
 def test_origin_patterns(origin: str, patterns: list[str], allowed: bool) -> None:
     assert origin_allowed(origin, [p.lower() for p in patterns]) is allowed
+
+
+@pytest.mark.parametrize(
+    "pattern", ["https://a.example.com/path", "https://*.example.com#x", "a b", "https://", ""]
+)
+def test_a_pattern_that_is_not_an_origin_is_a_config_error(pattern: str) -> None:
+    from pydantic import ValidationError
+
+    from eventpipe.config import ApiKey
+
+    with pytest.raises(ValidationError, match="not an origin pattern"):
+        ApiKey(id="web", js="js-secret-1", origins=(pattern,))

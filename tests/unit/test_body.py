@@ -97,7 +97,7 @@ def test_reading_stops_as_soon_as_the_limit_is_passed() -> None:
             yield b"x" * 100
 
     with pytest.raises(BodyError) as info:
-        asyncio.run(read_limited(chunks(), 1000))
+        asyncio.run(read_limited(chunks(), 1000, 30))
     assert info.value.status == 413
     assert len(pulled) == 11  # the 11th chunk passes 1,000 bytes; no more are read
 
@@ -108,7 +108,7 @@ def test_reading_within_the_limit_returns_everything() -> None:
         yield b""
         yield b"1}"
 
-    assert asyncio.run(read_limited(chunks(), 100)) == b'{"a":1}'
+    assert asyncio.run(read_limited(chunks(), 100, 30)) == b'{"a":1}'
 
 
 def test_empty_keys_are_named_at_any_depth_and_never_collide() -> None:

@@ -229,3 +229,25 @@ def test_items_too_deep_for_the_encoder_are_reported_as_too_deep() -> None:
     while isinstance(node, dict):
         depth, node = depth + 1, node["n"]
     assert (depth, node) == (100, "<clipped>")
+
+
+@pytest.mark.parametrize(
+    "given",
+    [
+        "fe80::1%' OR 1=1 --",
+        "fe80::1%eth0",
+        3232235777,
+        ["1.2.3.4"],
+        "1.2.3.4 ",
+        "::ffff:1.2.3.4%x",
+    ],
+)
+def test_a_server_source_ip_must_be_a_plain_address(given: Any) -> None:
+    batch = enrich_batch([{"source_ip": given}], _ctx(browser=False), SETTINGS)
+    assert batch.lines == []
+    assert [r.reason for r in batch.rejections] == ["bad_source_ip"]
+
+
+def test_a_server_source_ip_is_stored_in_its_canonical_form() -> None:
+    [event] = _enrich([{"source_ip": "2001:DB8:0:0::1"}], browser=False)
+    assert event["source_ip"] == "2001:db8::1"

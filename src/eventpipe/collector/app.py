@@ -30,7 +30,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from eventpipe.collector.auth import KeyKind, KeyRing, origin_allowed
+from eventpipe.collector.auth import KeyKind, KeyRing
 from eventpipe.collector.backpressure import Backpressure, Limits
 from eventpipe.collector.body import BodyError, check_declared_length, parse_events, read_limited
 from eventpipe.collector.enrich import (
@@ -39,11 +39,13 @@ from eventpipe.collector.enrich import (
     anonymize,
     client_address,
     enrich_batch,
+    summary_line,
 )
 from eventpipe.collector.metrics import CollectorMetrics
 from eventpipe.config import Config
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.log.segments import LogClosedError, LogHooks, LogSettings, LogWriteError, SegmentLog
+from eventpipe.origins import origin_allowed
 
 log = logging.getLogger("eventpipe.collector")
 
@@ -184,12 +186,14 @@ class Collector:
                 )
             max_body = self.config.server.max_body_bytes
             check_declared_length(headers.get("content-length"), max_body)
-            body = await read_limited(request.stream(), max_body)
+            body = await read_limited(
+                request.stream(), max_body, self.config.server.body_timeout_seconds
+            )
             self.metrics.request_bytes.labels(endpoint=endpoint.label).inc(len(body))
             items, in_array = parse_events(body)
         except BodyError as exc:
             self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
-            extra = {"Connection": "close"} if exc.status == 413 else {}
+            extra = {"Connection": "close"} if exc.status in (408, 413) else {}
             return _json(exc.status, {"status": "error", "error": exc.message}, {**cors, **extra})
 
         peer = request.client.host if request.client else "0.0.0.0"
@@ -207,6 +211,8 @@ class Collector:
         )
         batch = enrich_batch(items, ctx, self.enrich_settings, in_array=in_array)
         accepted = len(batch.lines)
+        if batch.unrecorded:
+            batch.failed_lines.append(summary_line(batch, ctx, body))
         events, failed = b"".join(batch.lines), b"".join(batch.failed_lines)
         # Free the parsed events and the body before waiting for the fsync round: with
         # many requests waiting at once, keeping them alive measurably slowed parsing of
@@ -222,23 +228,17 @@ class Collector:
 
         if accepted:
             self.metrics.events_accepted.labels(api_key=key.id).inc(accepted)
-        for rejection in batch.rejections:
-            self.metrics.events_rejected.labels(api_key=key.id, reason=rejection.reason).inc()
+        for reason, count in batch.rejected.items():
+            self.metrics.events_rejected.labels(api_key=key.id, reason=reason).inc(count)
         if not batch.rejections:
             return _json(200, {"status": "ok", "accepted": accepted}, cors)
-        rejected = [{"index": r.index, "error": r.message} for r in batch.rejections]
+        answer: dict[str, Any] = {"accepted": accepted}
+        answer["rejected"] = [{"index": r.index, "error": r.message} for r in batch.rejections]
+        if batch.unrecorded:  # the answer lists the first ones; failed/ has the body
+            answer["rejected_count"] = batch.rejected.total()
         if accepted == 0:
-            return _json(
-                400,
-                {
-                    "status": "error",
-                    "error": "no event was accepted",
-                    "accepted": 0,
-                    "rejected": rejected,
-                },
-                cors,
-            )
-        return _json(200, {"status": "partial", "accepted": accepted, "rejected": rejected}, cors)
+            return _json(400, {"status": "error", "error": "no event was accepted", **answer}, cors)
+        return _json(200, {"status": "partial", **answer}, cors)
 
     def _busy(self, key_id: str, reason: str, cors: dict[str, str]) -> Response:
         self.metrics.events_rejected.labels(api_key=key_id, reason="backpressure").inc()

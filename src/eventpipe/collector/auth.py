@@ -5,11 +5,7 @@ digest compared with ``hmac.compare_digest`` against every configured secret's d
 without stopping at a match, so neither the position of the matching key nor the length of
 a secret shows in the response time.
 
-Origin patterns (``ApiKey.origins``): ``*`` allows any origin; ``https://shop.example.com``
-allows exactly that origin; ``https://*.example.com`` allows any subdomain of example.com
-over https (not example.com itself); a pattern without a scheme allows any scheme. With
-origins configured, a browser request without an ``Origin`` header is refused: browsers
-always send one on POST, so its absence means the caller is not a browser.
+Origins are matched by :mod:`eventpipe.origins`.
 """
 
 from __future__ import annotations
@@ -62,30 +58,3 @@ class KeyRing:
 
     def keys_with_js(self) -> list[ApiKey]:
         return [key for _, key, kind in self._entries if kind is KeyKind.JS]
-
-
-def _split_origin(origin: str) -> tuple[str | None, str]:
-    if "://" in origin:
-        scheme, _, host = origin.partition("://")
-        return scheme, host
-    return None, origin
-
-
-def origin_allowed(origin: str, patterns: Sequence[str]) -> bool:
-    """Whether ``origin`` (``scheme://host[:port]``) matches one of ``patterns``."""
-    if not patterns:
-        return True
-    origin = origin.rstrip("/").lower()
-    scheme, host = _split_origin(origin)
-    for pattern in patterns:
-        if pattern == "*":
-            return True
-        p_scheme, p_host = _split_origin(pattern)
-        if p_scheme is not None and p_scheme != scheme:
-            continue
-        if p_host.startswith("*."):
-            if host.endswith(p_host[1:]) and len(host) > len(p_host) - 1:
-                return True
-        elif p_host == host:
-            return True
-    return False

@@ -1,6 +1,7 @@
 """Backpressure: refuse new events (503 + Retry-After) while there is no room for them.
 
-Two limits: bytes of unprocessed segments (``incoming.max_backlog_bytes``) and free disk
+Two limits: bytes of unprocessed segments and of failed/ records
+(``incoming.max_backlog_bytes``: bad input must not fill the disk either) and free disk
 under the data directory (``incoming.min_free_disk_bytes``). Both are re-read every
 ``interval_seconds``, so the collector recovers by itself once the pipeline catches up or
 space returns. A write that fails for lack of space turns backpressure on at once, before
@@ -10,6 +11,7 @@ the next reading.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import logging
 import os
@@ -72,8 +74,22 @@ class Backpressure:
         self._sealed_sizes = sizes
         return sum(sizes.values())
 
+    def failed_bytes(self) -> int:
+        """Bytes of the EventErrors in failed/ (a few files, each stat'ed)."""
+        total = 0
+        for directory in (self.layout.failed, self.layout.failed / "replay"):
+            try:
+                entries = list(os.scandir(directory))
+            except FileNotFoundError:
+                continue
+            for entry in entries:
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.is_file(follow_symlinks=False):
+                        total += entry.stat(follow_symlinks=False).st_size
+        return total
+
     def refresh(self) -> None:
-        backlog = self.sealed_bytes() + self.segment_log.active_bytes()
+        backlog = self.sealed_bytes() + self.segment_log.active_bytes() + self.failed_bytes()
         stats = os.statvfs(self.layout.root)
         free = stats.f_bavail * stats.f_frsize
         self.metrics.backlog_bytes.set(backlog)

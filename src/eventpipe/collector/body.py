@@ -11,6 +11,12 @@
   column name seed 1 gives an empty key), or ``_unnamed_1``, ``_unnamed_2``... when the
   object already has that key. Only bodies that contain ``""`` followed by a colon are
   walked.
+* Integers: orjson reads an integer beyond 64 bits as a float, which loses digits. A body
+  with a run of 20 digits or more (found by one ``bytes.translate``, about 1.4 us per KB)
+  is read again by the standard library, which keeps every integer exact: one beyond
+  64 bits is written to the log as the digits it was sent as (an ``orjson.Fragment``), up
+  to 38 digits, the most a destination's DECIMAL(38,0) holds; an item with a longer one
+  is rejected alone (:class:`IntegerTooLong`), as no destination could store it exactly.
 * Depth: orjson stops at 1,024 levels by itself (a 400 for the whole body);
   ``max_json_depth`` is checked per event by :mod:`eventpipe.collector.enrich` with
   :func:`deeper_than`, so that one deep item in an array is rejected alone.
@@ -18,6 +24,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 import re
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,6 +34,12 @@ import orjson
 
 EMPTY_KEY_NAME = "_unnamed"
 _EMPTY_KEY = re.compile(rb'""\s*:')
+_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
+"""Digits to ``0``, everything else to ``.``: a run of 20 digits is then a substring."""
+_TWENTY_DIGITS = b"0" * 20
+MAX_INTEGER_DIGITS = 38
+"""The most digits of an integer eventpipe keeps exactly (DECIMAL(38,0), PostgreSQL's and
+DuckDB's widest exact integers; Spark's too)."""
 
 
 class BodyError(Exception):
@@ -53,18 +67,32 @@ def check_declared_length(content_length: str | None, max_bytes: int) -> None:
         )
 
 
-async def read_limited(chunks: AsyncIterator[bytes], max_bytes: int) -> bytes:
-    """Collect the body, giving up as soon as it passes ``max_bytes``."""
+async def read_limited(chunks: AsyncIterator[bytes], max_bytes: int, timeout: float) -> bytes:
+    """Collect the body, giving up as soon as it passes ``max_bytes``, or when it is not
+    all there within ``timeout`` seconds (408: a client that announced more than it sends
+    would hold the connection and the request's memory)."""
     parts: list[bytes] = []
     total = 0
-    async for chunk in chunks:
-        total += len(chunk)
-        if total > max_bytes:
-            raise BodyError(
-                413, "body_too_large", f"body is over max_body_bytes ({max_bytes} bytes)"
-            )
-        if chunk:
-            parts.append(chunk)
+
+    async def collect() -> None:
+        nonlocal total
+        async for chunk in chunks:
+            total += len(chunk)
+            if total > max_bytes:
+                raise BodyError(
+                    413, "body_too_large", f"body is over max_body_bytes ({max_bytes} bytes)"
+                )
+            if chunk:
+                parts.append(chunk)
+
+    try:
+        await asyncio.wait_for(collect(), timeout)
+    except TimeoutError:
+        raise BodyError(
+            408,
+            "body_timeout",
+            f"body not received within body_timeout_seconds ({timeout:g} s); got {total} bytes",
+        ) from None
     return b"".join(parts)
 
 
@@ -78,6 +106,8 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
     except orjson.JSONDecodeError as exc:
         reason = "too_deep" if "depth" in str(exc) else "malformed_json"
         raise BodyError(400, reason, f"body is not valid JSON: {exc}") from None
+    if _TWENTY_DIGITS in body.translate(_DIGITS):
+        document = _exact(body)
     if b'""' in body and _EMPTY_KEY.search(body):
         document = _named(document)
     if isinstance(document, dict):
@@ -89,6 +119,34 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
         "not_an_object",
         f"body is a JSON {type(document).__name__}; send an object or an array of objects",
     )
+
+
+class IntegerTooLong:
+    """An integer of more than :data:`MAX_INTEGER_DIGITS` digits in an event: orjson
+    refuses to write it (the item is rejected with the reason, not stored rounded)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:  # how an EventError record keeps it: its digits, as text
+        return self.text
+
+
+def _exact_integer(text: str) -> int | orjson.Fragment | IntegerTooLong:
+    number = int(text)
+    if -(1 << 63) <= number < (1 << 64):  # what orjson itself writes exactly
+        return number
+    if len(text.lstrip("-")) <= MAX_INTEGER_DIGITS:
+        return orjson.Fragment(text.encode())
+    return IntegerTooLong(text)
+
+
+def _exact(body: bytes) -> Any:
+    """``body`` (valid JSON: orjson read it) read again with every integer exact."""
+    try:
+        return json.loads(body, parse_int=_exact_integer)
+    except RecursionError:
+        raise BodyError(400, "too_deep", "body is nested too deeply to be read") from None
 
 
 def _named(node: Any) -> Any:

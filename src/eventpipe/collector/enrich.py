@@ -3,7 +3,8 @@
 For every event:
 
 * ``source_ip``: the peer address (see :func:`client_address` for proxies). A server event
-  may carry its own ``source_ip``, which must then be an IP address. With ``anonymize_ip``
+  may carry its own ``source_ip``, which must then be an IP address as text, without an
+  IPv6 zone (``%eth0``), and is stored in its canonical form. With ``anonymize_ip``
   the last octet (IPv4) or last 80 bits (IPv6) are zeroed before anything is written.
 * ``_timestamp``: the time the request was received, UTC RFC 3339, set only if absent
   (missing or null). All events of one request get the same value.
@@ -17,7 +18,8 @@ server events get ``src: "api"``, if absent.
 
 An item that cannot be stored (not an object, ``eventn_ctx`` not an object, a bad
 ``source_ip``, nested deeper than ``max_json_depth``, too large once enriched) is rejected
-alone; the rest of the batch goes on.
+alone; the rest of the batch goes on. What is recorded of rejected items is bounded per
+request (:data:`MAX_RECORDED_REJECTIONS`, :data:`MAX_RECORDED_BYTES`).
 
 Cost matters here: this runs for every event on the collector's single event loop. The
 depth limit is checked exactly only for events whose serialized line holds more ``{`` and
@@ -27,7 +29,9 @@ the check is two ``bytes.count`` calls on a line that is written anyway.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -35,7 +39,7 @@ from typing import Any
 
 import orjson
 
-from eventpipe.collector.body import deeper_than
+from eventpipe.collector.body import MAX_INTEGER_DIGITS, IntegerTooLong, deeper_than
 from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
 
 _APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
@@ -71,11 +75,29 @@ class Rejection:
     message: str
 
 
+MAX_RECORDED_REJECTIONS = 10
+"""Rejected items of one request that each get an EventError and a line in the answer.
+Past them, items are counted by reason only, and the request's body is recorded once
+(:func:`summary_line`): a body of a million bad items costs a few KB of failed/, not a
+hundred MB, and no time on the event loop."""
+MAX_RECORDED_BYTES = 16_384
+"""A rejected item larger than this as JSON is recorded as its first bytes, its size and
+its SHA-256 (oversized events, huge strings), not whole."""
+
+
 @dataclass
 class EnrichedBatch:
     lines: list[bytes] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
+    """The first :data:`MAX_RECORDED_REJECTIONS` rejected items, each with its reason."""
     failed_lines: list[bytes] = field(default_factory=list)
+    rejected: Counter[str] = field(default_factory=Counter)
+    """Every rejected item, recorded or not, counted by reason."""
+
+    @property
+    def unrecorded(self) -> int:
+        """Rejected items past the recorded ones (the body's summary stands for them)."""
+        return self.rejected.total() - len(self.rejections)
 
 
 def anonymize(address: str) -> str:
@@ -174,14 +196,7 @@ def enrich_batch(
         try:
             line = dumps(item, option=_APPEND_NEWLINE)
         except orjson.JSONEncodeError as exc:
-            _reject(
-                out,
-                ctx,
-                index,
-                item,
-                _depth_problem(item, settings.max_json_depth, base)
-                or ("unencodable", f"cannot be stored as JSON: {exc}"),
-            )
+            _reject(out, ctx, index, item, _unencodable(item, exc, settings.max_json_depth, base))
             continue
         if len(line) > max_line:
             _reject(
@@ -209,15 +224,47 @@ def _reject(
     out: EnrichedBatch, ctx: RequestContext, index: int, item: Any, problem: tuple[str, str]
 ) -> None:
     reason, message = problem
+    out.rejected[reason] += 1
+    if len(out.rejections) >= MAX_RECORDED_REJECTIONS:
+        return  # counted; summary_line records the body once
     out.rejections.append(Rejection(index, reason, message))
-    out.failed_lines.append(
-        event_error_line(
-            event=item,
-            error=f"item {index}: {message}",
-            stage=Stage.RECEIVING,
-            when=ctx.received_at,
-            api_key=ctx.key_id,
-        )
+    error = f"item {index}: {message}"
+    try:
+        text = orjson.dumps(item, default=str)
+    except orjson.JSONEncodeError:
+        text = b""  # too deep to write: event_error_line clips it
+    if len(text) <= MAX_RECORDED_BYTES:
+        line = event_error_line(event=item, error=error, stage=Stage.RECEIVING,
+                                when=ctx.received_at, api_key=ctx.key_id)  # fmt: skip
+    else:
+        line = event_error_line(event=None, error=error, stage=Stage.RECEIVING,
+                                when=ctx.received_at, api_key=ctx.key_id,
+                                raw=_cut(text), raw_bytes=len(text),
+                                raw_sha256=hashlib.sha256(text).hexdigest())  # fmt: skip
+    out.failed_lines.append(line)
+
+
+def _cut(data: bytes) -> str:
+    """The first :data:`MAX_RECORDED_BYTES` of ``data`` as text (a character cut in two
+    is dropped)."""
+    return data[:MAX_RECORDED_BYTES].decode("utf-8", errors="ignore")
+
+
+def summary_line(batch: EnrichedBatch, ctx: RequestContext, body: bytes) -> bytes:
+    """The one EventError that stands for the rejected items past the recorded ones: their
+    count by reason, and the request's body (its first :data:`MAX_RECORDED_BYTES`, its
+    size and SHA-256)."""
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(batch.rejected.items()))
+    return event_error_line(
+        event=None,
+        error=f"{batch.rejected.total()} items of the request rejected ({reasons}); the "
+        f"first {len(batch.rejections)} are recorded one by one, the request's body here",
+        stage=Stage.RECEIVING,
+        when=ctx.received_at,
+        api_key=ctx.key_id,
+        raw=_cut(body),
+        raw_bytes=len(body),
+        raw_sha256=hashlib.sha256(body).hexdigest(),
     )
 
 
@@ -231,12 +278,30 @@ def _own_source_ip(item: dict[str, Any], anonymize_ip: bool) -> tuple[str, str] 
     """A server event's own source_ip: it must be an IP address; anonymised if configured."""
     given = item["source_ip"]
     try:
-        ipaddress.ip_address(given)
+        if type(given) is not str:
+            raise TypeError
+        ip = ipaddress.ip_address(given)
     except (ValueError, TypeError):
         return "bad_source_ip", f"source_ip {given!r} is not an IP address"
-    if anonymize_ip:
-        item["source_ip"] = anonymize(given)
+    if isinstance(ip, ipaddress.IPv6Address) and ip.scope_id is not None:
+        # The standard library takes any text after "%" as a zone (RFC 4007): it only
+        # means something on the sender's host, and would carry any text into the log.
+        return "bad_source_ip", f"source_ip {given!r} has a zone (%...): send the address alone"
+    item["source_ip"] = anonymize(str(ip)) if anonymize_ip else str(ip)
     return None
+
+
+def _unencodable(
+    item: Any, exc: orjson.JSONEncodeError, max_depth: int, base: int
+) -> tuple[str, str]:
+    if IntegerTooLong.__name__ in str(exc):
+        return (
+            "integer_too_long",
+            f"holds an integer of more than {MAX_INTEGER_DIGITS} digits, which no destination "
+            "stores exactly; send it as a string",
+        )
+    depth = _depth_problem(item, max_depth, base)
+    return depth or ("unencodable", f"cannot be stored as JSON: {exc}")
 
 
 def _depth_problem(item: Any, max_depth: int, base: int) -> tuple[str, str] | None:

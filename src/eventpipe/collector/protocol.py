@@ -1,4 +1,12 @@
-"""uvicorn's httptools protocol with a limit on the size of the request head.
+"""uvicorn's httptools protocol with limits on the request head: its size and its time.
+
+Time: a client that connects and sends nothing, or sends a request's head a byte at a
+time, holds a connection (slowloris); uvicorn has no timer for that. A timer armed when
+the connection is made, and again when each request begins, answers 408 and closes the
+connection when the head is not complete within ``header_timeout_seconds``. (The body's
+time limit is the app's: collector/body.py.)
+
+Size:
 
 httptools (llhttp) accepts request lines and header blocks of any size (measured here: a
 200 KB header and 20,000 headers were both taken), which lets one client make the server
@@ -18,6 +26,7 @@ It leans on uvicorn's protocol class; uvicorn is pinned below 1.0 and
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import orjson
@@ -30,6 +39,7 @@ class _HeadTooLarge(Exception):
 
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 65_536
+    header_timeout_seconds = 10.0
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -37,12 +47,43 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._unparsed_head_bytes = 0  # read while the head is incomplete
         self._head_done = False
         self._head_refused = False
+        self._head_timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._cancel_head_timer()
+        super().connection_lost(exc)
 
     def on_message_begin(self) -> None:
         super().on_message_begin()
         self._head_bytes = 0
         self._unparsed_head_bytes = 0
         self._head_done = False
+        self._arm_head_timer()
+
+    def _arm_head_timer(self) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(self.header_timeout_seconds, self._head_late)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self._head_done or self.transport.is_closing():
+            return
+        if self.cycle is not None and not self.cycle.response_complete:
+            return  # a request in progress (pipelined): its own limits apply
+        self._close_with(
+            b"408 Request Timeout",
+            f"request line and headers not received within header_timeout_seconds "
+            f"({self.header_timeout_seconds:g} s)",
+        )
 
     def on_url(self, url: bytes) -> None:
         self._count(len(url))
@@ -54,6 +95,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self._head_done = True
+        self._cancel_head_timer()
         super().on_headers_complete()
 
     def data_received(self, data: bytes) -> None:
@@ -69,18 +111,19 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if not self._head_refused:
             super().send_400_response(msg)
             return
-        body = orjson.dumps(
-            {
-                "status": "error",
-                "error": f"request line and headers are over max_header_bytes "
-                f"({self.max_header_bytes} bytes)",
-            }
+        self._close_with(
+            b"431 Request Header Fields Too Large",
+            f"request line and headers are over max_header_bytes ({self.max_header_bytes} bytes)",
         )
+
+    def _close_with(self, status: bytes, error: str) -> None:
+        """Answer ``status`` with a JSON error, then close the connection."""
+        body = orjson.dumps({"status": "error", "error": error})
         self.transport.write(
-            b"HTTP/1.1 431 Request Header Fields Too Large\r\n"
-            b"content-type: application/json\r\nconnection: close\r\n"
-            b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-        )
+            b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\n"
+            b"connection: close\r\ncontent-length: " + str(len(body)).encode()
+            + b"\r\n\r\n" + body
+        )  # fmt: skip
         self.transport.close()
 
     def _count(self, size: int) -> None:
@@ -90,9 +133,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
             raise _HeadTooLarge  # httptools re-raises it as HttpParserCallbackError
 
 
-def limited_protocol(max_header_bytes: int) -> type[LimitedHttpToolsProtocol]:
-    return type(
-        "LimitedHttpToolsProtocol",
-        (LimitedHttpToolsProtocol,),
-        {"max_header_bytes": max_header_bytes},
-    )
+def limited_protocol(
+    max_header_bytes: int, header_timeout_seconds: float
+) -> type[LimitedHttpToolsProtocol]:
+    limits: dict[str, object] = {"max_header_bytes": max_header_bytes}
+    limits["header_timeout_seconds"] = header_timeout_seconds
+    return type("LimitedHttpToolsProtocol", (LimitedHttpToolsProtocol,), limits)

@@ -43,7 +43,8 @@ def uvicorn_config(collector: Collector) -> uvicorn.Config:
         host=server.host,
         port=server.port,
         loop="uvloop",
-        http=limited_protocol(server.max_header_bytes),
+        http=limited_protocol(server.max_header_bytes, server.header_timeout_seconds),
+        limit_concurrency=server.max_connections,
         lifespan="on",
         # X-Forwarded-For is honoured by our own code, only from server.trusted_proxies;
         # uvicorn's own proxy handling would trust 127.0.0.1 by default.

@@ -1,0 +1,144 @@
+"""The collector against hostile clients: floods of bad items, slow clients, too many
+connections, origins dressed up to match. Real HTTP on 127.0.0.1."""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+import time
+from typing import Any
+
+import httpx
+import orjson
+
+from tests.conftest import SHOP_JS, WEB_JS, WEB_SERVER
+
+
+def _failed_bytes(c: Any) -> int:
+    return sum(p.stat().st_size for p in c.layout.failed.glob("*.log"))
+
+
+def test_a_body_of_bad_items_costs_a_bounded_record_and_answer(start_collector: Any) -> None:
+    c = start_collector()
+    body = b"[" + b",".join([b"1"] * 499_000) + b',{"ok":1}]'
+    assert len(body) > 990_000
+    response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
+                          headers={"X-Auth-Token": WEB_SERVER}, timeout=60)  # fmt: skip
+    assert response.status_code == 200
+    answer = response.json()
+    assert answer["accepted"] == 1
+    assert answer["rejected_count"] == 499_000
+    assert len(answer["rejected"]) == 10
+    assert len(response.content) < 4096
+    # Ten records, one by one, and the body once (its first 16 KB, size and hash).
+    lines = [orjson.loads(line) for p in c.layout.failed.glob("*.log")
+             for line in p.read_bytes().splitlines()]  # fmt: skip
+    assert len(lines) == 11
+    summary = lines[-1]
+    assert summary["raw_bytes"] == len(body)
+    assert summary["raw_sha256"] == hashlib.sha256(body).hexdigest()
+    assert summary["error"].startswith(
+        "499000 items of the request rejected (499000 not_an_object)"
+    )
+    assert _failed_bytes(c) < 40_000  # against a 1 MB body
+    metrics = httpx.get(c.url + "/metrics").text
+    assert (
+        'eventpipe_events_rejected_total{api_key="web",reason="not_an_object"} 499000.0' in metrics
+    )
+    # The collector goes on serving.
+    ok = httpx.post(
+        c.url + "/api/v1/s2s/event", json={"a": 1}, headers={"X-Auth-Token": WEB_SERVER}
+    )
+    assert ok.json() == {"status": "ok", "accepted": 1}
+
+
+def test_an_oversized_event_is_recorded_cut_with_its_size_and_hash(start_collector: Any) -> None:
+    c = start_collector(server={"max_event_bytes": 1024})
+    event = {"big": "x" * 200_000}
+    response = httpx.post(c.url + "/api/v1/s2s/event", json=[event, {"ok": 1}],
+                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    assert response.json()["accepted"] == 1
+    [line] = [line for p in c.layout.failed.glob("*.log") for line in p.read_bytes().splitlines()]
+    record = orjson.loads(line)
+    assert record["event"] is None
+    # The item as enriched (its source_ip, _timestamp...): its first 16 KB, size, hash.
+    assert record["raw"].startswith('{"big":"xxxx')
+    assert len(record["raw"]) == 16_384
+    assert record["raw_bytes"] > 200_000
+    assert len(record["raw_sha256"]) == 64
+    assert len(line) < 20_000
+
+
+def _connect(c: Any) -> socket.socket:
+    return socket.create_connection(("127.0.0.1", c.port), timeout=10)
+
+
+def _answer(sock: socket.socket) -> bytes:
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_client_that_never_finishes_its_headers_is_closed(start_collector: Any) -> None:
+    c = start_collector(server={"header_timeout_seconds": 0.5})
+    with _connect(c) as silent, _connect(c) as slow:
+        slow.sendall(b"POST /api/v1/s2s/event HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+        started = time.monotonic()
+        for sock in (silent, slow):
+            answer = _answer(sock)  # the server closes: recv returns b""
+            assert answer.startswith(b"HTTP/1.1 408 "), answer
+            assert b"header_timeout_seconds" in answer
+        assert time.monotonic() - started < 9  # closed by the timer, not by the client
+
+
+def test_a_client_that_sends_less_body_than_announced_gets_408(start_collector: Any) -> None:
+    c = start_collector(server={"body_timeout_seconds": 0.5})
+    with _connect(c) as sock:
+        head = b"POST /api/v1/s2s/event HTTP/1.1\r\nHost: x\r\nContent-Length: 900000\r\n"
+        sock.sendall(head + b"X-Auth-Token: " + WEB_SERVER.encode() + b'\r\n\r\n{"a":')
+        answer = _answer(sock)
+    assert answer.startswith(b"HTTP/1.1 408 "), answer
+    assert b"body_timeout_seconds" in answer
+    assert list(c.layout.failed.glob("*.log")) == []  # nothing was an event
+
+
+def test_past_max_connections_new_requests_get_503(start_collector: Any) -> None:
+    c = start_collector(server={"max_connections": 2})
+    held = [_connect(c), _connect(c)]
+    try:
+        with httpx.Client() as client:
+            response = client.post(c.url + "/api/v1/s2s/event", json={"a": 1},
+                                   headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+        assert response.status_code == 503
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)  # the server notices the closed connections
+    response = httpx.post(c.url + "/api/v1/s2s/event", json={"a": 1},
+                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    assert response.status_code == 200
+
+
+def test_origins_that_only_look_like_allowed_ones_are_refused(start_collector: Any) -> None:
+    c = start_collector()  # shop: https://shop.example.com, https://*.example.org
+    for origin in ("https://evil.com/.example.org", "https://evil.com#.example.org",
+                   "https://user@a.example.org", "https://a.example.org:8443", "null"):  # fmt: skip
+        response = httpx.post(c.url + "/api/v1/event", json={"a": 1},
+                              params={"token": SHOP_JS}, headers={"Origin": origin})  # fmt: skip
+        assert response.status_code == 403, origin
+    allowed = httpx.post(c.url + "/api/v1/event", json={"a": 1}, params={"token": SHOP_JS},
+                         headers={"Origin": "https://a.example.org"})  # fmt: skip
+    assert allowed.status_code == 200
+    assert WEB_JS  # the web key allows any origin: not what this test is about
+
+
+def test_failed_records_count_toward_the_backlog(start_collector: Any) -> None:
+    c = start_collector(incoming={"max_backlog_bytes": 50_000})
+    c.layout.failed.mkdir(parents=True, exist_ok=True)
+    (c.layout.failed / "failed.tok=web.log").write_bytes(b"x" * 60_000)
+    c.collector.backpressure.refresh()
+    response = httpx.post(c.url + "/api/v1/s2s/event", json={"a": 1},
+                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    assert response.status_code == 503
+    assert "max_backlog_bytes" in response.json()["error"]

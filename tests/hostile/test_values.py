@@ -1,0 +1,99 @@
+"""Values that must arrive as they were sent: arrays of mixed values, large integers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from eventpipe.processing.job import process_once
+from tests.e2e.test_batch_pipeline import _post, _query, _seal
+
+
+def test_arrays_are_stored_as_the_json_they_were_sent_as(start_collector: Any, spark: Any) -> None:
+    c = start_collector(destinations={"warehouse": {"type": "duckdb"}})
+    _post(c, [
+        {"arr": [[1, [2]], {"a": None}], "mixed": [1, "a", True, 2.5], "n": {"x": [1, 2.5]},
+         "objects": [{"a": None}, {"b": 1}], "event_id": "a", "count": 1},
+        {"arr": [], "mixed": ["x"], "event_id": "b", "count": 2},
+    ], server=True)  # fmt: skip
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("warehouse", "events"): 2}
+    rows = _query(c, "SELECT eventn_ctx_event_id, arr, mixed, n_x, objects FROM events ORDER BY 1")
+    assert rows == [
+        ("a", '[[1,[2]],{"a":null}]', '[1,"a",true,2.5]', "[1,2.5]", '[{"a":null},{"b":1}]'),
+        ("b", "[]", '["x"]', None, None),
+    ]
+    # An event that fails keeps its arrays as arrays in failed/ (a replay sends the same).
+    _post(c, [{"arr": [1, "a", [None]], "n": {"x": [{"y": 1}]}, "count": "many"}], server=True)
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.failed == {"warehouse": 1}
+    [line] = c.layout.failed_destination("warehouse").read_bytes().splitlines()
+    event = orjson.loads(line)["event"]
+    assert event["arr"] == [1, "a", [None]]
+    assert event["n"] == {"x": [{"y": 1}]}
+
+
+def test_integers_beyond_int64_keep_every_digit(
+    start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
+) -> None:
+    import httpx
+    import psycopg
+
+    from tests.conftest import WEB_SERVER
+
+    c = start_collector(destinations={
+        "warehouse": {"type": "duckdb", "table_name_template": "{{ kind }}"},
+        "pg": {"type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
+               "table_name_template": "{{ kind }}"},
+    })  # fmt: skip
+    body = (
+        b'[{"kind": "big", "n": 18446744073709551617, "m": -99999999999999999999999999999999999999,'
+        b' "small": 5, "event_id": "a"},'
+        b' {"kind": "big", "n": 1, "event_id": "b"},'
+        b' {"kind": "big", "n": 1234567890123456789012345678901234567890, "event_id": "c"}]'
+    )
+    # A BIGINT column first (a batch types a field once for all its tables).
+    _post(c, [{"kind": "ints", "n": 7, "event_id": "d"}], server=True)
+    _seal(c)
+    assert process_once(c.config, spark) is not None
+    response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
+                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    # 39 digits: no destination stores it exactly, so the item is refused, alone.
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["accepted"] == 2
+    [rejected] = answer["rejected"]
+    assert rejected["index"] == 2
+    assert "more than 38 digits" in rejected["error"]
+    [line] = next(c.layout.failed.glob("failed.tok=*.log")).read_bytes().splitlines()
+    assert orjson.loads(line)["event"]["n"] == "1234567890123456789012345678901234567890"
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    expected = [("a", "18446744073709551617", "-99999999999999999999999999999999999999"),
+                ("b", "1", None)]  # fmt: skip
+    assert _query(c, "SELECT eventn_ctx_event_id, n, m FROM big ORDER BY 1") == expected
+    with psycopg.connect(postgres_dsn) as db:
+        rows = db.execute(
+            f'SELECT eventn_ctx_event_id, n, m FROM "{postgres_schema}".big ORDER BY 1'
+        ).fetchall()
+    assert rows == expected
+    # Into a BIGINT column that exists: loaded where exact, else failed/ naming it.
+    body = (b'[{"kind": "ints", "n": 18446744073709551617, "event_id": "e"},'
+            b' {"kind": "ints", "n": 9223372036854775807, "event_id": "f"}]')  # fmt: skip
+    response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
+                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    assert response.json() == {"status": "ok", "accepted": 2}
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.failed == {"warehouse": 1, "pg": 1}
+    assert _query(c, "SELECT n FROM ints ORDER BY 1") == [(7,), (9223372036854775807,)]
+    [line] = c.layout.failed_destination("warehouse").read_bytes().splitlines()
+    record = orjson.loads(line)
+    assert "column n (INT64) cannot take 18446744073709551617" in record["error"]
