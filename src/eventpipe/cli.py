@@ -19,7 +19,7 @@ import click
 
 from eventpipe import __version__
 from eventpipe.config import DEFAULT_CONFIG_PATH, LoadedConfig, load_config
-from eventpipe.errors import ConfigError, EventpipeError
+from eventpipe.errors import ConfigError, EventpipeError, QueryError
 from eventpipe.logs import configure_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -654,8 +654,9 @@ def _backlog(config: Any, dest_id: str, done: frozenset[str], sealed: list[Path]
     help="A destination id (default: the first one).",
 )  # fmt: skip
 def query(config_path: Path | None, sql: str, destination_id: str | None) -> None:
-    """Run SQL on a destination (DuckDB; PostgreSQL in its schema; Parquet tables as
-    DuckDB views) and print a table. Read-only."""
+    """Run one read-only query on a destination (DuckDB; PostgreSQL in its schema;
+    Parquet tables as DuckDB views) and print a table. Writes, several statements and
+    reading other files are refused."""
     from eventpipe.processing.job import open_destination
 
     config = _load(config_path).config
@@ -681,7 +682,9 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
 
     try:
         names, rows = open_destination(chosen, dest, config).query(sql)
-    except (duckdb.Error, psycopg.Error) as exc:  # the SQL, as the database answers it
+    except QueryError as exc:  # refused, or the SQL as the database answers it
+        raise EventpipeError(f"{chosen}: the query failed: {exc.message}") from None
+    except (duckdb.Error, psycopg.Error) as exc:
         raise EventpipeError(f"{chosen}: the query failed: {exc}".strip()) from None
     _print_table(names, rows)
 

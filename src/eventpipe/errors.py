@@ -50,6 +50,12 @@ class TerminalError(EventpipeError):
     name = "terminal_error"
 
 
+class QueryError(EventpipeError):
+    """``eventpipe query`` refused or failed a statement (it runs one read-only query)."""
+
+    name = "query_error"
+
+
 class DataDirLockedError(EventpipeError):
     """Another collector already owns this data directory."""
 

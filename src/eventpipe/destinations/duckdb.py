@@ -36,7 +36,7 @@ from eventpipe.destinations.base import (
     newest_only,
     table_lock,
 )
-from eventpipe.errors import TerminalError, TransientError
+from eventpipe.errors import QueryError, TerminalError, TransientError, first_line
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -262,14 +262,40 @@ class DuckDBDestination:
         return [dict(zip(columns, row, strict=True)) for row in found]
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run SQL read-only and return column names and rows (``eventpipe query``)."""
-        connection = duckdb.connect(str(self.path), read_only=True)
+        """Run SQL read-only and return column names and rows (``eventpipe query``): the
+        database opened read-only, without access to any other file."""
+        connection = duckdb.connect(
+            str(self.path), read_only=True, config={"enable_external_access": False}
+        )
         try:
-            cursor = connection.execute(sql)
-            names = [d[0] for d in cursor.description or []]
-            return names, cursor.fetchall()
+            return read_only_query(connection, sql)
         finally:
             connection.close()
+
+
+QUERY_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN})
+
+
+def read_only_query(
+    connection: duckdb.DuckDBPyConnection, sql: str
+) -> tuple[list[str], list[tuple[Any, ...]]]:
+    """``sql`` on ``connection`` if it is one query (SELECT, EXPLAIN): column names and
+    rows. Anything else (several statements, COPY, ATTACH, SET, a write) is refused with a
+    QueryError before it runs. With external access off (the caller's), a query reads
+    no file beyond what the connection allows."""
+    try:
+        statements = connection.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryError(first_line(exc)) from None
+    if len(statements) != 1 or statements[0].type not in QUERY_STATEMENTS:
+        kinds = ", ".join(s.type.name for s in statements) or "nothing"
+        raise QueryError(f"eventpipe query runs one SELECT (or EXPLAIN); this is {kinds}")
+    try:
+        cursor = connection.execute(sql)
+    except duckdb.Error as exc:
+        raise QueryError(first_line(exc)) from None
+    names = [d[0] for d in cursor.description or []]
+    return names, cursor.fetchall()
 
 
 def _ensure_loads_table(db: duckdb.DuckDBPyConnection) -> None:

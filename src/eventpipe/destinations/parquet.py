@@ -54,9 +54,14 @@ import duckdb
 
 from eventpipe import reserved
 from eventpipe.destinations.base import DaySwap, LoadRequest, LoadResult, table_lock
-from eventpipe.destinations.duckdb import file_offsets, rows_of, unconvertible_rows
+from eventpipe.destinations.duckdb import (
+    file_offsets,
+    read_only_query,
+    rows_of,
+    unconvertible_rows,
+)
 from eventpipe.destinations.storage import HadoopStorage, LocalStorage, Storage, join
-from eventpipe.errors import TerminalError, TransientError
+from eventpipe.errors import QueryError, TerminalError, TransientError, first_line
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -267,9 +272,13 @@ class ParquetDestination:
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL on the tables (one DuckDB view per table directory) and the batch
-        records (``_eventpipe_loads``)."""
+        records (``_eventpipe_loads``). The connection reads files under the
+        destination's directory only, and takes one query (read_only_query)."""
         db = duckdb.connect()
         try:
+            db.execute("SET allowed_directories = ?", [[self.storage.root.rstrip("/") + "/"]])
+            db.execute("SET enable_external_access = false")
+            db.execute("SET lock_configuration = true")
             q = DUCKDB.quote
             for table in self._tables():
                 table_dir = join(self.storage.root, table)
@@ -298,9 +307,7 @@ class ParquetDestination:
                 db.execute(
                     "CREATE VIEW _eventpipe_loads AS SELECT NULL::VARCHAR AS batch_id WHERE false"
                 )
-            cursor = db.execute(sql)
-            names = [d[0] for d in cursor.description or []]
-            return names, cursor.fetchall()
+            return read_only_query(db, sql)
         finally:
             db.close()
 
@@ -419,12 +426,16 @@ class SparkParquetDestination(ParquetDestination):
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run Spark SQL on the tables (one temporary view per table directory, schemas
-        merged) and the batch records (``_eventpipe_loads``), in a session of its own."""
+        merged) and the batch records (``_eventpipe_loads``), in a session of its own,
+        which takes one query (no command, no write: _check_spark_query) and reads no
+        file by path."""
         from pyspark.sql import types as T
 
         from eventpipe.processing.typing import SPARK_TYPES
 
         session = self.spark.newSession()
+        session.conf.set("spark.sql.runSQLOnFiles", "false")  # no parquet.`/any/path`
+        _check_spark_query(session, sql)
         for table in self._tables():
             table_dir = join(self.storage.root, table)
             if self.storage.files(table_dir, ".parquet"):
@@ -442,8 +453,40 @@ class SparkParquetDestination(ParquetDestination):
         else:
             records = session.createDataFrame([], "batch_id string")
         records.createOrReplaceTempView("_eventpipe_loads")
-        result = session.sql(sql)
-        return list(result.columns), [tuple(row) for row in result.collect()]
+        from pyspark.errors import PySparkException
+
+        try:
+            result = session.sql(sql)
+            return list(result.columns), [tuple(row) for row in result.collect()]
+        except PySparkException as exc:  # the SQL, as Spark answers it
+            raise QueryError(first_line(exc)) from None
+
+
+_NOT_QUERIES = ("Command", "ParsedStatement", "InsertIntoDir")
+"""Spark's parsed plans that are not queries (what runs at once, what writes)."""
+_REFLECTION = ("reflect", "java_method", "try_reflect")
+"""Spark SQL functions that call any Java method."""
+
+
+def _check_spark_query(session: SparkSession, sql: str) -> None:
+    """Refuse ``sql`` unless it is one query, before Spark runs it (spark.sql runs
+    commands at once); and take the functions that call Java methods out of ``session``."""
+    jvm, jsession = session._jvm, session._jsparkSession
+    assert jvm is not None
+    try:
+        plan = jsession.sessionState().sqlParser().parsePlan(sql)
+    except Exception as exc:  # noqa: BLE001 (Py4J carries Spark's ParseException)
+        raise QueryError(first_line(exc)) from None
+    logical = "org.apache.spark.sql.catalyst.plans.logical."
+    for name in _NOT_QUERIES:
+        if jvm.java.lang.Class.forName(logical + name).isInstance(plan):
+            kind = plan.getClass().getSimpleName()
+            raise QueryError(f"eventpipe query runs one query (SELECT ...); this is {kind}")
+    registry = jsession.sessionState().functionRegistry()  # this session's own copy
+    builtin, system = jvm.scala.Some("builtin"), jvm.scala.Some("system")
+    for function in _REFLECTION:
+        name = jvm.org.apache.spark.sql.catalyst.FunctionIdentifier(function, builtin, system)
+        registry.dropFunction(name)
 
 
 # Beside a table's columns while it loads (eventpipe's names: no column is named so).

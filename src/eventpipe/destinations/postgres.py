@@ -49,7 +49,7 @@ from eventpipe.destinations.base import (
     delete_days,
     newest_only,
 )
-from eventpipe.errors import TerminalError, TransientError, first_line
+from eventpipe.errors import QueryError, TerminalError, TransientError, first_line
 from eventpipe.schema.dialects import POSTGRES
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -391,11 +391,18 @@ class PostgresDestination:
         return moved
 
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run SQL in a read-only transaction and return column names and rows."""
+        """Run one SQL statement in a read-only transaction and return column names and
+        rows. One: it is sent as a prepared statement (the extended protocol), which the
+        server refuses to hold several statements (``COMMIT; DELETE ...``)."""
+        import psycopg
+
         with self._connect() as db:
-            db.execute("SET TRANSACTION READ ONLY")
+            db.read_only = True
             db.execute(f"SET search_path TO {self.dialect.quote(self.schema)}")
-            cursor = db.execute(sql)
+            try:
+                cursor = db.execute(sql, prepare=True)
+            except psycopg.Error as exc:
+                raise QueryError(first_line(exc)) from None
             names = [d.name for d in cursor.description or []]
             rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
             db.rollback()
