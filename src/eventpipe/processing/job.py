@@ -45,7 +45,7 @@ from eventpipe.archive.write import archive_segment, prepare_segment
 from eventpipe.config import Config, DestinationConfig, MeteringConfig
 from eventpipe.destinations.base import Destination, LoadRequest, Metered
 from eventpipe.destinations.duckdb import DuckDBDestination
-from eventpipe.errors import TerminalError, TransientError, first_line
+from eventpipe.errors import EventpipeError, TerminalError, TransientError, first_line
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.paths import DataLayout, count_lines, fsync_directory, is_uri
 from eventpipe.processing import lookup, metering, shutdown, transforms
@@ -584,13 +584,21 @@ def _run_job(
     catalogues = _catalogues(config)  # one that cannot be read stops the run here
     lookups = Lookups.plan(config)
     days = rebuild.days if rebuild else None
-    events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
-                           by_segment=by_segment, days=days)  # fmt: skip
-    if CORRUPT in events.columns and rebuild is None:
-        report.corrupt = _once(
-            config.layout.tmp / run_id / "failed.corrupt.done",
-            lambda: _fail_corrupt(events, config.layout),
-        )
+    try:
+        events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
+                               by_segment=by_segment, days=days)  # fmt: skip
+        if CORRUPT in events.columns and rebuild is None:
+            report.corrupt = _once(
+                config.layout.tmp / run_id / "failed.corrupt.done",
+                lambda: _fail_corrupt(events, config.layout),
+            )
+    except Exception as exc:
+        if failing is None or not caused_by_data(exc):
+            raise
+        for dest_id in config.destinations:  # the read is every destination's
+            isolation = Isolation(spark, config, run_id, dest_id, state, report)
+            isolation.after(exc, failing, plan[dest_id])
+        return
     originals = events.select(
         ROW,
         event_json(events).alias(RAW),
@@ -611,6 +619,11 @@ def _run_job(
             failing[dest_id] = exc.message
             state.record(plan[dest_id], dest_id, ALL_TABLES, ok=False, error=exc.message[:2000],
                          run_id=run_id)  # fmt: skip
+        except Exception as exc:
+            if failing is None or not caused_by_data(exc):
+                raise
+            isolation = Isolation(spark, config, run_id, dest_id, state, report)
+            isolation.after(exc, failing, plan[dest_id])
 
     def sink(d: str) -> Callable[[], _Target]:
         return lambda: _Target(d, config.destinations[d], plan[d], None, SchemaCache())
@@ -629,6 +642,181 @@ def _run_job(
                 process(dest_id, table_target(dest_id))
         for future in sending:
             future.result()
+
+
+def caused_by_data(exc: Exception) -> bool:
+    """Whether a failure of a destination's part of a run may come from the events it
+    processes (Spark's analysis or a task failing, a Python error in a step), and so may
+    be isolated event by event. Not: eventpipe's own classified errors (a destination
+    that is down, a bad config), the disk, memory, or Spark itself gone."""
+    from py4j.protocol import Py4JNetworkError
+
+    not_data = (EventpipeError, OSError, MemoryError, Py4JNetworkError)
+    return not isinstance(exc, not_data)
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """A destination's part of a run that failed for a reason its events may cause.
+
+    The first such failure is recorded (``data-failures`` in the run's directory of the
+    destination) and the destination waits, like one that is down: it may have been
+    passing (an executor lost). When the same run fails so a second time, its events are
+    isolated instead of failing again: the destination's lines are processed in parts,
+    each a run of its own with its own schema (a part's schema has only its events'
+    fields, so a field that breaks the batch breaks only its part), a failing part is
+    halved down to single events, and each event that fails alone goes to failed/ with
+    the error. The rest loads. Parts are runs with fixed ids (the run's and the lines'),
+    so a crash during isolation repeats nothing that loaded. More failing events than
+    ``max_poison_events``: the destination stops (PoisonLimitError), taken as broken.
+    """
+
+    spark: SparkSession
+    config: Config
+    run_id: str
+    dest_id: str
+    state: StateStore
+    report: RunReport
+
+    @property
+    def root(self) -> Path:
+        return self.config.layout.tmp / self.run_id / f"dst={self.dest_id}" / "isolation"
+
+    def after(self, exc: Exception, failing: dict[str, str], entries: Sequence[str]) -> None:
+        """Handle ``exc``, the destination's failure in this run (see the class)."""
+        error = f"{type(exc).__name__}: {first_line(exc)}"
+        counter = self.root.parent / "data-failures"
+        before = int(counter.read_text()) if counter.exists() else 0
+        if before == 0:
+            counter.parent.mkdir(parents=True, exist_ok=True)
+            counter.write_text("1")
+            log.error("%s failed in %s (%s); tried again next time, then event by event",
+                      self.dest_id, self.run_id, error)  # fmt: skip
+            failing[self.dest_id] = f"failed on its events' data: {error}"
+            self.state.record(entries, self.dest_id, ALL_TABLES, ok=False, error=error[:2000],
+                              run_id=self.run_id)  # fmt: skip
+            return
+        log.warning("%s failed again in %s (%s): isolating its events", self.dest_id,
+                    self.run_id, error)  # fmt: skip
+        files = [_entry_file(self.config.layout, self.run_id, e) for e in entries]
+        with _step(f"{self.dest_id}: isolate the events of {self.run_id}"):
+            self._isolate(files)
+        self.state.record(entries, self.dest_id, ALL_TABLES, ok=True, run_id=self.run_id)
+
+    def _lines(self, files: Sequence[Path]) -> list[bytes]:
+        """The destination's events of the run (of its keys), in order (lines that are
+        not JSON objects were recorded by the run's read already)."""
+        import orjson
+
+        keys = self.config.destinations[self.dest_id].only_keys
+        lines = []
+        for path in files:
+            with path.open("rb") as source:
+                for line in source:
+                    try:
+                        event = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        continue
+                    if isinstance(event, dict) and (keys is None or event.get("api_key") in keys):
+                        lines.append(line.rstrip(b"\n") + b"\n")
+        return lines
+
+    def _isolate(self, files: Sequence[Path]) -> None:
+        lines = self._lines(files)
+        only = self.config.model_copy(
+            update={"destinations": {self.dest_id: self.config.destinations[self.dest_id]}}
+        )
+        limit = self.config.destinations[self.dest_id].max_poison_events
+        poisoned: list[tuple[bytes, str]] = []
+        entries: list[str] = []
+        # (first line, end, tables loaded whole by the part it was split from)
+        parts: list[tuple[int, int, frozenset[str]]] = [(0, len(lines), frozenset())]
+        while parts:
+            first, end, loaded = parts.pop()
+            if first >= end:
+                continue
+            shutdown.check(f"isolating {self.dest_id}'s events")
+            entry = f"{self.run_id}:lines={first}+{end - first}"
+            entries.append(entry)
+            try:
+                self._run_part(only, lines, entry, first, end, loaded)
+            except Exception as exc:
+                if not caused_by_data(exc):
+                    raise
+                # Tables the failed part loaded before it failed hold all its events of
+                # them: its halves skip them (else they would load those rows again).
+                loaded |= frozenset(self.state.loaded_tables(entry, self.dest_id))
+                if end - first > 1:
+                    middle = (first + end) // 2
+                    parts += [(middle, end, loaded), (first, middle, loaded)]  # first half first
+                    continue
+                poisoned.append((lines[first], f"{type(exc).__name__}: {first_line(exc)}"))
+                if len(poisoned) > limit:
+                    raise PoisonLimitError(
+                        f"more than {limit} events of {self.run_id} failed alone in "
+                        f"{self.dest_id}, the last: {poisoned[-1][1]}",
+                        fix="the destination's processing fails for most events: see the "
+                        "error, fix the config (or raise max_poison_events)",
+                    ) from exc
+        failed = _once(self.root / "failed.done", lambda: self._fail(poisoned))
+        self.state.forget(entries, self.dest_id)  # parts are not segments of the log
+        with _COUNTS:
+            self.report.failed[self.dest_id] = self.report.failed.get(self.dest_id, 0) + failed
+        went_on = len(lines) - len(poisoned)
+        log.warning("%s: %d event(s) of %s failed alone -> failed/; the other %d went on",
+                    self.dest_id, len(poisoned), self.run_id, went_on)  # fmt: skip
+
+    def _run_part(
+        self,
+        only: Config,
+        lines: list[bytes],
+        entry: str,
+        first: int,
+        end: int,
+        loaded: frozenset[str],
+    ) -> None:
+        """Lines ``first`` to ``end`` through every step for the destination, as a run of
+        their own (``entry``: its loads' batch ids are its own), but for the tables of
+        ``loaded``."""
+        name = entry.rsplit(":", 1)[1]
+        path = self.root / f"{name}.log"
+        if not path.exists():
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(path.name + ".partial")
+            partial.write_bytes(b"".join(lines[first:end]))
+            os.replace(partial, path)
+        for table in loaded:  # _load_tables skips a table recorded ok for the entry
+            self.state.record([entry], self.dest_id, table, ok=True)
+        part_id = f"{self.run_id}.{name}"
+        report = RunReport(part_id, (name,), resumed=False)
+        _run_job(self.spark, only, part_id, {self.dest_id: (entry,)}, [str(path)], self.state,
+                 report)  # fmt: skip
+        shutil.rmtree(self.config.layout.tmp / part_id, ignore_errors=True)
+        with _COUNTS:
+            for key, rows in report.loaded.items():
+                self.report.loaded[key] = self.report.loaded.get(key, 0) + rows
+            for counts, more in ((self.report.skipped, report.skipped),
+                                 (self.report.filtered, report.filtered),
+                                 (self.report.failed, report.failed)):  # fmt: skip
+                for dest, n in more.items():
+                    counts[dest] = counts.get(dest, 0) + n
+
+    def _fail(self, poisoned: list[tuple[bytes, str]]) -> int:
+        import orjson
+
+        when = utc_now()
+        lines = []
+        for line, error in poisoned:
+            event = orjson.loads(line)
+            key = event.get("api_key")
+            lines.append(event_error_line(
+                event=event, error=f"processing failed for this event alone: {error}",
+                stage=Stage.PROCESSING, when=when, destination=self.dest_id,
+                api_key=key if isinstance(key, str) else None,
+            ))  # fmt: skip
+        if lines:
+            _append(self.config.layout.failed_destination(self.dest_id), b"".join(lines))
+        return len(lines)
 
 
 def replay_failed(config: Config, spark: SparkSession, dest_id: str) -> RunReport | None:

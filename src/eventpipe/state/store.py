@@ -388,6 +388,16 @@ class StateStore:
             _record(db, segments, destination, table, ok=ok, rows=rows, error=error,
                     run_id=run_id)  # fmt: skip
 
+    def forget(self, segments: Sequence[str], destination: str) -> None:
+        """Remove the records of ``segments`` for ``destination`` (entries that were not
+        segments of the log: the parts of an isolated run)."""
+        with self._db() as db:
+            for segment in segments:
+                db.execute(
+                    "DELETE FROM segment_status WHERE segment = ? AND destination = ?",
+                    (segment, destination),
+                )
+
     def table_ok(self, segments: Sequence[str], destination: str, table: str) -> bool:
         """Whether this destination x table is recorded ok for every one of ``segments``."""
         if not segments:

@@ -1,0 +1,77 @@
+"""A run that fails twice for a reason in its events isolates them: the events that fail
+alone go to failed/ with the error, the rest load, and the destination goes on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from eventpipe.processing import job
+from eventpipe.processing.job import DestinationsFailingError, process_once
+from tests.conftest import SHOP_JS
+from tests.e2e.test_batch_pipeline import _post, _query, _seal
+
+
+def _breaks_on_poison(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A step that fails for the whole batch when one of its events has a field named
+    "poison": what a field that Spark's analysis cannot take does."""
+    flatten = job.flatten_mapped
+
+    def failing(frame: Any, **kwargs: Any) -> Any:
+        if "poison" in frame.columns:
+            raise ValueError("[AMBIGUOUS_REFERENCE] Reference `poison` is ambiguous")
+        return flatten(frame, **kwargs)
+
+    monkeypatch.setattr(job, "flatten_mapped", failing)
+
+
+def test_a_batch_that_fails_twice_is_isolated_event_by_event(
+    start_collector: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import httpx
+
+    c = start_collector(destinations={
+        "warehouse": {"type": "duckdb", "table_name_template": "{{ kind }}"},
+        "lake": {"type": "parquet", "only_keys": ["shop"]},
+    })  # fmt: skip
+    events = [{"kind": "a" if n % 2 else "b", "n": n, "event_id": f"e{n}"} for n in range(30)]
+    events[7]["poison"] = 1
+    events[22]["poison"] = {"x": 2}
+    _post(c, events)
+    response = httpx.post(c.url + "/api/v1/event", json={"kind": "shop", "event_id": "s1"},
+                          params={"token": SHOP_JS},
+                          headers={"Origin": "https://shop.example.com"})  # fmt: skip
+    assert response.status_code == 200
+    _seal(c)
+    _breaks_on_poison(monkeypatch)
+    # First failure: recorded, the destinations wait (it may have been passing). The
+    # field is in the batch's schema, so both fail, the lake though it takes no poison.
+    with pytest.raises(DestinationsFailingError, match="failed on its events' data"):
+        process_once(c.config, spark)
+    assert not c.layout.warehouse.exists() or _query(c, "SHOW TABLES") == []
+    lake = c.layout.root / "parquet" / "events"
+    assert not list(lake.rglob("*.parquet"))
+    # Second failure of the same run: its events are isolated.
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.failed == {"warehouse": 2, "lake": 0}
+    assert report.loaded[("lake", "events")] == 1  # only its own key's event
+    assert len(list(lake.rglob("*.parquet"))) == 1
+    assert sum(n for (d, _), n in report.loaded.items() if d == "warehouse") == 29
+    sql = "SELECT eventn_ctx_event_id FROM a UNION ALL SELECT eventn_ctx_event_id FROM b"
+    ids = sorted(r[0] for r in _query(c, sql))  # each once: no part loaded twice
+    assert ids == sorted(f"e{n}" for n in range(30) if n not in (7, 22))
+    assert _query(c, "SELECT eventn_ctx_event_id FROM shop") == [("s1",)]
+    records = [orjson.loads(line) for line in
+               c.layout.failed_destination("warehouse").read_bytes().splitlines()]  # fmt: skip
+    assert sorted(r["event"]["event_id"] for r in records) == ["e22", "e7"]
+    assert all(r["error"].startswith("processing failed for this event alone: ValueError: "
+                                     "[AMBIGUOUS_REFERENCE]") for r in records)  # fmt: skip
+    # The run is done; later batches load as usual.
+    _post(c, [{"kind": "a", "n": 99, "event_id": "later"}])
+    _seal(c)
+    later = process_once(c.config, spark)
+    assert later is not None
+    assert later.loaded[("warehouse", "a")] == 1
