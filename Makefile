@@ -17,11 +17,17 @@ test: $(STAMP) java postgres tools lint
 # The fault suite, many more times (tens of minutes): SOAK_KILLS collector kills under
 # load, SOAK_CRASHES pipeline deaths per database. Prints acknowledged, loaded,
 # duplicates and lost. Each test may take up to 2 hours (the suite's 300 s is per test).
-SOAK_KILLS   ?= 500
-SOAK_CRASHES ?= 100
+# Then the hostile suite with random seeds: SOAK_EVENTS batches of generated events,
+# SOAK_REQUESTS fuzzed requests (and an event of 6,000 keys).
+SOAK_KILLS    ?= 500
+SOAK_CRASHES  ?= 100
+SOAK_EVENTS   ?= 300
+SOAK_REQUESTS ?= 20000
 soak: $(STAMP) java postgres
 	EVENTPIPE_SOAK_KILLS=$(SOAK_KILLS) EVENTPIPE_SOAK_CRASHES=$(SOAK_CRASHES) \
 		$(BIN)/pytest -s --timeout=7200 tests/faults
+	EVENTPIPE_HOSTILE_EXAMPLES=$(SOAK_EVENTS) EVENTPIPE_HOSTILE_REQUESTS=$(SOAK_REQUESTS) \
+		$(BIN)/pytest -s --timeout=7200 tests/hostile
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench

@@ -59,6 +59,8 @@ class Behaviour:
     max_payload_bytes: int = 6_000_000
     status: int = 0
     """When set, every request gets this status (501: a plain web server, say)."""
+    answer_bytes: int = 0
+    """When set, every answer's body is this many bytes (an API that sends far too much)."""
     down_sessions: set[str] = field(default_factory=set)
     """Session ids whose requests get 503 (one shard of the API down)."""
 
@@ -165,6 +167,8 @@ class AddEventsServer:
             with self._lock:
                 self._active[session] -= 1
                 request.ended = time.monotonic()
+        if b.answer_bytes:
+            answer = b"x" * b.answer_bytes
         request.status = status
         handler.send_response(status)
         for name, value in headers.items():

@@ -22,6 +22,9 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   job's), a request still failing after that long is handed back: the session sends
   nothing more in this task (order holds), the others go on, and the job runs the send
   again later, from the driver, holding no Spark slot while it waits.
+* **Credentials refused** (401, 403, 407): no event causes them, so the payload is never
+  split for them (it took about 2N requests to learn that of N events): they are retried
+  like an API that is down, then handed back or failed with the answer.
 * **Terminal answers** (other 4xx, and 501/505, which no retry changes): the payload is
   split in halves and each half sent again, down to single events, so that only the
   events the API refuses fail, with the response; the rest is delivered. Events whose
@@ -30,6 +33,9 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
 * **Trimming**: an event larger than the payload limit on its own keeps its smallest
   attributes whole while they fit, the first string that does not fit is truncated, the
   rest is dropped, and the event gets ``eventpipe_trimmed: true`` and is counted.
+* **Bounds**: an answer's body is read up to :data:`MAX_ANSWER_BYTES` (the reason keeps
+  its start); sessions with nothing buffered or in flight are let go at each sweep, so
+  memory follows the sessions in use, not every ``group_by`` value ever seen.
 * **Progress**: each request's outcome (the session, its last row, what was delivered,
   what failed and why) is appended to a :class:`Progress` directory the moment it is
   known. A task that starts again (a resumed run, a Spark task retry) skips what a
@@ -64,6 +70,10 @@ log = logging.getLogger("eventpipe.http")
 
 TRIMMED_ATTRIBUTE = "eventpipe_trimmed"
 NEVER_TRANSIENT = frozenset({501, 505})
+AUTHENTICATION = frozenset({401, 403, 407})
+"""Answers about the credentials, never about an event: retried, never split."""
+MAX_ANSWER_BYTES = 8192
+"""Bytes of an answer's body that are read (a hostile or broken API may send gigabytes)."""
 """5xx answers that no retry changes (Not Implemented, HTTP Version Not Supported)."""
 _SESSIONS = uuid.UUID("6f1d2c3e-8a4b-4f5e-9c0d-1e2f3a4b5c6d")
 _TAIL = b'],"threads":[]}'
@@ -305,10 +315,17 @@ class Delivery:
         if now < self._sweep_at:
             return
         self._sweep_at = now + self.settings.max_lifetime_seconds / 10
-        for session in self._sessions.values():
+        idle = []
+        for key, session in self._sessions.items():
             old = now - session.started >= self.settings.max_lifetime_seconds
             if session.events and old and not _busy(session):
                 self._publish(session)
+            elif not session.events and not _busy(session) and not session.handed_back:
+                idle.append(key)  # a new event of it makes a new one (the same session id)
+        for key in idle:
+            done = self._sessions.pop(key).in_flight
+            if done is not None:
+                done.result()  # done: raises what its sender raised, as finish() would
 
     def _publish(self, session: _Session) -> None:
         """Hand the session's buffer to a sender thread, after its request in flight."""
@@ -402,7 +419,8 @@ class Delivery:
                                           duplicates=len(events) if timed_out else 0)  # fmt: skip
                 return _Outcome.DELIVERED, "", timed_out
             reason = _reason(status, text)
-            if status and ((status != 429 and status < 500) or status in NEVER_TRANSIENT):
+            retried = status == 429 or status >= 500 or status in AUTHENTICATION
+            if status and (not retried or status in NEVER_TRANSIENT):
                 return _Outcome.REFUSED, reason, timed_out
             retry_after = _retry_after(response_headers.get("retry-after")) or 0.0
             wait = max(random.uniform(delay / 2, delay), retry_after)
@@ -431,16 +449,22 @@ class Delivery:
         import httpx
 
         try:
-            response = self._client.post(self.settings.url, content=body, headers=headers)
+            with self._client.stream("POST", self.settings.url, content=body,
+                                     headers=headers) as response:  # fmt: skip
+                answer = b""
+                for chunk in response.iter_bytes():
+                    answer += chunk
+                    if len(answer) >= MAX_ANSWER_BYTES:
+                        break  # the rest is not read: the connection is closed
+                return (
+                    response.status_code,
+                    {k.lower(): v for k, v in response.headers.items()},
+                    answer[:MAX_ANSWER_BYTES],
+                )
         except httpx.TimeoutException as exc:
             raise _Timeout(str(exc) or type(exc).__name__) from exc
         except httpx.TransportError as exc:
             raise OSError(str(exc) or type(exc).__name__) from exc
-        return (
-            response.status_code,
-            {k.lower(): v for k, v in response.headers.items()},
-            (response.content),
-        )
 
 
 class _Outcome(enum.Enum):

@@ -235,3 +235,47 @@ def test_a_request_that_timed_out_after_the_api_stored_it_is_counted_as_duplicat
     assert Progress(tmp_path / "sent").totals().possible_duplicates == 10
     # Both tries carried the same Idempotency-Key: an API that honours it keeps one.
     assert len({r.headers["idempotency-key"] for r in server.requests}) == 1
+
+
+@pytest.mark.parametrize("status", [401, 403])
+def test_refused_credentials_are_never_split_over_the_events(
+    server: AddEventsServer, status: int
+) -> None:
+    # No event causes a 401: splitting the payload would send about 2N requests for N.
+    server.behaviour.status = status
+    settings = _settings(server, retry_max_elapsed_seconds=0.3)
+    stats, failed = deliver(settings, _rows(64, sessions=1))
+    assert sorted(f.row for f in failed) == list(range(64))
+    assert all(f.error.startswith(f"HTTP {status}: ") for f in failed)
+    assert len(server.requests) == stats.retries + 1  # one payload, retried, never halved
+
+
+def test_an_answer_is_read_up_to_a_bound(server: AddEventsServer) -> None:
+    server.behaviour.status = 400
+    server.behaviour.answer_bytes = 50_000_000
+    _, failed = deliver(_settings(server), _rows(1, sessions=1))
+    assert [f.row for f in failed] == [0]
+    assert len(failed[0].error) < 1000  # the reason: the answer's start
+
+
+def test_sessions_with_nothing_to_send_are_let_go(server: AddEventsServer) -> None:
+    clock = [0.0]
+    delivery = Delivery(_settings(server, max_lifetime_seconds=1.0), clock=lambda: clock[0])
+
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(server.delivered) < count and time.monotonic() < deadline:
+            time.sleep(0.05)  # the sessions' requests end
+
+    for i in range(500):  # 500 group_by values, one event each, over time
+        clock[0] = i * 0.01
+        delivery.add(i, f"user-{i}", {"user": i}, None, {"seq": i})
+    for last, sent in ((500, 400), (501, 500)):  # a sweep publishes, the next lets go
+        wait_for(sent)
+        clock[0] += 10
+        delivery.add(last, f"user-{last}", {"user": last}, None, {"seq": last})
+    wait_for(500)
+    held = len(delivery._sessions)
+    delivery.finish()
+    assert held <= 3, f"{held} sessions held"
+    assert sorted(e["attrs"]["seq"] for e in server.delivered) == list(range(502))
