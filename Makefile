@@ -48,6 +48,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/reprocess.py
 	$(BIN)/python bench/state.py
 	$(BIN)/python bench/metering.py
+	$(BIN)/python bench/hostile.py
 
 setup: $(STAMP) java
 

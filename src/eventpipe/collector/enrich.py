@@ -80,7 +80,7 @@ MAX_RECORDED_REJECTIONS = 10
 Past them, items are counted by reason only, and the request's body is recorded once
 (:func:`summary_line`): a body of a million bad items costs a few KB of failed/, not a
 hundred MB, and no time on the event loop."""
-MAX_RECORDED_BYTES = 16_384
+MAX_RECORDED_BYTES = 4096
 """A rejected item larger than this as JSON is recorded as its first bytes, its size and
 its SHA-256 (oversized events, huge strings), not whole."""
 
