@@ -97,3 +97,4 @@ def test_integers_beyond_int64_keep_every_digit(
     [line] = c.layout.failed_destination("warehouse").read_bytes().splitlines()
     record = orjson.loads(line)
     assert "column n (INT64) cannot take 18446744073709551617" in record["error"]
+    assert b'"n":18446744073709551617' in line  # the event as sent: a replay loads the same

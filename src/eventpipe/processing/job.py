@@ -1927,11 +1927,13 @@ def _write_failed(
     with_originals = failing.join(originals, ROW).select(RAW, ERROR, DAY)
     lines = []
     for row in with_originals.toLocalIterator():
-        event = orjson.loads(row[0])
-        key = event.get("api_key") if isinstance(event, dict) else None
+        key = orjson.loads(row[0]).get("api_key")
+        # The event's JSON as Spark wrote it, not parsed again: orjson would read an
+        # integer beyond 64 bits as a float, and a replay would load it rounded.
         lines.append(event_error_line(
-            event=event, error=row[1], stage=stage, when=when, destination=dest_id,
-            table=table, api_key=key if isinstance(key, str) else None, day=row[2],
+            event=orjson.Fragment(row[0]), error=row[1], stage=stage, when=when,
+            destination=dest_id, table=table, api_key=key if isinstance(key, str) else None,
+            day=row[2],
         ))  # fmt: skip
     if lines:
         failed = (
