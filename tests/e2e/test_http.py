@@ -10,6 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
+from eventpipe.errors import QueryError
 from eventpipe.processing.job import process_once
 from tests.addevents import AddEventsServer, addevents_server
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
@@ -81,7 +82,7 @@ def test_a_stream_sink_waits_out_an_outage_while_a_stream_warehouse_keeps_loadin
     def rows() -> int:
         try:
             return int(_query(c, "SELECT count(*) FROM events")[0][0])
-        except duckdb.Error:  # not created yet, or held by the stream's load
+        except (duckdb.Error, QueryError):  # not created yet, or held by the stream's load
             return -1
 
     def wait_until(done: Any, seconds: float) -> None:
@@ -137,7 +138,7 @@ def test_a_batch_run_loads_its_tables_while_its_http_sink_waits_for_the_api(
         try:
             if _query(c, "SELECT count(*) FROM events") == [(30,)]:
                 loaded_at = time.monotonic()
-        except duckdb.Error:  # not created yet, or held by the load
+        except (duckdb.Error, QueryError):  # not created yet, or held by the load
             time.sleep(0.2)
     run.join(120)
     assert loaded_at is not None
