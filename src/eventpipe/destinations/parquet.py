@@ -453,12 +453,13 @@ class SparkParquetDestination(ParquetDestination):
         else:
             records = session.createDataFrame([], "batch_id string")
         records.createOrReplaceTempView("_eventpipe_loads")
+        from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
         try:
             result = session.sql(sql)
             return list(result.columns), [tuple(row) for row in result.collect()]
-        except PySparkException as exc:  # the SQL, as Spark answers it
+        except (PySparkException, Py4JJavaError) as exc:  # the SQL, as Spark answers it
             raise QueryError(first_line(exc)) from None
 
 
