@@ -8,7 +8,6 @@ from typing import Any
 
 import orjson
 import psycopg
-import pytest
 
 from eventpipe.processing.job import process_once
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
@@ -20,41 +19,43 @@ def _columns(c: Any, table: str) -> set[str]:
     return {name for (name,) in rows}
 
 
-@pytest.mark.parametrize(
-    ("key", "column"),
-    [
-        ("__TABLE", "__table"),
-        ("__table", "__table"),
-        ("__row", "__row"),
-        ("__error", "__error"),
-        ("__file", "__file"),
-        ("__segment", "__segment"),
-        ("__lookup_ip", "__lookup_ip"),
-        ("_corrupt_record", "_corrupt_record"),
-        ("_metadata", "_metadata"),
-        ("_eventpipe_row", "__eventpipe_row"),
-        ("_EVENTPIPE_TABLE", "__eventpipe_table"),
-        ("_eventpipe_corrupt", "__eventpipe_corrupt"),
-        ("__eventpipe_error", "___eventpipe_error"),
-        ("_unmapped_data", "__unmapped_data"),
-    ],
-)
-def test_a_key_named_like_an_internal_column_is_a_column_of_its_own(
-    start_collector: Any, spark: Any, key: str, column: str
+KEYS = {
+    "__TABLE": "__table",
+    "__row": "__row",
+    "__error": "__error",
+    "__file": "__file",
+    "__segment": "__segment",
+    "__lookup_ip": "__lookup_ip",
+    "_corrupt_record": "_corrupt_record",
+    "_metadata": "_metadata",
+    "_eventpipe_row": "__eventpipe_row",
+    "_EVENTPIPE_TABLE": "__eventpipe_table",
+    "_eventpipe_corrupt": "__eventpipe_corrupt",
+    "__eventpipe_error": "___eventpipe_error",
+    "_unmapped_data": "__unmapped_data",
+}
+"""Keys named like eventpipe's columns, each in an event of its own, and the column it
+loads into."""
+
+
+def test_keys_named_like_internal_columns_are_columns_of_their_own(
+    start_collector: Any, spark: Any
 ) -> None:
     c = start_collector(destinations={"warehouse": {
         "type": "duckdb", "table_name_template": "{{ event_type }}",
     }})  # fmt: skip
-    _post(c, [{"event_type": "x", key: 7, "event_id": "bad"},
-              {"event_type": "x", "n": 1, "event_id": "good"}])  # fmt: skip
+    events = [{"event_type": "x", key: n, "event_id": key} for n, key in enumerate(KEYS)]
+    _post(c, [*events, {"event_type": "x", "n": 1, "event_id": "good"}])
     _seal(c)
     report = process_once(c.config, spark)
     assert report is not None
-    assert report.loaded == {("warehouse", "x"): 2}
+    assert report.loaded == {("warehouse", "x"): len(KEYS) + 1}
     assert report.failed == {"warehouse": 0}
-    assert column in _columns(c, "x")
-    rows = _query(c, f'SELECT eventn_ctx_event_id, "{column}" FROM x ORDER BY 1')
-    assert rows == [("bad", 7), ("good", None)]
+    columns = _columns(c, "x")
+    for n, (key, column) in enumerate(KEYS.items()):
+        assert column in columns, key
+        rows = _query(c, f"SELECT \"{column}\" FROM x WHERE eventn_ctx_event_id = '{key}'")
+        assert rows == [(n,)], key
     # The next batch loads as well: nothing about the destination was broken.
     _post(c, [{"event_type": "x", "n": 2, "event_id": "next"}])
     _seal(c)
