@@ -659,7 +659,7 @@ def caused_by_data(exc: Exception) -> bool:
 class Isolation:
     """A destination's part of a run that failed for a reason its events may cause.
 
-    The first such failure is recorded (``data-failures`` in the run's directory of the
+    The first such failure is recorded (``data-failed`` in the run's directory of the
     destination) and the destination waits, like one that is down: it may have been
     passing (an executor lost). When the same run fails so a second time, its events are
     isolated instead of failing again: the destination's lines are processed in parts,
@@ -685,11 +685,10 @@ class Isolation:
     def after(self, exc: Exception, failing: dict[str, str], entries: Sequence[str]) -> None:
         """Handle ``exc``, the destination's failure in this run (see the class)."""
         error = f"{type(exc).__name__}: {first_line(exc)}"
-        counter = self.root.parent / "data-failures"
-        before = int(counter.read_text()) if counter.exists() else 0
-        if before == 0:
-            counter.parent.mkdir(parents=True, exist_ok=True)
-            counter.write_text("1")
+        first_failure = self.root.parent / "data-failed"  # kept until the run is done
+        if not first_failure.exists():
+            first_failure.parent.mkdir(parents=True, exist_ok=True)
+            first_failure.write_text(error)
             log.error("%s failed in %s (%s); tried again next time, then event by event",
                       self.dest_id, self.run_id, error)  # fmt: skip
             failing[self.dest_id] = f"failed on its events' data: {error}"
@@ -807,10 +806,12 @@ class Isolation:
         when = utc_now()
         lines = []
         for line, error in poisoned:
-            event = orjson.loads(line)
-            key = event.get("api_key")
+            key = orjson.loads(line).get("api_key")
+            # The line as the log holds it: parsed again, an integer beyond 64 bits
+            # would be rounded in the record (and in a replay).
             lines.append(event_error_line(
-                event=event, error=f"processing failed for this event alone: {error}",
+                event=orjson.Fragment(line.rstrip(b"\n")),
+                error=f"processing failed for this event alone: {error}",
                 stage=Stage.PROCESSING, when=when, destination=self.dest_id,
                 api_key=key if isinstance(key, str) else None,
             ))  # fmt: skip
