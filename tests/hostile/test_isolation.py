@@ -75,3 +75,44 @@ def test_a_batch_that_fails_twice_is_isolated_event_by_event(
     later = process_once(c.config, spark)
     assert later is not None
     assert later.loaded[("warehouse", "a")] == 1
+
+
+def test_a_stream_micro_batch_that_fails_twice_is_isolated_and_a_replay_too(
+    start_collector: Any, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pyspark.errors import StreamingQueryException
+
+    from eventpipe.processing import stream
+    from eventpipe.processing.job import replay_failed
+
+    c = start_collector(destinations={"warehouse": {"type": "duckdb", "mode": "stream"}})
+    events = [{"n": n, "event_id": f"e{n}"} for n in range(6)]
+    events[4]["poison"] = 1
+    _post(c, events, server=True)
+    _breaks_on_poison(monkeypatch)
+    # First failure: the query stops (the service's supervisor starts it again from its
+    # checkpoint: the same micro-batch).
+    with pytest.raises(StreamingQueryException, match="AMBIGUOUS_REFERENCE"):
+        stream.run_once(spark, c.config)
+    assert not c.layout.warehouse.exists() or _query(c, "SHOW TABLES") == []
+    # Second: the micro-batch's events are isolated; the stream goes on.
+    stream.run_once(spark, c.config)
+    assert _query(c, "SELECT n FROM events ORDER BY n") == [(0,), (1,), (2,), (3,), (5,)]
+    [record] = [orjson.loads(line) for line in
+                c.layout.failed_destination("warehouse").read_bytes().splitlines()]  # fmt: skip
+    assert record["event"]["event_id"] == "e4"
+    assert "processing failed for this event alone" in record["error"]
+    _post(c, [{"n": 6, "event_id": "e6"}], server=True)
+    stream.run_once(spark, c.config)
+    assert _query(c, "SELECT max(n) FROM events") == [(6,)]
+    # A replay of the event that still fails: the same two steps, and it is back in
+    # failed/ with its error, never lost.
+    with pytest.raises(ValueError, match="AMBIGUOUS_REFERENCE"):
+        replay_failed(c.config, spark, "warehouse")
+    report = replay_failed(c.config, spark, "warehouse")
+    assert report is not None
+    assert report.failed == {"warehouse": 1}
+    [record] = [orjson.loads(line) for line in
+                c.layout.failed_destination("warehouse").read_bytes().splitlines()]  # fmt: skip
+    assert record["event"]["event_id"] == "e4"
+    assert _query(c, "SELECT count(*) FROM events") == [(6,)]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import orjson
@@ -75,14 +76,43 @@ def test_integers_beyond_int64_keep_every_digit(
     _seal(c)
     report = process_once(c.config, spark)
     assert report is not None
-    expected = [("a", "18446744073709551617", "-99999999999999999999999999999999999999"),
-                ("b", "1", None)]  # fmt: skip
+    # INT128: DECIMAL(38,0) in DuckDB, NUMERIC(38,0) in PostgreSQL, every digit kept; an
+    # INT64 value in the same column (event b) makes it INT128 too.
+    expected = [("a", Decimal("18446744073709551617"), Decimal("-" + "9" * 38)),
+                ("b", Decimal(1), None)]  # fmt: skip
     assert _query(c, "SELECT eventn_ctx_event_id, n, m FROM big ORDER BY 1") == expected
+    assert _query(c, "SELECT column_name, data_type FROM information_schema.columns "
+                     "WHERE table_name = 'big' AND column_name IN ('n', 'm') ORDER BY 1") == [
+        ("m", "DECIMAL(38,0)"), ("n", "DECIMAL(38,0)")]  # fmt: skip
     with psycopg.connect(postgres_dsn) as db:
         rows = db.execute(
             f'SELECT eventn_ctx_event_id, n, m FROM "{postgres_schema}".big ORDER BY 1'
         ).fetchall()
+        pg_types = db.execute(
+            "SELECT column_name, data_type, numeric_precision, numeric_scale "
+            "FROM information_schema.columns WHERE table_schema = %s AND table_name = 'big' "
+            "AND column_name IN ('n', 'm') ORDER BY 1", [postgres_schema]
+        ).fetchall()  # fmt: skip
     assert rows == expected
+    assert pg_types == [("m", "numeric", 38, 0), ("n", "numeric", 38, 0)]
+    # A text column takes the digits; the next batch sees the NUMERIC column as INT128.
+    body = (b'[{"kind": "big", "n": 5, "text": "x", "event_id": "g"},'
+            b' {"kind": "big", "n": 99999999999999999999999999999999999999, "event_id": "h"},'
+            b' {"kind": "words", "text": 18446744073709551618, "event_id": "i"}]')  # fmt: skip
+    _post(c, [{"kind": "words", "text": "hello", "event_id": "w"}], server=True)
+    _seal(c)
+    assert process_once(c.config, spark) is not None
+    response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
+                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    assert response.json() == {"status": "ok", "accepted": 3}
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert report.failed == {"warehouse": 0, "pg": 0}
+    assert _query(c, "SELECT n FROM big WHERE eventn_ctx_event_id IN ('g', 'h') ORDER BY 1") == [
+        (Decimal(5),), (Decimal(10**38 - 1),)]  # fmt: skip
+    assert _query(c, "SELECT text FROM words ORDER BY 1") == [("18446744073709551618",),
+                                                           ("hello",)]  # fmt: skip
     # Into a BIGINT column that exists: loaded where exact, else failed/ naming it.
     body = (b'[{"kind": "ints", "n": 18446744073709551617, "event_id": "e"},'
             b' {"kind": "ints", "n": 9223372036854775807, "event_id": "f"}]')  # fmt: skip

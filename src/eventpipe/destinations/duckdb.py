@@ -52,12 +52,16 @@ _LATTICE = {
     "VARCHAR": DataType.STRING,
     "DOUBLE": DataType.FLOAT64,
     "FLOAT": DataType.FLOAT64,
-    "DECIMAL": DataType.FLOAT64,
+    "DECIMAL": DataType.FLOAT64,  # with a fraction; DECIMAL(p,0) is INT128 (_lattice)
     "BIGINT": DataType.INT64,
     "INTEGER": DataType.INT64,
     "SMALLINT": DataType.INT64,
     "TINYINT": DataType.INT64,
-    "HUGEINT": DataType.INT64,
+    "UINTEGER": DataType.INT64,
+    "USMALLINT": DataType.INT64,
+    "UTINYINT": DataType.INT64,
+    "UBIGINT": DataType.INT128,
+    "HUGEINT": DataType.INT128,
     "BOOLEAN": DataType.BOOL,
     "TIMESTAMP": DataType.TIMESTAMP,
     "TIMESTAMP WITH TIME ZONE": DataType.TIMESTAMP,
@@ -65,7 +69,10 @@ _LATTICE = {
 
 
 def _lattice(sql_type: str) -> DataType:
-    return _LATTICE.get(sql_type.split("(")[0].upper(), DataType.STRING)
+    name, _, parameters = sql_type.upper().partition("(")
+    if name == "DECIMAL" and parameters.replace(" ", "").endswith(",0)"):
+        return DataType.INT128
+    return _LATTICE.get(name, DataType.STRING)
 
 
 class DuckDBDestination:

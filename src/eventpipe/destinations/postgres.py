@@ -67,12 +67,13 @@ _LATTICE = {
     "json": DataType.STRING,
     "jsonb": DataType.STRING,
     "uuid": DataType.STRING,
-    "numeric": DataType.FLOAT64,
+    "numeric": DataType.FLOAT64,  # with a fraction or none declared; scale 0 is INT128
     "double precision": DataType.FLOAT64,
     "real": DataType.FLOAT64,
     "bigint": DataType.INT64,
     "integer": DataType.INT64,
     "smallint": DataType.INT64,
+    "numeric(p,0)": DataType.INT128,
     "boolean": DataType.BOOL,
     "timestamp without time zone": DataType.TIMESTAMP,
     "timestamp with time zone": DataType.TIMESTAMP,
@@ -82,6 +83,7 @@ _ARROW = {
     DataType.STRING: pa.string(),
     DataType.FLOAT64: pa.float64(),
     DataType.INT64: pa.int64(),
+    DataType.INT128: pa.decimal128(38, 0),
     DataType.BOOL: pa.bool_(),
     DataType.TIMESTAMP: pa.timestamp("us", tz="UTC"),
 }
@@ -167,7 +169,8 @@ class PostgresDestination:
 
     def _describe(self, db: psycopg.Connection[Any], table: str) -> Table | None:
         rows = db.execute(
-            "SELECT column_name, data_type FROM information_schema.columns "
+            "SELECT column_name, CASE WHEN data_type = 'numeric' AND numeric_scale = 0 "
+            "THEN 'numeric(p,0)' ELSE data_type END FROM information_schema.columns "
             "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
             [self.schema, table],
         ).fetchall()

@@ -545,8 +545,16 @@ def process_stream_batch(
     paths = [str(p) for p in lines]
     known = {dest_id: schemas or SchemaCache()}
     state = open_state(config)
-    _run_job(spark, only, run_id, {dest_id: (name,)}, paths, state, report, known, small=True,
-             pause=pause)  # fmt: skip
+    try:
+        _run_job(spark, only, run_id, {dest_id: (name,)}, paths, state, report, known,
+                 small=True, pause=pause)  # fmt: skip
+    except Exception as exc:
+        if not caused_by_data(exc):
+            raise
+        # First time: raised, and the query starts again from its checkpoint (the same
+        # micro-batch); second time: its events are isolated.
+        if Isolation(spark, only, run_id, dest_id, state, report).after(exc, (name,), lines):
+            raise
     state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
@@ -584,6 +592,14 @@ def _run_job(
     catalogues = _catalogues(config)  # one that cannot be read stops the run here
     lookups = Lookups.plan(config)
     days = rebuild.days if rebuild else None
+
+    def isolate(dest_id: str, exc: Exception) -> None:
+        files = [_entry_file(config.layout, run_id, e) for e in plan[dest_id]]
+        isolation = Isolation(spark, config, run_id, dest_id, state, report)
+        stopped = isolation.after(exc, plan[dest_id], files)
+        if stopped is not None and failing is not None:
+            failing[dest_id] = stopped
+
     try:
         events = _stage_events(spark, config, run_id, paths, lookups, staged=not small,
                                by_segment=by_segment, days=days)  # fmt: skip
@@ -596,8 +612,7 @@ def _run_job(
         if failing is None or not caused_by_data(exc):
             raise
         for dest_id in config.destinations:  # the read is every destination's
-            isolation = Isolation(spark, config, run_id, dest_id, state, report)
-            isolation.after(exc, failing, plan[dest_id])
+            isolate(dest_id, exc)
         return
     originals = events.select(
         ROW,
@@ -622,8 +637,7 @@ def _run_job(
         except Exception as exc:
             if failing is None or not caused_by_data(exc):
                 raise
-            isolation = Isolation(spark, config, run_id, dest_id, state, report)
-            isolation.after(exc, failing, plan[dest_id])
+            isolate(dest_id, exc)
 
     def sink(d: str) -> Callable[[], _Target]:
         return lambda: _Target(d, config.destinations[d], plan[d], None, SchemaCache())
@@ -669,6 +683,8 @@ class Isolation:
     the error. The rest loads. Parts are runs with fixed ids (the run's and the lines'),
     so a crash during isolation repeats nothing that loaded. More failing events than
     ``max_poison_events``: the destination stops (PoisonLimitError), taken as broken.
+    Stream micro-batches and replays take the same two steps (their first failure is
+    raised: the query starts again from its checkpoint, the replay resumes).
     """
 
     spark: SparkSession
@@ -682,8 +698,10 @@ class Isolation:
     def root(self) -> Path:
         return self.config.layout.tmp / self.run_id / f"dst={self.dest_id}" / "isolation"
 
-    def after(self, exc: Exception, failing: dict[str, str], entries: Sequence[str]) -> None:
-        """Handle ``exc``, the destination's failure in this run (see the class)."""
+    def after(self, exc: Exception, entries: Sequence[str], files: Sequence[Path]) -> str | None:
+        """Handle ``exc``, the destination's failure in this run of the plan's ``entries``,
+        whose lines are in ``files`` (see the class). A first failure is recorded and
+        described (the destination stops for now); None: the events were isolated."""
         error = f"{type(exc).__name__}: {first_line(exc)}"
         first_failure = self.root.parent / "data-failed"  # kept until the run is done
         if not first_failure.exists():
@@ -691,16 +709,15 @@ class Isolation:
             first_failure.write_text(error)
             log.error("%s failed in %s (%s); tried again next time, then event by event",
                       self.dest_id, self.run_id, error)  # fmt: skip
-            failing[self.dest_id] = f"failed on its events' data: {error}"
             self.state.record(entries, self.dest_id, ALL_TABLES, ok=False, error=error[:2000],
                               run_id=self.run_id)  # fmt: skip
-            return
+            return f"failed on its events' data: {error}"
         log.warning("%s failed again in %s (%s): isolating its events", self.dest_id,
                     self.run_id, error)  # fmt: skip
-        files = [_entry_file(self.config.layout, self.run_id, e) for e in entries]
         with _step(f"{self.dest_id}: isolate the events of {self.run_id}"):
             self._isolate(files)
         self.state.record(entries, self.dest_id, ALL_TABLES, ok=True, run_id=self.run_id)
+        return None
 
     def _lines(self, files: Sequence[Path]) -> list[bytes]:
         """The destination's events of the run (of its keys), in order (lines that are
@@ -857,8 +874,16 @@ def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | No
         _extract_events(replaying, events_file)
     state = open_state(config)
     only = config.model_copy(update={"destinations": {dest_id: dest}})
-    _run_job(spark, only, run_id, {dest_id: (replaying.name,)}, [str(events_file)], state,
-             report)  # fmt: skip
+    try:
+        _run_job(spark, only, run_id, {dest_id: (replaying.name,)}, [str(events_file)], state,
+                 report)  # fmt: skip
+    except Exception as exc:
+        if not caused_by_data(exc):
+            raise
+        # Raised the first time (the replay resumes when run again); then isolated.
+        isolation = Isolation(spark, only, run_id, dest_id, state, report)
+        if isolation.after(exc, (replaying.name,), [events_file]):
+            raise
     archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.gz"
     compress([replaying], archived)
     report.archived = [archived]

@@ -44,6 +44,7 @@ ALWAYS_KEPT = ("_timestamp",)
 _TYPE_ALIASES: dict[DataType, tuple[str, ...]] = {
     DataType.BOOL: ("bool", "boolean"),
     DataType.INT64: ("int64", "int", "integer", "bigint", "long", "smallint", "tinyint"),
+    DataType.INT128: ("int128", "hugeint", "bignumeric"),
     DataType.FLOAT64: ("float64", "float", "double", "double precision", "real", "numeric",
                        "decimal"),
     DataType.TIMESTAMP: ("timestamp", "timestamptz", "datetime", "timestamp with time zone"),
@@ -51,14 +52,19 @@ _TYPE_ALIASES: dict[DataType, tuple[str, ...]] = {
 }  # fmt: skip
 _BY_ALIAS = {alias: t for t, aliases in _TYPE_ALIASES.items() for alias in aliases}
 _PARAMETERS = re.compile(r"\s*\(.*\)\s*$")
+_WHOLE_DECIMAL = re.compile(r"^(numeric|decimal)\s*\(\s*\d+\s*,\s*0\s*\)$")
+"""``numeric(38,0)``: a decimal without a fraction holds integers (INT128)."""
 
 
 def parse_type(text: str, *, where: str = "type") -> DataType:
     """A lattice type from a name: ``INT64``, ``bigint``, ``varchar(255)``, ``numeric(38,18)``.
 
     Parameters in parentheses are accepted and ignored: eventpipe picks each destination's
-    SQL type for the lattice type (docs/pipeline.md).
+    SQL type for the lattice type (docs/pipeline.md). The one exception: a decimal of
+    scale 0 (``numeric(38,0)``) is INT128, any other decimal FLOAT64.
     """
+    if _WHOLE_DECIMAL.match(text.strip().lower()):
+        return DataType.INT128
     key = _PARAMETERS.sub("", text).strip().lower()
     if key not in _BY_ALIAS:
         known = ", ".join(t.value for t in DataType)

@@ -2,7 +2,7 @@
 
 Spark's inferred type of each flattened column maps onto the lattice (schema.types):
 boolean -> BOOL, integral -> INT64, fractional -> FLOAT64, timestamp -> TIMESTAMP; an
-integer beyond int64 (Spark's DECIMAL(p, 0)) -> STRING, its exact digits. A string
+integer beyond int64 (Spark's DECIMAL(p, 0)) -> INT128. A string
 column is TIMESTAMP in a table when every non-null value there has the RFC 3339 shape
 *and* parses (so ``2026-02-30T00:00:00Z`` keeps a column STRING instead of becoming a
 null), else STRING.
@@ -45,9 +45,7 @@ _DIRECT: tuple[tuple[type[T.DataType], DataType], ...] = (
 
 def _direct(spark_type: T.DataType) -> DataType | None:
     if isinstance(spark_type, T.DecimalType) and spark_type.scale == 0:
-        # Integers beyond int64 (Spark reads them as DECIMAL(20..38, 0)): their digits,
-        # exactly, as text (schema/types.py).
-        return DataType.STRING
+        return DataType.INT128  # integers beyond int64: Spark reads DECIMAL(20..38, 0)
     return next((t for cls, t in _DIRECT if isinstance(spark_type, cls)), None)
 
 
@@ -121,6 +119,7 @@ def column_types(
 SPARK_TYPES: dict[DataType, T.DataType] = {
     DataType.BOOL: T.BooleanType(),
     DataType.INT64: T.LongType(),
+    DataType.INT128: T.DecimalType(38, 0),
     DataType.FLOAT64: T.DoubleType(),
     DataType.STRING: T.StringType(),
     DataType.TIMESTAMP: T.TimestampType(),
@@ -163,19 +162,25 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
         if numeric:
             return F.when(column == 1, True).when(column == 0, False).cast(target)
         return column.try_cast(target)
-    # INT64 or FLOAT64
+    # INT64, INT128 or FLOAT64
     if text:
+        number = column.try_cast(target)
+        if data_type is DataType.INT128:  # a decimal cast would round "1.5" to 2
+            number = F.when(column.rlike(_INTEGER_TEXT), number)
         return (
             F.when(column == F.lit("true"), F.lit(1).cast(target))
             .when(column == F.lit("false"), F.lit(0).cast(target))
-            .otherwise(column.try_cast(target))
+            .otherwise(number)
         )
     converted = column.try_cast(target)
-    if data_type is DataType.INT64 and isinstance(source, T.FractionalType):
+    if data_type is not DataType.FLOAT64 and isinstance(source, T.FractionalType):
         return F.when(converted.cast("double") == column, converted)  # no fraction lost
     if isinstance(source, T.DecimalType):
         return F.when(converted.try_cast(source) == column, converted)  # no digit lost
     return converted
+
+
+_INTEGER_TEXT = r"^\s*[+-]?[0-9]{1,38}\s*$"
 
 
 def conversion_problem(value: Column, name: str, data_type: DataType, converted: Column) -> Column:
@@ -343,6 +348,7 @@ def token_types(
             F.count_if(kind.isNotNull() & (kind != F.lit("VOID"))).alias(f"n{i}"),
             F.count_if(kind == F.lit("BOOLEAN")).alias(f"b{i}"),
             F.count_if(kind.isin("TINYINT", "SMALLINT", "INT", "BIGINT")).alias(f"i{i}"),
+            F.count_if(kind.rlike(r"^DECIMAL\(\d+,\s*0\)$")).alias(f"h{i}"),
             F.count_if(kind.startswith("DECIMAL") | kind.isin("FLOAT", "DOUBLE")).alias(f"f{i}"),
         ]
     found: dict[str, dict[str, DataType]] = {}
@@ -352,16 +358,18 @@ def token_types(
             continue
         types = found.setdefault(table, {})
         for i, name in enumerate(sorted(columns)):
-            present, bools, ints, floats = (row[f"{x}{i}"] for x in "nbif")
+            present, bools, ints, huge, decimals = (row[f"{x}{i}"] for x in "nbihf")
+            floats = decimals - huge
             if not present:
                 continue
-            if bools + ints + floats < present:
+            if bools + ints + huge + floats < present:
                 types[name] = DataType.STRING
             else:
                 types[name] = (
                     promote_all(
                         [DataType.BOOL] * bool(bools)
                         + [DataType.INT64] * bool(ints)
+                        + [DataType.INT128] * bool(huge)
                         + [DataType.FLOAT64] * bool(floats)
                     )
                     or DataType.STRING

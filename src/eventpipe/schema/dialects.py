@@ -1,14 +1,17 @@
 """SQL column types per destination, from seed 1's table, plus DuckDB and timestamps.
 
-| lattice   | Postgres       | Redshift                 | BigQuery  | ClickHouse              | Snowflake      | DuckDB    |
-|-----------|----------------|--------------------------|-----------|-------------------------|----------------|-----------|
-| STRING    | text           | character varying(65535) | string    | String                  | text           | VARCHAR   |
-| FLOAT64   | numeric(38,18) | numeric(38,18)           | float     | Float64                 | numeric(38,18) | DOUBLE    |
-| INT64     | bigint         | bigint                   | integer   | Int64                   | bigint         | BIGINT    |
-| BOOL      | boolean        | boolean                  | boolean   | UInt8                   | boolean        | BOOLEAN   |
-| TIMESTAMP | timestamp      | timestamp                | timestamp | DateTime64(6, 'UTC')    | timestamp_ntz  | TIMESTAMP |
+| lattice   | Postgres       | Redshift                 | BigQuery   | ClickHouse           | Snowflake      | DuckDB        |
+|-----------|----------------|--------------------------|------------|----------------------|----------------|---------------|
+| STRING    | text           | character varying(65535) | string     | String               | text           | VARCHAR       |
+| FLOAT64   | numeric(38,18) | numeric(38,18)           | float      | Float64              | numeric(38,18) | DOUBLE        |
+| INT64     | bigint         | bigint                   | integer    | Int64                | bigint         | BIGINT        |
+| INT128    | numeric(38,0)  | numeric(38,0)            | bignumeric | Decimal(38, 0)       | number(38,0)   | DECIMAL(38,0) |
+| BOOL      | boolean        | boolean                  | boolean    | UInt8                | boolean        | BOOLEAN       |
+| TIMESTAMP | timestamp      | timestamp                | timestamp  | DateTime64(6, 'UTC') | timestamp_ntz  | TIMESTAMP     |
 
-Arrays are JSON text, so they take the STRING type. Timestamps are stored in UTC without
+INT128 (integers beyond int64, of at most 38 digits) is not in the seed's table; each
+destination takes the widest exact integer it has (BigQuery's NUMERIC keeps only 29
+integer digits, so BIGNUMERIC). Arrays are JSON text, so they take the STRING type. Timestamps are stored in UTC without
 a zone (the seed is silent; every event's ``_timestamp`` is UTC). An explicit cast in a
 mapping rule gives its own SQL type and wins over this table.
 
@@ -90,40 +93,55 @@ class Dialect:
         return f"ALTER TABLE {self.name_of(table, namespace)} ADD {self.primary_key.format(keys)}"
 
 
-def _types(string: str, double: str, integer: str, boolean: str, ts: str) -> Mapping[DataType, str]:
+def _types(
+    string: str, double: str, integer: str, huge: str, boolean: str, ts: str
+) -> Mapping[DataType, str]:
     return MappingProxyType(
         {
             DataType.STRING: string,
             DataType.FLOAT64: double,
             DataType.INT64: integer,
+            DataType.INT128: huge,
             DataType.BOOL: boolean,
             DataType.TIMESTAMP: ts,
         }
     )
 
 
-POSTGRES = Dialect("postgres", _types("text", "numeric(38,18)", "bigint", "boolean", "timestamp"))
+POSTGRES = Dialect(
+    "postgres", _types("text", "numeric(38,18)", "bigint", "numeric(38,0)", "boolean", "timestamp")
+)
 REDSHIFT = Dialect(
     "redshift",
-    _types("character varying(65535)", "numeric(38,18)", "bigint", "boolean", "timestamp"),
+    _types(
+        "character varying(65535)",
+        "numeric(38,18)",
+        "bigint",
+        "numeric(38,0)",
+        "boolean",
+        "timestamp",
+    ),
 )
 BIGQUERY = Dialect(
     "bigquery",
-    _types("string", "float", "integer", "boolean", "timestamp"),
+    _types("string", "float", "integer", "bignumeric", "boolean", "timestamp"),
     quote_char="`",
     primary_key="PRIMARY KEY ({}) NOT ENFORCED",  # BigQuery keys are informational
 )
 CLICKHOUSE = Dialect(
     "clickhouse",
-    _types("String", "Float64", "Int64", "UInt8", "DateTime64(6, 'UTC')"),
+    _types("String", "Float64", "Int64", "Decimal(38, 0)", "UInt8", "DateTime64(6, 'UTC')"),
     quote_char="`",
     primary_key="",
     nullable="Nullable({})",
 )
 SNOWFLAKE = Dialect(
-    "snowflake", _types("text", "numeric(38,18)", "bigint", "boolean", "timestamp_ntz")
+    "snowflake",
+    _types("text", "numeric(38,18)", "bigint", "number(38,0)", "boolean", "timestamp_ntz"),
 )
-DUCKDB = Dialect("duckdb", _types("VARCHAR", "DOUBLE", "BIGINT", "BOOLEAN", "TIMESTAMP"))
+DUCKDB = Dialect(
+    "duckdb", _types("VARCHAR", "DOUBLE", "BIGINT", "DECIMAL(38,0)", "BOOLEAN", "TIMESTAMP")
+)
 
 DIALECTS: Mapping[str, Dialect] = MappingProxyType(
     {d.name: d for d in (POSTGRES, REDSHIFT, BIGQUERY, CLICKHOUSE, SNOWFLAKE, DUCKDB)}

@@ -1,31 +1,31 @@
 """The one type lattice of eventpipe (seed 1, Type Promotion).
 
-Each JSON value has a type; a column's type is the lowest common ancestor, in this tree,
-of the types of all its values in a batch::
+Each JSON value has a type; a column's type is the least common ancestor, in this
+graph, of the types of all its values in a batch::
 
-             STRING
-             /    \\
-        FLOAT64  TIMESTAMP
-           |
-         INT64
-           |
-          BOOL
+               STRING
+            /    |     \\
+       INT128  FLOAT64  TIMESTAMP
+            \\    |
+               INT64
+                 |
+                BOOL
 
-So BOOL + INT64 = INT64, INT64 + FLOAT64 = FLOAT64, FLOAT64 + TIMESTAMP = STRING, and any
-type + STRING = STRING. Nulls have no type and change nothing. Arrays are stored as the
-JSON text they were sent as, so they are STRING. Strings that are RFC 3339 / ISO-8601
-date-times are TIMESTAMP.
+So BOOL + INT64 = INT64, INT64 + FLOAT64 = FLOAT64, INT64 + INT128 = INT128, and
+INT128 + FLOAT64 = STRING (a double cannot hold 38 digits, nor a decimal a fraction),
+FLOAT64 + TIMESTAMP = STRING, and any type + STRING = STRING. Nulls have no type and
+change nothing. Arrays are stored as the JSON text they were sent as, so they are STRING.
+Strings that are RFC 3339 / ISO-8601 date-times are TIMESTAMP.
 
-Integers are exact. An integer within int64 is INT64. One beyond it (up to 38 digits; the
-collector rejects longer ones) is STRING, holding its exact digits: no destination's
-float could hold it, and one more numeric type in the lattice would be one more type in
-every destination for values that are rare and, in practice, ids. A column where such
-integers meet fractions is read by Spark as FLOAT64 (the documented exception: the log
-and the archive keep the digits, for a reprocess). An INT64 or FLOAT64 column that exists
-takes such a value only where the conversion is exact; otherwise the event goes to
-failed/ naming the column.
+Integers are exact. An integer within int64 is INT64. One beyond it, up to 38 digits (the
+collector refuses longer ones), is INT128: DECIMAL(38,0) or NUMERIC(38,0) where the
+destination has it, its digits as text where it has not. Spark reads a field where such
+integers meet fractions as a double (the documented exception: the log and the archive
+keep the digits, for a reprocess). A column that exists keeps its type: an INT64 or
+FLOAT64 column takes an INT128 value only where the conversion is exact; otherwise the
+event goes to failed/ naming the column.
 
-A column is never narrowed: :func:`promote` only ever moves up the tree.
+A column is never narrowed: :func:`promote` only ever moves up the graph.
 """
 
 from __future__ import annotations
@@ -39,15 +39,26 @@ from typing import Any
 class DataType(StrEnum):
     BOOL = "BOOL"
     INT64 = "INT64"
+    INT128 = "INT128"
+    """An integer beyond int64, of at most 38 digits (DECIMAL(38,0))."""
     FLOAT64 = "FLOAT64"
     TIMESTAMP = "TIMESTAMP"
     STRING = "STRING"
 
 
-# Each type's path to the root of the tree, itself first.
+# Each type's ancestors, itself first and nearer ones before farther ones: the first of
+# ``a``'s that is also ``b``'s is their least common ancestor (INT64 has two parents, and
+# no type has both, so the order between them never decides).
 _ANCESTORS: dict[DataType, tuple[DataType, ...]] = {
-    DataType.BOOL: (DataType.BOOL, DataType.INT64, DataType.FLOAT64, DataType.STRING),
-    DataType.INT64: (DataType.INT64, DataType.FLOAT64, DataType.STRING),
+    DataType.BOOL: (
+        DataType.BOOL,
+        DataType.INT64,
+        DataType.INT128,
+        DataType.FLOAT64,
+        DataType.STRING,
+    ),
+    DataType.INT64: (DataType.INT64, DataType.INT128, DataType.FLOAT64, DataType.STRING),
+    DataType.INT128: (DataType.INT128, DataType.STRING),
     DataType.FLOAT64: (DataType.FLOAT64, DataType.STRING),
     DataType.TIMESTAMP: (DataType.TIMESTAMP, DataType.STRING),
     DataType.STRING: (DataType.STRING,),
@@ -55,7 +66,7 @@ _ANCESTORS: dict[DataType, tuple[DataType, ...]] = {
 
 
 def promote(a: DataType | None, b: DataType | None) -> DataType | None:
-    """The lowest common ancestor of ``a`` and ``b``; None (a null) is the identity."""
+    """The least common ancestor of ``a`` and ``b``; None (a null) is the identity."""
     if a is None:
         return b
     if b is None or a is b:
@@ -103,7 +114,7 @@ def json_type(value: Any) -> DataType | None:
     if value is True or value is False:
         return DataType.BOOL
     if isinstance(value, int):
-        return DataType.INT64
+        return DataType.INT64 if -(2**63) <= value < 2**63 else DataType.INT128
     if isinstance(value, float):
         return DataType.FLOAT64
     if isinstance(value, str):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 from datetime import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from eventpipe.schema.types import DataType
 
 S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
                  DataType.TIMESTAMP)  # fmt: skip
+H = DataType.INT128
 
 
 def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
@@ -62,7 +64,7 @@ def _ensure(dest: Destination, table: Table) -> None:
     dest.patch(diff(dest.describe(table.name), table))
 
 
-EVENTS = Table("events", {"id": S, "n": N, "price": F, "ok": B, "_timestamp": T})
+EVENTS = Table("events", {"id": S, "n": N, "big": H, "price": F, "ok": B, "_timestamp": T})
 
 
 def test_patch_creates_then_adds_columns_and_describe_reads_them(dest: Destination) -> None:
@@ -96,8 +98,10 @@ def test_concurrent_patchers_of_one_table_do_not_collide(dest: Destination) -> N
 def test_a_retried_batch_is_loaded_once(dest: Destination, tmp_path: Path) -> None:
     _ensure(dest, EVENTS)
     ts = datetime(2026, 11, 21, 10, 0, 0)
-    rows = [{"id": "e1", "n": 1, "price": 1.5, "ok": True, "_timestamp": ts},
-            {"id": "e2", "n": 2, "price": None, "ok": False, "_timestamp": ts}]  # fmt: skip
+    big = Decimal("-" + "9" * 38)  # INT128: 38 digits, every one kept
+    rows = [{"id": "e1", "n": 1, "big": big, "price": 1.5, "ok": True, "_timestamp": ts},
+            {"id": "e2", "n": 2, "big": None, "price": None, "ok": False,
+             "_timestamp": ts}]  # fmt: skip
     request = LoadRequest(
         "events", "batch-1", (_parquet(tmp_path / "a.parquet", rows),), EVENTS.columns
     )
@@ -105,9 +109,9 @@ def test_a_retried_batch_is_loaded_once(dest: Destination, tmp_path: Path) -> No
     again = dest.load(request)
     assert (first.rows, first.already_loaded) == (2, False)
     assert (again.rows, again.already_loaded) == (2, True)
-    assert _rows(dest, "SELECT id, n, price, ok FROM events ORDER BY id") == [
-        ("e1", 1, 1.5, True),
-        ("e2", 2, None, False),
+    assert _rows(dest, "SELECT id, n, big, price, ok FROM events ORDER BY id") == [
+        ("e1", 1, big, 1.5, True),
+        ("e2", 2, None, None, False),
     ]
     other = LoadRequest("events", "batch-2", request.files, EVENTS.columns)
     assert dest.load(other).rows == 2

@@ -7,10 +7,10 @@ give the same answer.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
 from eventpipe.processing.flatten import flatten
@@ -19,13 +19,14 @@ from eventpipe.schema.types import DataType
 
 S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
                  DataType.TIMESTAMP)  # fmt: skip
+H = DataType.INT128
 
 
 @pytest.fixture(params=["frame", "staged"])
 def typed(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Any:
     def types(events: list[dict[str, Any]]) -> dict[str, dict[str, DataType]]:
         path = tmp_path / "seg.log"
-        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        path.write_bytes("".join(json.dumps(e) + "\n" for e in events).encode())
         frame = flatten(spark.read.json(str(path)))
         columns = [c for c in frame.columns if c != "tbl"]
         if request.param == "frame":
@@ -40,12 +41,12 @@ def typed(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Any:
 def test_each_json_type_and_promotions_spark_agrees_with(typed: Any) -> None:
     types = typed([
         {"tbl": "a", "b": True, "n": 1, "f": 1.5, "s": "x", "nf": 1, "ts": "2026-11-21T10:00:00Z",
-         "arr": [1, 2], "o": {"k": 1}},
+         "arr": [1, 2], "o": {"k": 1}, "h": 2**64 + 1, "nh": 1},
         {"tbl": "a", "b": False, "n": 2, "f": 2, "s": "y", "nf": 2.5, "ts": "2026-11-21 10:00:00",
-         "arr": [], "o": {"k": 2}},
+         "arr": [], "o": {"k": 2}, "h": -(10**38) + 1, "nh": 2**63},
     ])  # fmt: skip
     assert types == {"a": {"b": B, "n": N, "f": F, "s": S, "nf": F, "ts": T, "arr": S,
-                           "o_k": N}}  # fmt: skip
+                           "o_k": N, "h": H, "nh": H}}  # fmt: skip
 
 
 def test_types_are_per_table_and_absent_columns_are_left_out(typed: Any) -> None:
@@ -100,7 +101,7 @@ def test_footers_name_the_text_columns_that_may_be_bools_mixed_with_numbers(
     path = tmp_path / "seg.log"
     events = [{"tbl": "a", "m": True, "ids": "12"}, {"tbl": "a", "m": 3, "ids": "13"},
               {"tbl": "b", "m": "x", "ids": "x"}]  # fmt: skip
-    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+    path.write_bytes("".join(json.dumps(e) + "\n" for e in events).encode())
     frame = flatten(spark.read.json(str(path)))
     frame.write.partitionBy("tbl").parquet(str(tmp_path / "staged"))
     staged = spark.read.parquet(str(tmp_path / "staged"))
@@ -118,12 +119,13 @@ def test_token_types_promote_bools_and_numbers_along_the_lattice(
     events = [{"tbl": "a", "v": True}, {"tbl": "a", "v": 2}, {"tbl": "b", "v": 2},
               {"tbl": "b", "v": 2.5}, {"tbl": "c", "v": False}, {"tbl": "d", "v": "1"},
               {"tbl": "d", "v": 1}, {"tbl": "e", "v": {"o": 1}}, {"tbl": "e", "v": 1},
-              {"tbl": "f", "v": None}]  # fmt: skip
-    path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+              {"tbl": "f", "v": None}, {"tbl": "g", "v": 2**70}, {"tbl": "g", "v": True},
+              {"tbl": "h", "v": 2**70}, {"tbl": "h", "v": 1.5}]  # fmt: skip
+    path.write_bytes("".join(json.dumps(e) + "\n" for e in events).encode())
     schema = StructType([StructField("tbl", StringType()), StructField("v", VariantType())])
     found = token_types(spark.read.schema(schema).json(str(path)), "tbl", ["v"])
     assert found == {"a": {"v": N}, "b": {"v": F}, "c": {"v": B}, "d": {"v": S},
-                     "e": {"v": S}, "f": {}}  # fmt: skip
+                     "e": {"v": S}, "f": {}, "g": {"v": H}, "h": {"v": S}}  # fmt: skip
 
 
 def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
@@ -158,3 +160,34 @@ def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
     assert converted("s", T)[:3] == [None, None, None]
     assert converted("t", S)[0] == "2026-11-21T10:00:00.000000Z"
     assert converted("t", N) == [None, None, None, None]  # never epoch seconds
+
+
+def test_conversions_to_and_from_int128_keep_every_digit(spark: Any) -> None:
+    from decimal import Decimal
+
+    from pyspark.sql import functions as fn
+
+    from eventpipe.processing.typing import cast_to
+
+    big = Decimal(2**64 + 1)
+    frame = spark.createDataFrame(
+        [(big, 5, 2.0, "18446744073709551617", True),
+         (Decimal(7), None, 1.5, "1.5", False),
+         (None, None, 1e300, "true", None),
+         (None, None, None, " -99999999999999999999999999999999999999 ", None)],
+        "h decimal(22,0), n long, f double, s string, b boolean",
+    )  # fmt: skip
+    schema = {f.name: f.dataType for f in frame.schema.fields}
+
+    def converted(column: str, to: DataType) -> list[Any]:
+        out = frame.select(cast_to(fn.col(column), to, schema[column]).alias("v"))
+        return [row["v"] for row in out.collect()]
+
+    assert converted("h", H) == [big, 7, None, None]
+    assert converted("h", S) == ["18446744073709551617", "7", None, None]
+    assert converted("h", N) == [None, 7, None, None]  # beyond int64: not taken
+    assert converted("h", F) == [None, 7.0, None, None]  # a double would round it
+    assert converted("n", H) == [5, None, None, None]
+    assert converted("f", H) == [2, None, None, None]  # no fraction, no overflow
+    assert converted("s", H) == [big, None, 1, -(10**38) + 1]  # "1.5" is not rounded
+    assert converted("b", H) == [1, 0, None, None]

@@ -9,11 +9,13 @@ import pytest
 from eventpipe.schema.types import DataType, fits, is_timestamp, json_type, promote, promote_all
 
 B, N, F, T, S = DataType.BOOL, DataType.INT64, DataType.FLOAT64, DataType.TIMESTAMP, DataType.STRING
+H = DataType.INT128
 
-# The whole table, written out by hand from seed 1's tree (not computed).
+# The whole table, written out by hand from seed 1's tree and INT128 (not computed).
 EXPECTED = {
-    (B, B): B, (B, N): N, (B, F): F, (B, T): S, (B, S): S,
-    (N, N): N, (N, F): F, (N, T): S, (N, S): S,
+    (B, B): B, (B, N): N, (B, H): H, (B, F): F, (B, T): S, (B, S): S,
+    (N, N): N, (N, H): H, (N, F): F, (N, T): S, (N, S): S,
+    (H, H): H, (H, F): S, (H, T): S, (H, S): S,
     (F, F): F, (F, T): S, (F, S): S,
     (T, T): T, (T, S): S,
     (S, S): S,
@@ -45,7 +47,8 @@ def test_promotion_is_associative_and_never_narrows(a: DataType, b: DataType, c:
 @pytest.mark.parametrize(
     ("value_type", "column_type", "expected"),
     [(B, N, True), (N, F, True), (B, S, True), (T, S, True), (F, F, True),
-     (N, B, False), (F, N, False), (T, F, False), (S, T, False), (B, T, False), (T, N, False)],
+     (N, B, False), (F, N, False), (T, F, False), (S, T, False), (B, T, False), (T, N, False),
+     (N, H, True), (B, H, True), (H, S, True), (H, N, False), (H, F, False), (F, H, False)],
 )  # fmt: skip
 def test_fits_is_the_order_of_the_tree(
     value_type: DataType, column_type: DataType, expected: bool
@@ -56,7 +59,8 @@ def test_fits_is_the_order_of_the_tree(
 @pytest.mark.parametrize(
     ("value", "expected"),
     [
-        (True, B), (False, B), (0, N), (-5, N), (2**62, N), (1.5, F), (1e300, F),
+        (True, B), (False, B), (0, N), (-5, N), (2**62, N), (2**63 - 1, N), (-(2**63), N),
+        (2**63, H), (-(2**63) - 1, H), (10**38 - 1, H), (1.5, F), (1e300, F),
         ("abc", S), ("", S), ("123", S), ("true", S), ([1, 2], S), ([], S), (None, None),
         ("2026-11-21T10:00:00Z", T), ("2026-11-21T10:00:00.123456Z", T),
         ("2026-11-21 10:00:00", T), ("2026-11-21T10:00:00+01:00", T),
