@@ -20,6 +20,7 @@ import click
 from eventpipe import __version__
 from eventpipe.config import DEFAULT_CONFIG_PATH, LoadedConfig, load_config
 from eventpipe.errors import ConfigError, EventpipeError, QueryError
+from eventpipe.files import write_file
 from eventpipe.logs import configure_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -60,8 +61,7 @@ def init(config_path: Path | None, force: bool) -> None:
     text = resources.files("eventpipe").joinpath("reference.yaml").read_text(encoding="utf-8")
     text = text.replace("__JS_SECRET__", "js." + secrets.token_urlsafe(18))
     text = text.replace("__SERVER_SECRET__", "s2s." + secrets.token_urlsafe(18))
-    target.write_text(text, encoding="utf-8")
-    target.chmod(0o600)  # it holds secrets
+    write_file(target, text, private=True)  # it holds secrets
     click.echo(f"wrote {target}; edit it, then run `eventpipe collect -c {target}`")
 
 

@@ -37,6 +37,7 @@ from pydantic import (
 )
 
 from eventpipe.errors import ConfigError
+from eventpipe.files import write_file
 from eventpipe.origins import parse_origin
 from eventpipe.paths import DataLayout, check_safe_id, is_uri
 
@@ -793,14 +794,7 @@ def with_dev_keys(config: Config) -> tuple[Config, ApiKey]:
             "js": "js." + secrets.token_urlsafe(18),
             "server": "s2s." + secrets.token_urlsafe(18),
         }
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(stored, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
+        write_file(path, json.dumps(stored), private=True)
     key = ApiKey.model_validate(stored)
     return config.model_copy(update={"api_keys": (key,)}), key
 

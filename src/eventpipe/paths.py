@@ -23,7 +23,6 @@ Layout (``data_dir`` defaults to ``./data``)::
 
 from __future__ import annotations
 
-import os
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -158,15 +157,6 @@ _URI = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 def is_uri(location: str | Path) -> bool:
     """``scheme://...`` (a Hadoop FileSystem URI), as opposed to a local path."""
     return bool(_URI.match(str(location)))
-
-
-def fsync_directory(directory: Path) -> None:
-    """Make a rename or a new file in ``directory`` durable (fsync of the directory)."""
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def count_lines(path: Path) -> int:

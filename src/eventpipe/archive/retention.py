@@ -16,8 +16,8 @@ from datetime import date, timedelta
 from pathlib import Path
 
 from eventpipe.archive.files import ArchiveFormatError, Manifest, day_dirs, segments_of_day
-from eventpipe.archive.write import write_durably
 from eventpipe.events import utc_now
+from eventpipe.files import write_file
 from eventpipe.paths import DataLayout
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,7 @@ def prune(
     if deleted:
         newest = max(d.name for d in deleted)
         if newest > (pruned_through(layout) or ""):
-            write_durably(layout.archive / PRUNED_THROUGH, f"{newest}\n".encode())
+            write_file(layout.archive / PRUNED_THROUGH, f"{newest}\n".encode())
     return deleted
 
 

@@ -31,7 +31,8 @@ from eventpipe.archive.files import (
 )
 from eventpipe.config import ArchiveConfig
 from eventpipe.events import utc_now
-from eventpipe.paths import DataLayout, fsync_directory
+from eventpipe.files import fsync_directory, replacing, write_file
+from eventpipe.paths import DataLayout
 
 
 class Digest:
@@ -105,13 +106,13 @@ def _move_ahead(ahead: ArchivedSegment, target: ArchivedSegment, source: Path) -
 
 def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig) -> Manifest:
     """Archive the segment file ``source`` as ``target`` (``source`` is left in place)."""
-    target.data.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.data.with_name(target.data.name + ".partial")
     compressed, raw = Digest(), Digest()
     frames: list[Frame] = []
     ids = array("I")
     days: set[str] | None = set()
-    with partial.open("wb") as out:
+    # The data file takes its name last, after its sidecars: a crash in between leaves
+    # sidecars without data, which the next attempt writes again.
+    with replacing(target.data) as out:
         for lines in _frames(source, settings):
             data = b"".join(lines)
             # The frame's own xxhash32 of its content: `lz4 -d` checks it too.
@@ -139,30 +140,26 @@ def write_segment(source: Path, target: ArchivedSegment, settings: ArchiveConfig
             if days is not None:
                 in_frame = event_days(data, lines)
                 days = None if in_frame is None else days | in_frame
-        out.flush()
-        os.fsync(out.fileno())
-    if sys.byteorder == "big":
-        ids.byteswap()  # the file is little-endian
-    index = Index(target.segment_file, len(ids), tuple(frames)).to_json()
-    id_bytes = ids.tobytes()
-    manifest = Manifest(
-        segment=target.segment_file,
-        events=len(ids),
-        frames=len(frames),
-        compressed=compressed.sums(),
-        uncompressed=raw.sums(),
-        index=digest(index),
-        ids=digest(id_bytes),
-        frame_events=settings.frame_events,
-        compression_level=settings.compression_level,
-        archived_at=utc_now().isoformat(),
-        days=None if days is None else tuple(sorted(days)),
-    )
-    for path, data in ((target.index, index), (target.ids, id_bytes)):
-        write_durably(path, data)
-    write_durably(target.manifest, manifest.to_json())
-    os.replace(partial, target.data)
-    fsync_directory(target.data.parent)
+        if sys.byteorder == "big":
+            ids.byteswap()  # the file is little-endian
+        index = Index(target.segment_file, len(ids), tuple(frames)).to_json()
+        id_bytes = ids.tobytes()
+        manifest = Manifest(
+            segment=target.segment_file,
+            events=len(ids),
+            frames=len(frames),
+            compressed=compressed.sums(),
+            uncompressed=raw.sums(),
+            index=digest(index),
+            ids=digest(id_bytes),
+            frame_events=settings.frame_events,
+            compression_level=settings.compression_level,
+            archived_at=utc_now().isoformat(),
+            days=None if days is None else tuple(sorted(days)),
+        )
+        for path, data in ((target.index, index), (target.ids, id_bytes)):
+            write_file(path, data)
+        write_file(target.manifest, manifest.to_json())
     return manifest
 
 
@@ -203,12 +200,3 @@ def _frame_length(lines: list[bytes], settings: ArchiveConfig) -> int:
         if size > settings.frame_max_bytes:
             return max(taken, 1)
     return count
-
-
-def write_durably(path: Path, data: bytes) -> None:
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("wb") as out:
-        out.write(data)
-        out.flush()
-        os.fsync(out.fileno())
-    os.replace(partial, path)

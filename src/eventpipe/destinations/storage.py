@@ -15,7 +15,7 @@ import shutil
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-from eventpipe.paths import fsync_directory
+from eventpipe.files import move, write_file
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,15 +64,7 @@ class LocalStorage:
             return None
 
     def create_text(self, path: str, text: str) -> None:
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        partial = target.with_name(f".{target.name}.partial")
-        with partial.open("w", encoding="utf-8") as out:
-            out.write(text)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(partial, target)
-        fsync_directory(target.parent)
+        write_file(Path(path), text)
 
     def names(self, directory: str) -> list[str]:
         try:
@@ -85,9 +77,7 @@ class LocalStorage:
         return sorted(str(f.relative_to(base)) for f in base.rglob(f"*{suffix}") if f.is_file())
 
     def move(self, source: str, target: str) -> None:
-        Path(target).parent.mkdir(parents=True, exist_ok=True)
-        os.replace(source, target)
-        fsync_directory(Path(target).parent)
+        move(Path(source), Path(target))
 
     def delete(self, path: str) -> None:
         if os.path.isdir(path):

@@ -38,7 +38,8 @@ from pathlib import Path
 from eventpipe import locks
 from eventpipe.errors import DataDirLockedError, TransientError
 from eventpipe.events import Stage, event_error_line
-from eventpipe.paths import DataLayout, SegmentName, fsync_directory, seal_stamp
+from eventpipe.files import fsync_directory
+from eventpipe.paths import DataLayout, SegmentName, seal_stamp
 
 log = logging.getLogger("eventpipe.log")
 

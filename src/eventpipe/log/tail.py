@@ -22,7 +22,8 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from eventpipe.paths import DataLayout, check_safe_id, fsync_directory
+from eventpipe.files import write_file
+from eventpipe.paths import DataLayout, check_safe_id
 
 _FIRST_LINE_BYTES = 1 << 16
 _TAIL_BYTES = 1 << 16
@@ -144,14 +145,8 @@ def read_progress(layout: DataLayout, destination_id: str) -> Progress:
 
 def write_progress(layout: DataLayout, destination_id: str, offsets: Mapping[str, int]) -> None:
     """Record the position loaded up to (atomically: a rename)."""
-    directory = queue_dir(layout, destination_id)
-    directory.mkdir(parents=True, exist_ok=True)
-    partial = directory / "progress.json.partial"
-    partial.write_text(json.dumps({"offsets": dict(offsets), "committed_at": time.time()}))
-    with partial.open("rb") as f:
-        os.fsync(f.fileno())
-    os.replace(partial, directory / "progress.json")
-    fsync_directory(directory)
+    progress = {"offsets": dict(offsets), "committed_at": time.time()}
+    write_file(queue_dir(layout, destination_id) / "progress.json", json.dumps(progress))
 
 
 def consumed(layout: DataLayout, stream_ids: list[str], path: Path) -> bool:

@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import time
 import uuid
@@ -72,7 +71,8 @@ from eventpipe.destinations.base import (
     Replaceable,
 )
 from eventpipe.errors import ConfigError, TerminalError
-from eventpipe.paths import fsync_directory, is_uri
+from eventpipe.files import replacing
+from eventpipe.paths import is_uri
 from eventpipe.processing import shutdown
 from eventpipe.processing.job import (
     Rebuild,
@@ -447,10 +447,11 @@ def _supersede_failed(config: Config, dest_id: str, days: tuple[str, ...], found
     """
     path = config.layout.failed_destination(dest_id)
     wanted = set(days)
-    partial = path.with_name(path.name + ".partial")
     dropped = 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with partial.open("wb") as out:
+    added = found.read_bytes() if found.exists() else b""
+    if not added and not _has_failed_day(path, wanted):
+        return
+    with replacing(path) as out:
         if path.exists():
             with path.open("rb") as lines:
                 for line in lines:
@@ -458,17 +459,17 @@ def _supersede_failed(config: Config, dest_id: str, days: tuple[str, ...], found
                         dropped += 1
                     else:
                         out.write(line if line.endswith(b"\n") else line + b"\n")
-        added = found.read_bytes() if found.exists() else b""
         out.write(added)
-        out.flush()
-        os.fsync(out.fileno())
-    if not dropped and not added:
-        partial.unlink()
-        return
-    os.replace(partial, path)
-    fsync_directory(path.parent)
     log.info("%s: failed/: %d event(s) of the rebuilt days replaced by the %d that "
              "failed again", dest_id, dropped, added.count(b"\n"))  # fmt: skip
+
+
+def _has_failed_day(path: Path, days: set[str]) -> bool:
+    """Whether the failed/ file ``path`` holds an EventError of one of ``days``."""
+    if not path.exists():
+        return False
+    with path.open("rb") as lines:
+        return any(_failed_day(line) in days for line in lines)
 
 
 def _failed_day(line: bytes) -> str | None:
@@ -510,10 +511,8 @@ def _inputs(config: Config, run_id: str, sources: tuple[Source, ...]) -> list[Pa
             continue
         target = out / source.name
         if not target.exists():
-            partial = target.with_name(target.name + ".partial")
-            with lz4.frame.open(source.path, "rb") as data, partial.open("wb") as copy:
+            with lz4.frame.open(source.path, "rb") as data, replacing(target) as copy:
                 shutil.copyfileobj(data, copy, 8 << 20)
-            os.replace(partial, target)
         paths.append(target)
     return paths
 
