@@ -33,6 +33,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports --no-cache
 
 bench: $(STAMP) java
 	scripts/ensure-apt.sh wrk postgresql libpostgresql-jdbc-java lz4

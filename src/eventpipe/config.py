@@ -157,7 +157,7 @@ def _safe_destination_id(value: str) -> str:
 
 
 def _pointer(value: str) -> str:
-    from eventpipe.processing.paths import parse_pointer
+    from eventpipe.schema.pointers import parse_pointer
 
     try:
         parse_pointer(value, where="pointer")
@@ -167,7 +167,7 @@ def _pointer(value: str) -> str:
 
 
 def _type_name(value: str) -> str:
-    from eventpipe.processing.mapping import parse_type
+    from eventpipe.schema.types import parse_type
 
     try:
         parse_type(value)
@@ -620,7 +620,7 @@ class Config(_Model):
         makes) must not share a schema."""
         if self.state.type != "postgres" or self.state.dsn is None:
             return self
-        from eventpipe.destinations.postgres import redacted
+        from eventpipe.errors import redacted
 
         where = redacted(self.state.dsn)
         for dest_id, dest in self.destinations.items():

@@ -98,3 +98,19 @@ def first_line(exc: BaseException) -> str:
     and Spark put queries and stack traces after it."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def redacted(dsn: str) -> str:
+    """``host:port/dbname`` of a DSN, for messages: never its password or options."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        parts = conninfo_to_dict(dsn)
+    except Exception:  # noqa: BLE001 - an unparseable DSN is shown as nothing of it
+        return "(unreadable dsn)"
+    host, port, name = (
+        parts.get("host", "localhost"),
+        parts.get("port", "5432"),
+        parts.get("dbname", ""),
+    )
+    return f"{host}:{port}/{name}"

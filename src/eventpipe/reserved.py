@@ -59,6 +59,15 @@ FILTERED = "\x00filtered"
 name has it (names are ``[a-z0-9_]``)."""
 
 # Columns and tables in destinations.
+METER_KEY = "_eventpipe_key"
+"""Columns a metered table has beside the event's own: its key as text,"""
+METER_ORDER_AT = "_eventpipe_order_at"
+"""the time that orders the events of one key (``order_by``, else ``_timestamp``),"""
+METER_WINDOW_AT = "_eventpipe_window_at"
+"""the time that places it in the lookback window (``window_by``, else ``_timestamp``),"""
+METER_ARRIVAL = "_eventpipe_arrival"
+"""and the order it arrived in (the run's start, then its place in the run): of two
+versions with the same ``order_at``, the later arrival wins."""
 UNMAPPED = "_unmapped_data"
 """Seed 1's column for fields kept whole as JSON (colliding names, ``max_columns``)."""
 LOADS_TABLE = "_eventpipe_loads"

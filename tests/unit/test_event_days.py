@@ -33,7 +33,7 @@ def test_a_timestamp_without_a_date_makes_the_file_any_day() -> None:
 
 
 def test_events_that_never_load_add_no_day() -> None:
-    # A number never converts to a timestamp (processing/typing.py); a damaged line fails.
+    # A number never converts to a timestamp (schema/casts.py); a damaged line fails.
     lines = [b'{"_timestamp": 1700000000}\n', b"{not json\n", b'{"x": 1}\n']
     assert event_days(b"".join(lines), lines) == set()
 

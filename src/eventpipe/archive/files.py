@@ -313,7 +313,7 @@ def event_days(data: bytes, lines: list[bytes]) -> set[str] | None:
     gives the exact days. Otherwise each line is parsed: a text timestamp in another form
     (with an offset, a local time) counts for its date and the days on either side; one
     that does not start with a date makes the answer None. Non-text timestamps never load
-    (processing/typing.py), so they add no day."""
+    (schema/casts.py), so they add no day."""
     found = _UTC_DAY.findall(data)
     if len(found) == len(lines) and data.count(_TIMESTAMP) == len(lines):
         return {day.decode() for day in set(found)}

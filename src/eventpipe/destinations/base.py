@@ -122,7 +122,10 @@ def newest_only(
     rows of its key, classified or not; docs/metering.md). Rows before ``cutoff`` are
     neither compared nor removed. ``name``: a table's SQL name; ``quote``: a column's.
     Run them in one transaction."""
-    from eventpipe.processing.metering import ARRIVAL, KEY, ORDER_AT, WINDOW_AT
+    from eventpipe.reserved import METER_ARRIVAL as ARRIVAL
+    from eventpipe.reserved import METER_KEY as KEY
+    from eventpipe.reserved import METER_ORDER_AT as ORDER_AT
+    from eventpipe.reserved import METER_WINDOW_AT as WINDOW_AT
 
     since = f"TIMESTAMP '{cutoff.replace(tzinfo=None).isoformat(sep=' ')}'"
     key, order, arrival, window = (quote(c) for c in (KEY, ORDER_AT, ARRIVAL, WINDOW_AT))

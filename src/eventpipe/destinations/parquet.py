@@ -374,7 +374,7 @@ class SparkParquetDestination(ParquetDestination):
         from pyspark.sql import Observation
         from pyspark.sql import functions as F
 
-        from eventpipe.processing.typing import SPARK_TYPES, cast_to, conversion_problem
+        from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
 
         frame = self._read(request)
         sources = {f.name: f.dataType for f in frame.schema.fields}
@@ -409,7 +409,7 @@ class SparkParquetDestination(ParquetDestination):
         row's file (its index in ``request.files``) and row number in that file."""
         from pyspark.sql import functions as F
 
-        from eventpipe.processing.typing import SPARK_TYPES
+        from eventpipe.schema.casts import SPARK_TYPES
 
         def read(i: int, file: Path) -> DataFrame:
             rows = self.spark.read.parquet(str(file))
@@ -431,7 +431,7 @@ class SparkParquetDestination(ParquetDestination):
         file by path."""
         from pyspark.sql import types as T
 
-        from eventpipe.processing.typing import SPARK_TYPES
+        from eventpipe.schema.casts import SPARK_TYPES
 
         session = self.spark.newSession()
         session.conf.set("spark.sql.runSQLOnFiles", "false")  # no parquet.`/any/path`

@@ -49,7 +49,7 @@ from eventpipe.destinations.base import (
     delete_days,
     newest_only,
 )
-from eventpipe.errors import QueryError, TerminalError, TransientError, first_line
+from eventpipe.errors import QueryError, TerminalError, TransientError, first_line, redacted
 from eventpipe.schema.dialects import POSTGRES
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -91,22 +91,6 @@ _ARROW = {
 # SQLSTATE classes and codes that a retry can cure.
 _TRANSIENT_CLASSES = ("08", "53", "57")  # connection, resources, operator intervention
 _TRANSIENT_CODES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock timeout
-
-
-def redacted(dsn: str) -> str:
-    """``host:port/dbname`` of a DSN, for messages: never its password or options."""
-    from psycopg.conninfo import conninfo_to_dict
-
-    try:
-        parts = conninfo_to_dict(dsn)
-    except Exception:  # noqa: BLE001 - an unparseable DSN is shown as nothing of it
-        return "(unreadable dsn)"
-    host, port, name = (
-        parts.get("host", "localhost"),
-        parts.get("port", "5432"),
-        parts.get("dbname", ""),
-    )
-    return f"{host}:{port}/{name}"
 
 
 class PostgresDestination:

@@ -24,9 +24,10 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 
 from eventpipe import reserved
+from eventpipe.processing.fields import reference
 from eventpipe.processing.mapping import Leaf, Mapping
-from eventpipe.processing.paths import pointer, reference
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
+from eventpipe.schema.pointers import pointer
 from eventpipe.schema.types import DataType as SchemaType
 
 

@@ -5,7 +5,7 @@
       multiplex   only the events of its keys (only_keys)
       table name  table_name_template as one expression; empty -> skipped, error -> failed/
       flatten     nested objects -> named columns (processing.flatten)
-      type        lattice type per table and column (processing.typing)
+      type        lattice type per table and column (processing.inference)
       per table:  convert to the table's types (values that cannot be -> failed/),
                   stage as Parquet, patch the table under its lock, load atomically
     status    each segment x destination x table recorded; done segments archived
@@ -50,29 +50,20 @@ from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.files import append_file, move, replacing, replacing_path, write_file
 from eventpipe.paths import DataLayout, count_lines, is_uri
 from eventpipe.processing import lookup, metering, shutdown, transforms
-from eventpipe.processing.flatten import Flat, flatten_mapped, leaves
-from eventpipe.processing.mapping import Mapping
-from eventpipe.processing.paths import (
+from eventpipe.processing.fields import (
     column_at,
     has_arrays,
     json_object,
     json_text_arrays,
-    parse_pointer,
-    pointer,
     reference,
     set_path,
     with_type_at,
 )
+from eventpipe.processing.flatten import Flat, flatten_mapped, leaves
+from eventpipe.processing.inference import StagedTypes, staged_column_types, token_types
+from eventpipe.processing.mapping import Mapping
 from eventpipe.processing.schemas import SchemaCache
 from eventpipe.processing.template import Template, render, table_names
-from eventpipe.processing.typing import (
-    SPARK_TYPES,
-    StagedTypes,
-    cast_to,
-    conversion_problem,
-    staged_column_types,
-    token_types,
-)
 from eventpipe.processing.version import code_version
 from eventpipe.reserved import (
     CORRUPT,
@@ -86,8 +77,10 @@ from eventpipe.reserved import (
     SEGMENT,
     TABLE,
 )
+from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
+from eventpipe.schema.pointers import parse_pointer, pointer
 from eventpipe.schema.types import DataType
 from eventpipe.state.store import (
     ALL_TABLES,
@@ -1456,7 +1449,7 @@ def _type_mixes(
     Spark reads such a mix as text (``"true"``, ``"1"``), and so it reads ``"1"`` sent as
     a string. For these few columns the run's files are read again with their fields
     declared VARIANT, which keeps each value's token kind, and the tables' types of those
-    columns follow the lattice (typing.token_types). ``name`` gives each row its table.
+    columns follow the lattice (inference.token_types). ``name`` gives each row its table.
     """
     from pyspark.sql.types import StringType, VariantType
 

@@ -405,7 +405,7 @@ def apply_rule(
     A batch without the ``source`` field is returned unchanged; a value that is not a
     string is looked up as its text (``source_ip`` sent as a number finds nothing).
     """
-    from eventpipe.processing.paths import column_at, set_path
+    from eventpipe.processing.fields import column_at, set_path
 
     ref = column_at(frame.schema, source)
     if ref is None:

@@ -7,7 +7,7 @@ Rules run in their configured order, each on the result of the ones before:
   their keys below ``dst``). ``dst`` may be a pointer or a plain column name.
 * ``remove``: the value or subtree at ``src`` is dropped.
 * ``cast``: the column at ``src`` gets ``type`` (a lattice type or a common SQL alias, see
-  :func:`parse_type`), which wins over the type inferred from the values.
+  :func:`eventpipe.schema.types.parse_type`), which wins over the type inferred from the values.
 * ``constant``: ``dst`` is set to ``value`` in every event (optionally with ``type``).
 
 With ``keep_unmapped: false`` only what a rule moved, cast or set survives, plus
@@ -21,7 +21,6 @@ A rule whose ``src`` is absent from a batch does nothing for that batch.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
@@ -31,45 +30,15 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.paths import parse_pointer
 from eventpipe.schema.naming import column_name
-from eventpipe.schema.types import DataType
+from eventpipe.schema.pointers import parse_pointer
+from eventpipe.schema.types import DataType, parse_type
 
 if TYPE_CHECKING:
     from eventpipe.config import MappingConfig
 
 IMPLICIT_CASTS = {"_timestamp": DataType.TIMESTAMP, "eventn_ctx_utc_time": DataType.TIMESTAMP}
 ALWAYS_KEPT = ("_timestamp",)
-
-_TYPE_ALIASES: dict[DataType, tuple[str, ...]] = {
-    DataType.BOOL: ("bool", "boolean"),
-    DataType.INT64: ("int64", "int", "integer", "bigint", "long", "smallint", "tinyint"),
-    DataType.INT128: ("int128", "hugeint", "bignumeric"),
-    DataType.FLOAT64: ("float64", "float", "double", "double precision", "real", "numeric",
-                       "decimal"),
-    DataType.TIMESTAMP: ("timestamp", "timestamptz", "datetime", "timestamp with time zone"),
-    DataType.STRING: ("string", "text", "varchar", "character varying", "json", "jsonb"),
-}  # fmt: skip
-_BY_ALIAS = {alias: t for t, aliases in _TYPE_ALIASES.items() for alias in aliases}
-_PARAMETERS = re.compile(r"\s*\(.*\)\s*$")
-_WHOLE_DECIMAL = re.compile(r"^(numeric|decimal)\s*\(\s*\d+\s*,\s*0\s*\)$")
-"""``numeric(38,0)``: a decimal without a fraction holds integers (INT128)."""
-
-
-def parse_type(text: str, *, where: str = "type") -> DataType:
-    """A lattice type from a name: ``INT64``, ``bigint``, ``varchar(255)``, ``numeric(38,18)``.
-
-    Parameters in parentheses are accepted and ignored: eventpipe picks each destination's
-    SQL type for the lattice type (docs/pipeline.md). The one exception: a decimal of
-    scale 0 (``numeric(38,0)``) is INT128, any other decimal FLOAT64.
-    """
-    if _WHOLE_DECIMAL.match(text.strip().lower()):
-        return DataType.INT128
-    key = _PARAMETERS.sub("", text).strip().lower()
-    if key not in _BY_ALIAS:
-        known = ", ".join(t.value for t in DataType)
-        raise ConfigError(f"{where}: unknown type {text!r} (use one of {known}, or a SQL alias)")
-    return _BY_ALIAS[key]
 
 
 @dataclass(frozen=True)

@@ -217,7 +217,7 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
         StructType,
     )
 
-    from eventpipe.processing.paths import is_json_text, reference
+    from eventpipe.processing.fields import is_json_text, reference
 
     def value_at(path: str) -> Column:
         steps = _steps(path)
@@ -283,15 +283,12 @@ def _matches(product: Product, values: dict[str, Column]) -> Column:
     return check
 
 
-KEY = reserved.PREFIX + "_key"
-"""Columns a metered table has beside the event's own: its key as text,"""
-ORDER_AT = reserved.PREFIX + "_order_at"
-"""the time that orders the events of one key (``order_by``, else ``_timestamp``),"""
-WINDOW_AT = reserved.PREFIX + "_window_at"
-"""the time that places it in the lookback window (``window_by``, else ``_timestamp``),"""
-ARRIVAL = reserved.PREFIX + "_arrival"
-"""and the order it arrived in (the run's start, then its place in the run): of two
-versions with the same ``order_at``, the later arrival wins."""
+KEY, ORDER_AT, WINDOW_AT, ARRIVAL = (
+    reserved.METER_KEY,
+    reserved.METER_ORDER_AT,
+    reserved.METER_WINDOW_AT,
+    reserved.METER_ARRIVAL,
+)
 PRODUCT = "product_uid"
 
 
@@ -310,10 +307,10 @@ def route(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from eventpipe.processing.paths import column_at, field_type, json_object, reference
+    from eventpipe.processing.fields import column_at, field_type, json_object, reference
     from eventpipe.processing.transforms import live
-    from eventpipe.processing.typing import cast_to
     from eventpipe.reserved import ERROR, FILTERED, ROW, TABLE
+    from eventpipe.schema.casts import cast_to
     from eventpipe.schema.types import DataType
 
     fields = [c for c in frame.columns if c not in (TABLE, ERROR, ROW)]

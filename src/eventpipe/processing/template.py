@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, StructType
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.paths import field_type, reference
+from eventpipe.processing.fields import field_type, reference
 from eventpipe.reserved import RESERVED_PATTERN
 from eventpipe.schema.naming import MAX_NAME_LENGTH, table_name
 

@@ -34,7 +34,7 @@ from pyspark.sql.types import StructType
 
 from eventpipe.config import Config, DestinationConfig, TransformStep
 from eventpipe.errors import ConfigError, first_line
-from eventpipe.processing.paths import assign
+from eventpipe.processing.fields import assign
 from eventpipe.reserved import ERROR, FILTERED, ROW, TABLE
 
 if TYPE_CHECKING:

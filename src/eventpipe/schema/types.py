@@ -35,6 +35,8 @@ from collections.abc import Iterable
 from enum import StrEnum
 from typing import Any
 
+from eventpipe.errors import ConfigError
+
 
 class DataType(StrEnum):
     BOOL = "BOOL"
@@ -122,3 +124,34 @@ def json_type(value: Any) -> DataType | None:
     if isinstance(value, list):
         return DataType.STRING
     raise TypeError(f"{type(value).__name__} is not a JSON leaf value")
+
+
+_TYPE_ALIASES: dict[DataType, tuple[str, ...]] = {
+    DataType.BOOL: ("bool", "boolean"),
+    DataType.INT64: ("int64", "int", "integer", "bigint", "long", "smallint", "tinyint"),
+    DataType.INT128: ("int128", "hugeint", "bignumeric"),
+    DataType.FLOAT64: ("float64", "float", "double", "double precision", "real", "numeric",
+                       "decimal"),
+    DataType.TIMESTAMP: ("timestamp", "timestamptz", "datetime", "timestamp with time zone"),
+    DataType.STRING: ("string", "text", "varchar", "character varying", "json", "jsonb"),
+}  # fmt: skip
+_BY_ALIAS = {alias: t for t, aliases in _TYPE_ALIASES.items() for alias in aliases}
+_PARAMETERS = re.compile(r"\s*\(.*\)\s*$")
+_WHOLE_DECIMAL = re.compile(r"^(numeric|decimal)\s*\(\s*\d+\s*,\s*0\s*\)$")
+"""``numeric(38,0)``: a decimal without a fraction holds integers (INT128)."""
+
+
+def parse_type(text: str, *, where: str = "type") -> DataType:
+    """A lattice type from a name: ``INT64``, ``bigint``, ``varchar(255)``, ``numeric(38,18)``.
+
+    Parameters in parentheses are accepted and ignored: eventpipe picks each destination's
+    SQL type for the lattice type (docs/pipeline.md). The one exception: a decimal of
+    scale 0 (``numeric(38,0)``) is INT128, any other decimal FLOAT64.
+    """
+    if _WHOLE_DECIMAL.match(text.strip().lower()):
+        return DataType.INT128
+    key = _PARAMETERS.sub("", text).strip().lower()
+    if key not in _BY_ALIAS:
+        known = ", ".join(t.value for t in DataType)
+        raise ConfigError(f"{where}: unknown type {text!r} (use one of {known}, or a SQL alias)")
+    return _BY_ALIAS[key]

@@ -165,7 +165,7 @@ _MADE: set[tuple[str, str]] = set()
 
 class PostgresDatabase:
     def __init__(self, dsn: str, schema: str) -> None:
-        from eventpipe.destinations.postgres import redacted
+        from eventpipe.errors import redacted
 
         self.dsn = dsn
         self.schema = schema

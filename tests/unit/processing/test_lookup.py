@@ -10,7 +10,7 @@ import pytest
 
 from eventpipe.errors import ConfigError
 from eventpipe.processing import lookup
-from eventpipe.processing.paths import set_path
+from eventpipe.processing.fields import set_path
 
 CHROME = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "

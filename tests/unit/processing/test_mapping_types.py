@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.mapping import parse_type
-from eventpipe.schema.types import DataType
+from eventpipe.schema.types import DataType, parse_type
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from eventpipe.processing.flatten import flatten
-from eventpipe.processing.typing import column_types, staged_column_types, token_types
+from eventpipe.processing.inference import column_types, staged_column_types, token_types
 from eventpipe.schema.types import DataType
 
 S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
@@ -133,7 +133,7 @@ def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
 
     from pyspark.sql import functions as fn
 
-    from eventpipe.processing.typing import cast_to
+    from eventpipe.schema.casts import cast_to
 
     frame = spark.createDataFrame(
         [(True, 5, 1.5, "x", datetime(2026, 11, 21, 10)),
@@ -167,7 +167,7 @@ def test_conversions_to_and_from_int128_keep_every_digit(spark: Any) -> None:
 
     from pyspark.sql import functions as fn
 
-    from eventpipe.processing.typing import cast_to
+    from eventpipe.schema.casts import cast_to
 
     big = Decimal(2**64 + 1)
     frame = spark.createDataFrame(

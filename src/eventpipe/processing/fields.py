@@ -1,8 +1,5 @@
-"""JSON pointers (RFC 6901) onto nested Spark frames: read a field, set a field.
-
-Config names fields by JSON pointer: ``/eventn_ctx/user_agent``. ``~1`` is ``/`` and ``~0``
-is ``~`` inside a key. A text without a leading ``/`` is read as a pointer all the same
-(``a/b`` is ``/a/b``), as seed 1 allows ``dst: just_field_name``.
+"""Fields of nested Spark frames at JSON pointers (schema/pointers.py): read a field, set
+a field, and the fields that hold JSON text (arrays, read as the text they were sent as).
 """
 
 from __future__ import annotations
@@ -13,7 +10,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructField, StructType
 
-from eventpipe.errors import ConfigError
+from eventpipe.schema.pointers import pointer
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -74,18 +71,6 @@ def has_json_text(schema: StructType) -> bool:
         is_json_text(f) or (isinstance(f.dataType, StructType) and has_json_text(f.dataType))
         for f in schema.fields
     )
-
-
-def parse_pointer(text: str, *, where: str) -> tuple[str, ...]:
-    if text in ("", "/"):
-        raise ConfigError(f"{where}: {text!r} does not name a field")
-    body = text[1:] if text.startswith("/") else text
-    keys = tuple(k.replace("~1", "/").replace("~0", "~") for k in body.split("/"))
-    return keys
-
-
-def pointer(path: tuple[str, ...]) -> str:
-    return "".join("/" + k.replace("~", "~0").replace("/", "~1") for k in path)
 
 
 def reference(path: tuple[str, ...]) -> Column:
