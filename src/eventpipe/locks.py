@@ -1,14 +1,21 @@
-"""Single-holder process locks: an exclusive ``flock`` on a file that names its holder's pid.
+"""Process locks: an exclusive ``flock`` on a file, the one lock mechanism of eventpipe.
 
-Used for the collector's data directory (one log writer) and for the pipeline (one job
-per data directory). The kernel drops the lock when the holder dies, however it dies, so
-a stale pid in the file never blocks anyone; the pid is only there to be reported.
+* :func:`acquire` / :func:`holding`: single-holder locks that do not wait and name their
+  holder's pid: the collector's data directory (one log writer), the pipeline (one job
+  per data directory), a stream destination (one query per checkpoint).
+* :func:`waiting`: a lock taken in turn, waiting for the holder: patching a table of a
+  destination without locks of its own (files, DuckDB; PostgreSQL uses advisory locks).
+
+The kernel drops a lock when its holder dies, however it dies, so a stale pid in the file
+never blocks anyone; the pid is only there to be reported.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -59,3 +66,31 @@ def is_held(path: Path) -> bool:
     finally:
         os.close(fd)
     return False
+
+
+@contextmanager
+def holding(path: Path, busy: Callable[[int | None], Exception] | None = None) -> Iterator[None]:
+    """:func:`acquire` for the length of the block. When another process holds it:
+    ``busy(its pid)`` is raised, or LockHeldError without ``busy``."""
+    try:
+        fd = acquire(path)
+    except LockHeldError as held:
+        if busy is None:
+            raise
+        raise busy(held.pid) from None
+    try:
+        yield
+    finally:
+        os.close(fd)
+
+
+@contextmanager
+def waiting(path: Path) -> Iterator[None]:
+    """The lock for the length of the block, waiting until the holder lets it go."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

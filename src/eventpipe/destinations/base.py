@@ -14,8 +14,6 @@ TerminalError (the batch's events go to failed/ with the reason).
 
 from __future__ import annotations
 
-import fcntl
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -23,6 +21,7 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
+from eventpipe import locks
 from eventpipe.errors import TerminalError
 from eventpipe.paths import check_safe_id
 from eventpipe.schema.dialects import Dialect
@@ -202,12 +201,6 @@ def table_lock(lock_dir: Path, destination_id: str, table: str) -> Iterator[None
     advisory locks instead, which also hold across machines.
     """
     check_safe_id(destination_id, "destination id")
-    lock_dir.mkdir(parents=True, exist_ok=True)
     # Table names are sanitised ([a-z0-9_], at most 63 characters) before they get here.
-    path = lock_dir / f"patch.dst={destination_id}.table={table}.lock"
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+    with locks.waiting(lock_dir / f"patch.dst={destination_id}.table={table}.lock"):
         yield
-    finally:
-        os.close(fd)

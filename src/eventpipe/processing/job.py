@@ -231,17 +231,15 @@ class PipelineBusyError(TransientError):
 @contextmanager
 def pipeline_lock(layout: DataLayout) -> Iterator[None]:
     """One pipeline per data directory: two would plan runs over the same segments."""
-    try:
-        fd = locks.acquire(layout.locks / "pipeline.lock")
-    except locks.LockHeldError as held:
-        raise PipelineBusyError(
-            f"another pipeline (pid {held.pid or '?'}) is processing {layout.root}",
+
+    def busy(pid: int | None) -> Exception:
+        return PipelineBusyError(
+            f"another pipeline (pid {pid or '?'}) is processing {layout.root}",
             fix="wait for it, or stop it (eventpipe run includes one)",
-        ) from None
-    try:
+        )
+
+    with locks.holding(layout.locks / "pipeline.lock", busy):
         yield
-    finally:
-        os.close(fd)
 
 
 def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") -> RunReport | None:

@@ -27,7 +27,6 @@ Structured Streaming.
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import threading
 import time
@@ -292,17 +291,14 @@ def stream_lock(layout: DataLayout, dest_id: str) -> Iterator[None]:
     corrupt) one checkpoint."""
     from eventpipe.processing.job import PipelineBusyError
 
-    try:
-        fd = locks.acquire(layout.locks / f"stream.dst={dest_id}.lock")
-    except locks.LockHeldError as held:
-        raise PipelineBusyError(
-            f"stream destination {dest_id} is already running (pid {held.pid or '?'})",
+    def busy(pid: int | None) -> Exception:
+        return PipelineBusyError(
+            f"stream destination {dest_id} is already running (pid {pid or '?'})",
             fix="stop the other eventpipe process or run",
-        ) from None
-    try:
+        )
+
+    with locks.holding(layout.locks / f"stream.dst={dest_id}.lock", busy):
         yield
-    finally:
-        os.close(fd)
 
 
 def run_once(spark: SparkSession, config: Config) -> None:
