@@ -76,7 +76,9 @@ def retry_transient(
     doubling up to ``max_delay``; ``attempts`` in all (None: until it succeeds). The last
     TransientError is raised when the attempts run out; other errors, and the ``unless``
     kinds, at once."""
-    delay = first_delay
+    from eventpipe.retry import Backoff
+
+    backoff = Backoff(first_delay, max_delay, jitter=False)
     attempt = 1
     while True:
         try:
@@ -84,12 +86,12 @@ def retry_transient(
         except TransientError as exc:
             if isinstance(exc, unless) or (attempts is not None and attempt >= attempts):
                 raise
+            delay = backoff.wait() or 0.0  # no deadline: always a wait
             (log or logging.getLogger("eventpipe")).warning(
                 "%s; retrying in %.0f s (attempt %d%s)", exc.message, delay, attempt + 1,
                 f" of {attempts}" if attempts else "",
             )  # fmt: skip
             sleep(delay)
-            delay = min(delay * 2, max_delay)
             attempt += 1
 
 

@@ -51,7 +51,6 @@ import enum
 import gzip
 import logging
 import os
-import random
 import threading
 import time
 import uuid
@@ -62,6 +61,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
+
+from eventpipe.retry import Backoff
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -395,8 +396,12 @@ class Delivery:
             headers["Content-Encoding"] = "gzip"
         if self._progress is not None:
             self._progress.sending(session.key, events)
-        started = self._clock()
-        delay = s.retry_initial_seconds
+        backoff = Backoff(
+            s.retry_initial_seconds, s.retry_max_seconds, clock=self._clock,
+            max_elapsed=s.retry_max_elapsed_seconds if s.give_up_at is None else None,
+            deadline=s.give_up_at,
+        )  # fmt: skip
+        backoff.start()  # the time allowed counts from the first attempt
         timed_out = False
         while True:
             try:
@@ -423,16 +428,11 @@ class Delivery:
             if status and (not retried or status in NEVER_TRANSIENT):
                 return _Outcome.REFUSED, reason, timed_out
             retry_after = _retry_after(response_headers.get("retry-after")) or 0.0
-            wait = max(random.uniform(delay / 2, delay), retry_after)
-            elapsed = self._clock() - started + wait
-            if (
-                elapsed > s.retry_max_elapsed_seconds
-                if s.give_up_at is None
-                else time.time() + wait > s.give_up_at
-            ):
+            wait = backoff.wait(retry_after)
+            if wait is None:
                 gave_up = f"{reason} (gave up after {s.retry_max_elapsed_seconds:.0f} s)"
                 return _Outcome.FAILED, gave_up, timed_out
-            if s.hold_seconds is not None and elapsed > s.hold_seconds:
+            if s.hold_seconds is not None and backoff.elapsed() + wait > s.hold_seconds:
                 log.warning("%s session %s: %s; handed back to wait outside the task",
                             s.destination, sid, reason)  # fmt: skip
                 with self._lock:
@@ -443,7 +443,6 @@ class Delivery:
             log.warning("%s session %s: %s; retrying in %.1f s", s.destination, sid, reason,
                         wait)  # fmt: skip
             self._sleep(wait)
-            delay = min(delay * 2, s.retry_max_seconds)
 
     def _http_post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
         import httpx

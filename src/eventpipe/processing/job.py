@@ -22,7 +22,6 @@ import itertools
 import json
 import logging
 import os
-import random
 import shutil
 import threading
 import time
@@ -77,6 +76,7 @@ from eventpipe.reserved import (
     SEGMENT,
     TABLE,
 )
+from eventpipe.retry import Backoff
 from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
@@ -1367,8 +1367,8 @@ def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target:
         run=run.run_id, hold_seconds=hold,
     )  # fmt: skip
     give_up_at: float | None = None
+    backoff: Backoff | None = None
     stats: dict[str, float] = {}
-    delay = dest.retry_initial_seconds
     with _step(f"{dest_id}: send"):
         while True:
             shutdown.check(f"sending to {dest_id}")
@@ -1378,15 +1378,18 @@ def _send(staged: DataFrame, columns: list[str], where: Path, run: _Run, target:
                 break
             # The API keeps failing: wait here, where no Spark slot is held, then send
             # what is left (progress records skip what was delivered).
-            if give_up_at is None:  # counted from the first try of the failing request
+            if give_up_at is None or backoff is None:  # from the failing request's first try
                 give_up_at = time.time() - hold + dest.retry_max_elapsed_seconds
                 settings = replace(settings, give_up_at=give_up_at)
-            wait = max(random.uniform(delay / 2, delay), attempt["retry_after"])
-            wait = max(0.0, min(wait, give_up_at - time.time()))
+                backoff = Backoff(dest.retry_initial_seconds, dest.retry_max_seconds,
+                                  deadline=give_up_at)  # fmt: skip
+            # Past the deadline: one last attempt at it, where the tasks give up.
+            wait = backoff.wait(attempt["retry_after"])
+            if wait is None:
+                wait = max(0.0, give_up_at - time.time())
             log.warning("%s: %d event(s) wait for the API; sending again in %.1f s", dest_id,
                         attempt["unsent"], wait)  # fmt: skip
             run.pause(wait)
-            delay = min(delay * 2, dest.retry_max_seconds)
     # What was delivered and what failed, by this attempt and any earlier one of the run.
     totals = Progress(progress).totals()
     if totals.failed:

@@ -50,6 +50,7 @@ from eventpipe.errors import retry_transient
 from eventpipe.events import utc_now
 from eventpipe.log import tail
 from eventpipe.paths import DataLayout
+from eventpipe.retry import Backoff
 from eventpipe.state.store import micro_batch
 
 if TYPE_CHECKING:
@@ -337,7 +338,7 @@ class StreamSupervisor:
             thread.start()
 
     def _keep(self, dest_id: str) -> None:
-        delay = 1.0
+        backoff = Backoff(1.0, 60.0, jitter=False)
         while not self._stop.is_set():
             started = time.monotonic()
             try:
@@ -351,10 +352,10 @@ class StreamSupervisor:
                 if self._stop.is_set():
                     return
                 if time.monotonic() - started >= HEALTHY_SECONDS:
-                    delay = 1.0
+                    backoff.reset()
+                delay = backoff.wait() or 0.0  # no deadline: always a wait
                 log.error("stream %s stopped: %s; restarting in %.0f s", dest_id, exc, delay)
                 self._stop.wait(delay)
-                delay = min(delay * 2, 60.0)
 
     def stop(self) -> None:
         self._stop.set()
