@@ -116,7 +116,8 @@ def process(config_path: Path | None, once: bool) -> None:
 
     from eventpipe.errors import retry_transient
     from eventpipe.processing import shutdown, stream
-    from eventpipe.processing.job import PipelineBusyError, process_pending
+    from eventpipe.processing.job import process_pending
+    from eventpipe.processing.run import PipelineBusyError
     from eventpipe.processing.spark import start_session
 
     config = _load(config_path).config
@@ -173,7 +174,7 @@ def replay() -> None:
 def replay_failed_command(config_path: Path | None, destination_id: str) -> None:
     """Replay data/failed/failed.dst=ID.log: what loads leaves failed/ (archived), what
     fails again stays there with its new error."""
-    from eventpipe.processing.job import replay_failed
+    from eventpipe.processing.replay import replay_failed
 
     config = _load(config_path).config
     config.destination(destination_id)
@@ -426,7 +427,7 @@ def log_show(
         return
     import orjson
 
-    from eventpipe.processing.job import preview
+    from eventpipe.processing.preview import preview
     from eventpipe.reserved import FILTERED
 
     config.destination(destination_id)
@@ -657,7 +658,7 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     """Run one read-only query on a destination (DuckDB; PostgreSQL in its schema;
     Parquet tables as DuckDB views) and print a table. Writes, several statements and
     reading other files are refused."""
-    from eventpipe.processing.job import open_destination
+    from eventpipe.processing.run import open_destination
 
     config = _load(config_path).config
     candidates = dict(config.destinations)

@@ -148,7 +148,7 @@ def test_status_shows_backlog_loads_failures_and_skips(spark: Any, tmp_path: Pat
 def test_one_pipeline_per_data_directory(start_collector: Any, spark: Any) -> None:
     import pytest
 
-    from eventpipe.processing.job import PipelineBusyError, pipeline_lock
+    from eventpipe.processing.run import PipelineBusyError, pipeline_lock
 
     c = start_collector()
     _post(c, [{"event_id": "x"}], server=True)
@@ -204,7 +204,8 @@ def test_a_resumed_run_writes_each_failed_event_once(
 ) -> None:
     import pytest
 
-    from eventpipe.processing import job
+    from eventpipe.processing import load
+    from eventpipe.processing.run import DestinationsFailingError
 
     c = start_collector()
     _post(c, [{"event_id": "ok"}, {"event_id": "bad", "_timestamp": "x"}], server=True)
@@ -212,17 +213,17 @@ def test_a_resumed_run_writes_each_failed_event_once(
     [segment] = c.layout.sealed_segments()
     with segment.open("ab") as out:
         out.write(b"not json\n")
-    real = job._load_files
+    real = load.load_files
 
     def crash(*args: Any, **kwargs: Any) -> int:
         raise RuntimeError("crash during the load")
 
-    monkeypatch.setattr(job, "_load_files", crash)
+    monkeypatch.setattr(load, "load_files", crash)
     # An error in a destination's part stops that destination (it may be its events':
     # a second one in the same run isolates them); the run resumes next time.
-    with pytest.raises(job.DestinationsFailingError, match="crash during the load"):
+    with pytest.raises(DestinationsFailingError, match="crash during the load"):
         process_once(c.config, spark)
-    monkeypatch.setattr(job, "_load_files", real)
+    monkeypatch.setattr(load, "load_files", real)
     report = process_once(c.config, spark)
     assert report is not None
     assert report.resumed
@@ -239,10 +240,10 @@ def test_failed_events_are_found_by_their_ids_few_or_many(
 ) -> None:
     """Failed rows are joined with their events by a broadcast of their ids when they
     are few, and by a sort-merge join when there are more (2 here): the same failed/."""
-    from eventpipe.processing import job
+    from eventpipe.processing import failures
     from tests.conftest import make_config
 
-    monkeypatch.setattr(job, "BROADCAST_FAILED", broadcast_up_to)
+    monkeypatch.setattr(failures, "BROADCAST_FAILED", broadcast_up_to)
     data = tmp_path / "data"
     (data / "incoming").mkdir(parents=True)
     events = [{"n": n, "_timestamp": f"2026-11-{n + 1:02d}T10:00:00Z"} for n in range(6)]

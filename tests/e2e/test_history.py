@@ -10,7 +10,8 @@ from typing import Any
 import orjson
 import pytest
 
-from eventpipe.processing.job import DestinationsFailingError, process_pending
+from eventpipe.processing.job import process_pending
+from eventpipe.processing.run import DestinationsFailingError
 from eventpipe.processing.version import code_version
 from eventpipe.state.store import TableRun, open_state
 from tests.conftest import make_config

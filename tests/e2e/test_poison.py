@@ -12,8 +12,9 @@ import orjson
 import psycopg
 import pytest
 
-from eventpipe.processing import job
-from eventpipe.processing.job import DestinationsFailingError, process_once, process_pending
+from eventpipe.processing import load
+from eventpipe.processing.job import process_once, process_pending
+from eventpipe.processing.run import DestinationsFailingError
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
 
@@ -37,7 +38,7 @@ def test_events_a_duckdb_check_refuses_go_to_failed_and_the_rest_loads(
     c.layout.warehouse.parent.mkdir(parents=True, exist_ok=True)
     with duckdb.connect(str(c.layout.warehouse)) as db:
         db.execute("CREATE TABLE events (event_id VARCHAR, amount BIGINT CHECK (amount >= 0))")
-    monkeypatch.setattr(job, "PART_ROWS", 64)  # several parts, some of them refused
+    monkeypatch.setattr(load, "PART_ROWS", 64)  # several parts, some of them refused
     negative = {5, 77, 150}
     _post(c, _events(200, negative), server=True)
     _seal(c)
@@ -65,7 +66,7 @@ def test_a_resumed_load_in_parts_loads_nothing_twice(
     c.layout.warehouse.parent.mkdir(parents=True, exist_ok=True)
     with duckdb.connect(str(c.layout.warehouse)) as db:
         db.execute("CREATE TABLE events (event_id VARCHAR, amount BIGINT CHECK (amount >= 0))")
-    monkeypatch.setattr(job, "PART_ROWS", 32)
+    monkeypatch.setattr(load, "PART_ROWS", 32)
     _post(c, _events(100, {3, 90}), server=True)
     _seal(c)
 

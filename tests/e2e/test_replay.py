@@ -9,7 +9,8 @@ from typing import Any
 import orjson
 
 from eventpipe.config import DestinationConfig
-from eventpipe.processing.job import process_once, replay_failed
+from eventpipe.processing.job import process_once
+from eventpipe.processing.replay import replay_failed
 from tests.conftest import read_lines
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 

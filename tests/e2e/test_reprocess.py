@@ -24,7 +24,8 @@ from eventpipe.config import Config
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import ConfigError
 from eventpipe.processing import reprocess as rp
-from eventpipe.processing.job import process_pending, replay_failed
+from eventpipe.processing.job import process_pending
+from eventpipe.processing.replay import replay_failed
 from eventpipe.processing.version import code_version
 from eventpipe.state.store import StateStore, open_state
 from tests.conftest import make_config

@@ -184,7 +184,7 @@ def test_a_changed_python_transform_changes_the_code_version(
 
 def test_a_runs_report_names_the_filtered_events(capsys: pytest.CaptureFixture[str]) -> None:
     from eventpipe.cli import _print_report
-    from eventpipe.processing.job import RunReport
+    from eventpipe.processing.run import RunReport
 
     report = RunReport("run-1", ("s1",), False, loaded={("billing", "usage"): 2},
                        filtered={"billing": 3, "other": 0},

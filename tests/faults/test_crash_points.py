@@ -37,7 +37,7 @@ from eventpipe.archive.verify import verify
 from eventpipe.config import Config
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.destinations.postgres import PostgresDestination
-from eventpipe.processing import job
+from eventpipe.processing import archiving
 from eventpipe.processing.job import process_pending
 from eventpipe.state.store import StateStore, open_state
 from tests.conftest import make_config
@@ -81,7 +81,7 @@ class CrashPoints:
             (load[0], load[1], "before and after a load"),
             (StateStore, "record", "before and after a status record"),
             (StateStore, "finish_run", "before a run is marked"),
-            (job, "archive_segment", "before and after a segment is archived"),
+            (archiving, "archive_segment", "before and after a segment is archived"),
             (archive_write, "write_segment", "before and after its archive files are written"),
         ]
         for owner, name, _ in points:

@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from eventpipe.processing import job
-from eventpipe.processing.job import DestinationsFailingError, process_once
+from eventpipe.processing import shape
+from eventpipe.processing.job import process_once
+from eventpipe.processing.run import DestinationsFailingError
 from tests.conftest import SHOP_JS
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
@@ -17,14 +18,14 @@ from tests.e2e.test_batch_pipeline import _post, _query, _seal
 def _breaks_on_poison(monkeypatch: pytest.MonkeyPatch) -> None:
     """A step that fails for the whole batch when one of its events has a field named
     "poison": what a field that Spark's analysis cannot take does."""
-    flatten = job.flatten_mapped
+    flatten = shape.flatten_mapped
 
     def failing(frame: Any, **kwargs: Any) -> Any:
         if "poison" in frame.columns:
             raise ValueError("[AMBIGUOUS_REFERENCE] Reference `poison` is ambiguous")
         return flatten(frame, **kwargs)
 
-    monkeypatch.setattr(job, "flatten_mapped", failing)
+    monkeypatch.setattr(shape, "flatten_mapped", failing)
 
 
 def test_a_batch_that_fails_twice_is_isolated_event_by_event(
@@ -83,7 +84,7 @@ def test_a_stream_micro_batch_that_fails_twice_is_isolated_and_a_replay_too(
     from pyspark.errors import StreamingQueryException
 
     from eventpipe.processing import stream
-    from eventpipe.processing.job import replay_failed
+    from eventpipe.processing.replay import replay_failed
 
     c = start_collector(destinations={"warehouse": {"type": "duckdb", "mode": "stream"}})
     events = [{"n": n, "event_id": f"e{n}"} for n in range(6)]

@@ -1,1 +1,1 @@
-"""The Spark batch pipeline: each step a function DataFrame -> DataFrame; job.py chains them."""
+"""The Spark pipeline: the batch job's steps (job.py lists them), streams, replay, reprocess."""

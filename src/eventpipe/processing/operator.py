@@ -21,13 +21,12 @@ from typing import TYPE_CHECKING
 from eventpipe.errors import ConfigError, EventpipeError
 from eventpipe.log.inspect import Position, segment_file, segment_id
 from eventpipe.paths import count_lines
-from eventpipe.processing.job import (
+from eventpipe.processing.archiving import archive_segments
+from eventpipe.processing.job import close_run, execute_run
+from eventpipe.processing.run import (
     DestinationsFailingError,
     RunReport,
-    archive_segments,
     batch_destinations,
-    close_run,
-    execute_run,
     pipeline_lock,
 )
 from eventpipe.processing.version import code_version

@@ -74,14 +74,14 @@ from eventpipe.errors import ConfigError, TerminalError
 from eventpipe.files import replacing
 from eventpipe.paths import is_uri
 from eventpipe.processing import shutdown
-from eventpipe.processing.job import (
+from eventpipe.processing.failures import rebuild_failures
+from eventpipe.processing.job import run_job
+from eventpipe.processing.run import (
     Rebuild,
     RunReport,
-    _run_job,
     batch_destinations,
     open_destination,
     pipeline_lock,
-    rebuild_failures,
 )
 from eventpipe.processing.version import code_version
 from eventpipe.schema.diff import Table, TablePatch, diff
@@ -418,7 +418,7 @@ def rebuild(
         paths = [str(p) for p in _inputs(config, run_id, group.sources)]
         only = config.model_copy(update={"destinations": {dest_id: dest}})
         report = RunReport(run_id, (entry,), resumed)
-        _run_job(spark, only, run_id, {dest_id: (entry,)}, paths, state, report,
+        run_job(spark, only, run_id, {dest_id: (entry,)}, paths, state, report,
                  rebuild=Rebuild(group.days, lambda d: Shadowed(d, run_id)))  # fmt: skip
     shutdown.check(f"the swap of {group.label}")
     loaded = state.loaded_tables(entry, dest_id)

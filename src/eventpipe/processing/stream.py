@@ -278,7 +278,7 @@ def _planned_end(checkpoint: Path, epoch: int) -> dict[str, int]:
 
 def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
     """The micro-batch's lines, gzipped into the archive (``files`` removed)."""
-    from eventpipe.processing.job import compress
+    from eventpipe.processing.archiving import compress
 
     stamp = utc_now().strftime("%Y-%m-%dT%H-%M-%S.%f")
     target = layout.archive / stamp[:10] / f"streaming-archive.dst={dest_id}-{stamp}.log.gz"
@@ -290,7 +290,7 @@ def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
 def stream_lock(layout: DataLayout, dest_id: str) -> Iterator[None]:
     """One streaming query per destination and data directory: two would share (and
     corrupt) one checkpoint."""
-    from eventpipe.processing.job import PipelineBusyError
+    from eventpipe.processing.run import PipelineBusyError
 
     def busy(pid: int | None) -> Exception:
         return PipelineBusyError(
@@ -304,7 +304,7 @@ def stream_lock(layout: DataLayout, dest_id: str) -> Iterator[None]:
 
 def run_once(spark: SparkSession, config: Config) -> None:
     """Every stream destination, up to what the log holds now (``process --once``)."""
-    from eventpipe.processing.job import stream_ids
+    from eventpipe.processing.run import stream_ids
 
     for dest_id in stream_ids(config):
         with stream_lock(config.layout, dest_id):
@@ -325,7 +325,7 @@ class StreamSupervisor:
         self.spark = spark
         self.config = config
         self._stop = threading.Event()
-        from eventpipe.processing.job import stream_ids
+        from eventpipe.processing.run import stream_ids
 
         self._threads = [
             threading.Thread(target=self._keep, args=(d,), name=f"stream-{d}", daemon=True)

@@ -1,0 +1,393 @@
+"""Load: per table, the patch under the table's lock, values converted to the table's
+types, one atomic idempotent load; a load the database refuses is split to find the
+events that cause it (poison events)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
+
+from eventpipe.config import MeteringConfig
+from eventpipe.destinations.base import Destination, LoadRequest, Metered
+from eventpipe.errors import TerminalError, TransientError
+from eventpipe.events import Stage
+from eventpipe.files import replacing_path, write_file
+from eventpipe.processing import metering, shutdown
+from eventpipe.processing.flatten import Flat
+from eventpipe.processing.inference import staged_column_types
+from eventpipe.reserved import (
+    ERROR,
+    ROW,
+    TABLE,
+)
+from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
+from eventpipe.schema.diff import Table, diff
+from eventpipe.schema.naming import UNMAPPED_COLUMN
+from eventpipe.schema.types import DataType
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+from eventpipe.processing.failures import fail_once
+from eventpipe.processing.read import staging_writer
+from eventpipe.processing.run import RunContext, Target, ref, step
+from eventpipe.processing.shape import (
+    StagedTable,
+    staged_table,
+    type_mixes,
+    with_overflow,
+    within_max_columns,
+)
+
+log = logging.getLogger("eventpipe.processing")
+
+
+def keep_newest(destination: Destination, metered: MeteringConfig, started: datetime) -> int:
+    """Metering: of each key in the window, only the newest version's rows stay, across
+    the destination's two tables; returns the rows removed. The columns it compares by
+    are added where a batch left them out (all null: an event with no time is before
+    every window)."""
+    tables = (metered.table, metered.unclassified_table)
+    wanted = {
+        metering.KEY: DataType.STRING,
+        metering.ORDER_AT: DataType.TIMESTAMP,
+        metering.WINDOW_AT: DataType.TIMESTAMP,
+        metering.ARRIVAL: DataType.STRING,
+    }
+    for table in tables:
+        if (current := destination.describe(table)) is not None:
+            destination.patch(diff(current, Table(table, wanted)))
+    with step(f"{destination.id}: keep each key's newest version"):
+        removed = cast("Metered", destination).keep_newest(tables, metered.window_start(started))
+    log.info("%s: %d row(s) of older versions removed", destination.id, removed)
+    return removed
+
+
+def load_tables(
+    staged: DataFrame,
+    counts: dict[str, int],
+    where: Path,
+    columns: list[str],
+    flat: Flat,
+    event_schema: StructType,
+    name: Column,
+    run: RunContext,
+    target: Target,
+) -> None:
+    """Type the destination's staged rows per table, then patch and load each table."""
+    dest_id = target.id
+    assert target.destination is not None
+    with step(f"{dest_id}: type {len(columns)} column(s)"):
+        batch = staged_column_types(
+            where / "flat", staged, TABLE, columns, known_text=run.lookups.text_columns(dest_id)
+        )  # fmt: skip
+    if batch.mixed:
+        with step(f"{dest_id}: bool/number mixes in {len(batch.mixed)} table(s)"):
+            type_mixes(batch, run, target, event_schema, name)
+    pending = [
+        (table, types)
+        for table, types in sorted(batch.types.items())
+        if not run.state.table_ok(target.segments, dest_id, table)  # else loaded by an earlier try
+    ]
+
+    def load(item: tuple[str, dict[str, DataType]]) -> int:
+        table, types = item
+        shutdown.check(f"the load of {dest_id}.{table}")
+        return _load_table(staged_table(staged, where, table), run, target, types, flat)
+
+    # Tables are independent batches: a destination that takes loads in parallel gets
+    # them on that many threads (their Spark work and their connections). The state
+    # store is written here, in order, by this thread only.
+    parallel = target.destination.parallel_loads
+    tables = f"{dest_id}: {len(pending)} table(s) on {parallel} thread(s)"
+    if run.ahead is not None:
+        run.ahead.begin()
+    with step(tables), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
+            run.state.record(target.segments, dest_id, table, ok=True, rows=rows,
+                             run_id=run.run_id)  # fmt: skip
+
+
+class _StaleSchema(Exception):
+    """A load failed with a table schema kept in memory: read it again, retry once."""
+
+
+def _load_table(
+    staged: StagedTable,
+    run: RunContext,
+    target: Target,
+    batch_types: dict[str, DataType],
+    flat: Flat,
+) -> int:
+    """Convert, patch and load one table; rows that fail go to failed/. When the load
+    fails with the schema from memory (a stream's), the table's schema is read from the
+    destination and the load retried once."""
+    assert target.destination is not None  # a table destination
+    described = target.schemas.describe(target.destination, staged.name)
+    try:
+        return _load_table_as(staged, run, target, batch_types, flat, described.table,
+                              retry_stale=described.cached)  # fmt: skip
+    except _StaleSchema as stale:
+        log.warning("%s.%s: load failed with the schema kept in memory (%s); read again, "
+                    "retrying once", target.id, staged.name, stale)  # fmt: skip
+        target.schemas.forget(staged.name)
+        fresh = target.schemas.describe(target.destination, staged.name)
+        return _load_table_as(staged, run, target, batch_types, flat, fresh.table,
+                              retry_stale=False)  # fmt: skip
+
+
+def _load_table_as(
+    staged: StagedTable,
+    run: RunContext,
+    target: Target,
+    batch_types: dict[str, DataType],
+    flat: Flat,
+    existing: Table | None,
+    *,
+    retry_stale: bool,
+) -> int:
+    """``_load_table`` for the table as ``existing``; raises _StaleSchema when
+    ``retry_stale`` and the load fails (nothing written to failed/ yet)."""
+    dest_id, dest = target.id, target.config
+    layout, run_id = run.layout, run.run_id
+    table, frame = staged.name, staged.frame
+
+    wanted = {c: flat.explicit.get(c, t) for c, t in batch_types.items()}
+    kept, overflow = within_max_columns(wanted, existing, dest.max_columns, flat.explicit)
+    targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in kept.items()}
+    spark_types = {f.name: f.dataType for f in frame.schema.fields}
+    missing_key = [c for c in dest.primary_key if c not in targets]
+    if (
+        not overflow
+        and not missing_key
+        and all(spark_types[c] == SPARK_TYPES[t] for c, t in targets.items())
+    ):
+        # Staged with the types it loads with (the common case): the partition's own files
+        # are loaded, without a conversion pass.
+        return _load_files(staged, run, target, existing, targets, frame, retry_stale)
+    converted = {c: cast_to(ref(c), targets[c], spark_types[c]) for c in kept}
+    if overflow:
+        converted[UNMAPPED_COLUMN] = with_overflow(frame, overflow, flat.pointers)
+        targets[UNMAPPED_COLUMN] = DataType.STRING
+    # A value that does not convert to its column's type sends its event to failed/,
+    # naming the column (schema/diff.py); nothing is silently nulled.
+    problems: list[Column] = [
+        conversion_problem(ref(c), c, targets[c], converted[c])
+        for c in kept
+        if spark_types[c] != SPARK_TYPES[targets[c]]
+    ]
+    if missing_key:
+        problems.append(F.lit(f"primary key column(s) {', '.join(missing_key)} missing"))
+    staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
+    ok = checked = staging_rows = frame
+    observed = Observation()
+    if problems:
+        checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
+        ok = checked.filter(F.col(ERROR) == "")
+        # The failed rows are counted during the write: none (the usual case), no pass.
+        failing = F.count_if(F.col(ERROR) != "").alias("failed")
+        staging_rows = checked.observe(observed, failing).filter(F.col(ERROR) == "")
+    with step(f"{dest_id}.{table}: convert and stage"):
+        # With the row ids: rows a destination rejects are found by them (_load_files).
+        rows = staging_rows.select(ROW, *(value.alias(c) for c, value in converted.items()))
+        staging_writer(rows).parquet(str(staging))
+    files = tuple(sorted(staging.glob("*.parquet")))
+    loaded = _load_files(StagedTable(table, frame, files), run, target, existing, targets, ok,
+                         retry_stale)  # fmt: skip
+    if problems and observed.get["failed"]:
+        # After the load: a load retried with a fresh schema converts them again.
+        fail_once(checked.filter(F.col(ERROR) != ""), run, dest_id, f"table={table}",
+                   table=table, stage=Stage.LOADING)  # fmt: skip
+    return loaded
+
+
+def _load_files(
+    staged: StagedTable,
+    run: RunContext,
+    target: Target,
+    existing: Table | None,
+    targets: dict[str, DataType],
+    ok: DataFrame,
+    retry_stale: bool,
+) -> int:
+    """Patch the table (as ``existing``) for ``targets`` and load ``staged.files``; on a
+    terminal error the events of ``ok`` go to failed/ with it (``retry_stale``: raise
+    _StaleSchema instead)."""
+    dest_id, dest, destination = target.id, target.config, target.destination
+    assert destination is not None  # a table destination
+    report, run_id, table = run.report, run.run_id, staged.name
+    patch = diff(existing, Table(table, targets, dest.primary_key))
+    destination.patch(patch)
+    if not patch.empty:
+        target.schemas.forget(table)  # read again next time: others may have added more
+    request = LoadRequest(
+        table, f"{run_id}:{dest_id}:{table}", staged.files, targets, dest.primary_key
+    )
+    parts = Parts(run.layout.tmp / run_id / f"dst={dest_id}" / f"table={table}.parts")
+    if parts.started:  # an earlier try of the run was loading it in parts: go on
+        return _load_in_parts(parts, request, run, target, ok, parts.error)
+    try:
+        with step(f"{dest_id}.{table}: load"):
+            result = destination.load(request)
+    except TerminalError as exc:
+        if retry_stale:
+            raise _StaleSchema(exc.message) from exc
+        return _load_in_parts(parts, request, run, target, ok, exc.message)
+    report.loaded[(dest_id, table)] = result.rows
+    log.info("%s.%s: %d rows%s", dest_id, table, result.rows,
+             " (already loaded)" if result.already_loaded else "")  # fmt: skip
+    if result.rejected:  # rows the destination could not store; the rest loaded
+        ids = _row_ids(staged.files)
+        rejected = F.broadcast(  # the smaller side of the join with the originals
+            ok.sparkSession.createDataFrame(
+                [(ids[position], why) for position, why in result.rejected],
+                f"{ROW} long, {ERROR} string",
+            )
+        )
+        fail_once(rejected, run, dest_id, f"table={table}.rejected", table=table,
+                   stage=Stage.LOADING)  # fmt: skip
+    return result.rows
+
+
+PART_ROWS = 50_000
+"""Rows of the parts a refused load is first split into (each is then halved while it is
+refused). Held in memory one at a time, read from the staged Parquet files."""
+
+
+class PoisonLimitError(TransientError):
+    """More events of one load were refused than ``max_poison_events``: the destination
+    is taken as broken (a permission, a constraint on every row), not the events."""
+
+    name = "poison_limit"
+
+
+@dataclass(frozen=True)
+class Parts:
+    """Where a table's load in parts keeps its part files (and that it started)."""
+
+    root: Path
+
+    @property
+    def started(self) -> bool:
+        return (self.root / "started").exists()
+
+    @property
+    def error(self) -> str:
+        """Why the whole batch was refused."""
+        return (self.root / "started").read_text()
+
+    def start(self, error: str) -> None:
+        write_file(self.root / "started", error)
+
+    def file(self, rows: pa.Table, first: int) -> Path:
+        """``rows`` (from position ``first``) as a Parquet file, written once."""
+        import pyarrow.parquet as pq
+
+        path = self.root / f"rows-{first:012d}-{rows.num_rows}.parquet"
+        if not path.exists():
+            with replacing_path(path) as partial:
+                pq.write_table(rows, partial)
+        return path
+
+
+def _load_in_parts(
+    parts: Parts,
+    whole: LoadRequest,
+    run: RunContext,
+    target: Target,
+    ok: DataFrame,
+    error: str,
+) -> int:
+    """Load a batch the destination refused (``error``) in parts, to find the events that
+    cause it: the batch is split into parts of PART_ROWS, and a refused part into halves,
+    down to single events; those go to failed/ with the destination's reason, the rest
+    loads. Each part is a load of its own, idempotent by its batch id (the batch's and
+    its rows), so a resumed run goes on where it stopped (``parts`` marks the batch as
+    loading in parts: it is never loaded whole again, which could double rows). More
+    refused events than ``max_poison_events``: PoisonLimitError (the destination stops).
+    """
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    dest_id, dest, table = target.id, target.config, whole.table
+    destination = target.destination
+    assert destination is not None  # a table destination
+    if not parts.started:
+        log.warning("%s.%s: load refused (%s); loading it in parts to find the events "
+                    "that cause it", dest_id, table, error)  # fmt: skip
+        parts.start(error)
+    loaded, loads = 0, 0
+    poison: list[tuple[int, str]] = []
+
+    def attempt(rows: pa.Table, first: int, refused: str | None) -> None:
+        nonlocal loaded, loads
+        if refused is None:
+            shutdown.check(f"a part of {dest_id}.{table}")
+            request = replace(whole, batch_id=f"{whole.batch_id}:rows={first}+{rows.num_rows}",
+                              files=(parts.file(rows, first),))  # fmt: skip
+            loads += 1
+            try:
+                result = destination.load(request)
+            except TerminalError as exc:
+                refused = exc.message
+            else:
+                loaded += result.rows
+                ids = rows.column(ROW).to_pylist()
+                poison.extend((ids[position], why) for position, why in result.rejected)
+                return
+        if rows.num_rows == 1:
+            poison.append((rows.column(ROW)[0].as_py(), refused))
+            if len(poison) > dest.max_poison_events:
+                raise PoisonLimitError(
+                    f"{table}: more than {dest.max_poison_events} events of one batch "
+                    f"refused, the last: {refused}",
+                    fix="repair the destination (or raise max_poison_events); the batch "
+                    "goes on where it stopped",
+                    table=table,
+                )
+            return
+        half = rows.num_rows // 2
+        attempt(rows.slice(0, half), first, None)
+        attempt(rows.slice(half), first + half, None)
+
+    total = sum(pq.ParquetFile(f).metadata.num_rows for f in whole.files)
+    with step(f"{dest_id}.{table}: load in parts"):
+        first = 0
+        for file in whole.files:
+            for batch in pq.ParquetFile(file).iter_batches(batch_size=PART_ROWS):
+                rows = pa.Table.from_batches([batch])
+                # A batch that is one part is known refused: split it at once.
+                attempt(rows, first, error if rows.num_rows == total else None)
+                first += rows.num_rows
+    log.warning("%s.%s: %d row(s) loaded in %d part(s); %d event(s) refused -> failed/",
+                dest_id, table, loaded, loads, len(poison))  # fmt: skip
+    run.report.loaded[(dest_id, table)] = loaded
+    if poison:
+        # At most max_poison_events rows: broadcast, so that Spark never builds its join
+        # on the batch's originals (it did, and ran out of driver memory at 1M events).
+        refused = F.broadcast(
+            ok.sparkSession.createDataFrame(poison, f"{ROW} long, {ERROR} string")
+        )
+        fail_once(refused, run, dest_id, f"table={table}.parts", table=table,
+                   stage=Stage.LOADING)  # fmt: skip
+    return loaded
+
+
+def _row_ids(files: Sequence[Path]) -> list[int]:
+    """The row id of each row of ``files``, in order (their ``__row`` column)."""
+    import pyarrow.parquet as pq
+
+    ids: list[int] = []
+    for file in files:
+        ids += pq.read_table(file, columns=[ROW]).column(ROW).to_pylist()
+    return ids

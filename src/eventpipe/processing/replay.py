@@ -1,0 +1,99 @@
+"""``eventpipe replay failed``: failed/ events of one destination through the pipeline
+again."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from eventpipe.config import Config
+from eventpipe.events import utc_now
+from eventpipe.files import move, replacing
+from eventpipe.state.store import (
+    open_state,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+from eventpipe.processing.archiving import compress
+from eventpipe.processing.isolation import Isolation, caused_by_data
+from eventpipe.processing.job import run_job
+from eventpipe.processing.run import RunReport, pipeline_lock
+
+log = logging.getLogger("eventpipe.processing")
+
+
+def replay_failed(config: Config, spark: SparkSession, dest_id: str) -> RunReport | None:
+    """Send the failed events of one destination through the pipeline again.
+
+    ``failed/failed.dst=<id>.log`` is first renamed to ``failed/replay/`` (new failures
+    then go to a fresh file), its events go through every step for this destination only,
+    what fails again is written to ``failed.dst=<id>.log`` with its new error, and the
+    replayed file is archived as ``archive/YYYY-MM-DD/replayed.dst=<id>.<stamp>.log.gz``.
+    An interrupted replay resumes with the same file and run id, and loads nothing twice
+    (loads are idempotent per run, destination and table). None: nothing to replay.
+    """
+    with pipeline_lock(config.layout):
+        return _replay(config, spark, dest_id)
+
+
+def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | None:
+    layout = config.layout
+    dest = config.destinations[dest_id]
+    replay_dir = layout.failed / "replay"
+    pending = sorted(replay_dir.glob(f"replaying.dst={dest_id}.*.log"))
+    if not pending:
+        source = layout.failed_destination(dest_id)
+        if not source.exists() or source.stat().st_size == 0:
+            return None
+        stamp = utc_now().strftime("%Y-%m-%dT%H-%M-%S.%f")
+        pending = [replay_dir / f"replaying.dst={dest_id}.{stamp}.log"]
+        move(source, pending[0])
+    replaying = pending[0]
+    stamp = replaying.name.removeprefix(f"replaying.dst={dest_id}.").removesuffix(".log")
+    run_id = f"replay-{dest_id}-{stamp}"
+    report = RunReport(run_id, (replaying.name,), resumed=(layout.tmp / run_id).exists())
+    events_file = layout.tmp / run_id / "events.log"
+    if not events_file.exists():
+        _extract_events(replaying, events_file)
+    state = open_state(config)
+    only = config.model_copy(update={"destinations": {dest_id: dest}})
+    try:
+        run_job(spark, only, run_id, {dest_id: (replaying.name,)}, [str(events_file)], state,
+                 report)  # fmt: skip
+    except Exception as exc:
+        if not caused_by_data(exc):
+            raise
+        # Raised the first time (the replay resumes when run again); then isolated.
+        isolation = Isolation(spark, only, run_id, dest_id, state, report)
+        if isolation.after(exc, (replaying.name,), [events_file]):
+            raise
+    archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.gz"
+    compress([replaying], archived)
+    report.archived = [archived]
+    shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
+    return report
+
+
+def _extract_events(failed_file: Path, out: Path) -> None:
+    """The ``event`` of each EventError line, one JSON object per line. Lines without one
+    (edited by hand) are counted in the log and stay in the archived failed file."""
+    import orjson
+
+    unusable = 0
+    with failed_file.open("rb") as source, replacing(out) as sink:
+        for line in source:
+            try:
+                event = orjson.loads(line).get("event")
+            except (orjson.JSONDecodeError, AttributeError):
+                event = None
+            if isinstance(event, dict):
+                sink.write(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE))
+            elif line.strip():
+                unusable += 1
+    if unusable:
+        log.warning("%s: %d line(s) hold no event to replay; kept in the archived file",
+                    failed_file.name, unusable)  # fmt: skip

@@ -1,0 +1,204 @@
+"""What every step of a run shares: its report, its context, its destinations opened,
+the step log and the pipeline lock."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, cast
+
+from eventpipe import locks
+from eventpipe.config import Config, DestinationConfig
+from eventpipe.destinations.base import Destination, Metered
+from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.errors import TransientError
+from eventpipe.events import utc_now
+from eventpipe.paths import DataLayout, is_uri
+from eventpipe.processing import metering
+from eventpipe.processing.fields import (
+    reference,
+)
+from eventpipe.processing.schemas import SchemaCache
+from eventpipe.state.store import (
+    StateStore,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame, SparkSession
+
+    from eventpipe.processing.archiving import ArchiveAhead
+    from eventpipe.processing.read import Lookups
+
+
+log = logging.getLogger("eventpipe.processing")
+
+
+TIMESTAMP = "_timestamp"
+
+
+@dataclass
+class RunReport:
+    run_id: str
+    segments: tuple[str, ...]
+    resumed: bool
+    loaded: dict[tuple[str, str], int] = field(default_factory=dict)
+    skipped: dict[str, int] = field(default_factory=dict)
+    filtered: dict[str, int] = field(default_factory=dict)
+    failed: dict[str, int] = field(default_factory=dict)
+    replaced: dict[str, int] = field(default_factory=dict)
+    """Metering: rows of earlier runs removed because this run loaded a newer version of
+    their key."""
+    corrupt: int = 0
+    archived: list[Path] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Rebuild:
+    """A reprocess run (processing/reprocess.py): only the events of ``days`` (UTC days of
+    their ``_timestamp``), loaded through ``shadow`` (the destination's shadow tables)."""
+
+    days: tuple[str, ...]
+    shadow: Callable[[Destination], Destination]
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What every step of one run shares."""
+
+    run_id: str
+    segments: tuple[str, ...]
+    """Every destination's, together (one destination's: Target.segments)."""
+    config: Config
+    state: StateStore
+    report: RunReport
+    originals: DataFrame
+    """(row id, the event's original JSON), computed only for rows that are asked for."""
+    lookups: Lookups
+    paths: tuple[str, ...]
+    """The files the run reads (segments, or the events of a replay)."""
+    catalogues: dict[str, list[metering.Product]]
+    """Each metering destination's products, read once at the start of the run."""
+    pause: Callable[[float], None] = time.sleep
+    """Waits between attempts (a stream's raises when the stream is stopping)."""
+    rebuild: Rebuild | None = None
+    started: datetime = field(default_factory=utc_now)
+    """When the run started here: metering's window and order of arrival count from it."""
+    ahead: ArchiveAhead | None = None
+    """The segments' archiving, begun when the run's Spark passes are done (load_tables)."""
+
+    @property
+    def layout(self) -> DataLayout:
+        return self.config.layout
+
+
+@dataclass(frozen=True)
+class Target:
+    """One destination of a run, opened."""
+
+    id: str
+    config: DestinationConfig
+    segments: tuple[str, ...]
+    """The segments it takes in this run (what its records are made for)."""
+    destination: Destination | None
+    """None for an http sink (no tables: events are sent, destinations/http.py)."""
+    schemas: SchemaCache
+    """Its tables' schemas (a stream's lives across micro-batches; a batch run's is new)."""
+
+
+def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> Destination:
+    layout = config.layout
+    if dest.type == "postgres":
+        from eventpipe.destinations.postgres import PostgresDestination
+
+        assert dest.dsn is not None  # checked by the config model
+        return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
+    if dest.type == "parquet":
+        from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
+
+        if dest.path is not None and is_uri(dest.path):
+            from eventpipe.processing.spark import start_session
+
+            def spark() -> SparkSession:
+                return start_session(config.spark.settings)
+
+            return SparkParquetDestination(
+                dest_id, dest.path, layout.locks, spark, partition_by=dest.partition_by
+            )
+        root = Path(dest.path) if dest.path else layout.root / "parquet"
+        return ParquetDestination(dest_id, root, layout.locks, dest.partition_by)
+    return DuckDBDestination(dest_id, Path(dest.path) if dest.path else layout.warehouse,
+                             layout.locks)  # fmt: skip
+
+
+def read_catalogues(config: Config) -> dict[str, list[metering.Product]]:
+    """The products of each metering destination of ``config``."""
+    return {
+        dest_id: metering.read_catalogue(
+            dest.metering,
+            cast("Metered", open_destination(dest_id, dest, config))
+            if dest.metering.products_table
+            else None,
+        )
+        for dest_id, dest in config.destinations.items()
+        if dest.metering is not None
+    }
+
+
+@contextmanager
+def step(what: str) -> Iterator[None]:
+    """Log a step's start and duration: progress for long runs, and where the time goes."""
+    started = time.perf_counter()
+    log.info("%s ...", what)
+    yield
+    log.info("%s: %.1f s", what, time.perf_counter() - started)
+
+
+class PipelineBusyError(TransientError):
+    """Another pipeline process is working on this data directory."""
+
+    name = "pipeline_busy"
+
+
+@contextmanager
+def pipeline_lock(layout: DataLayout) -> Iterator[None]:
+    """One pipeline per data directory: two would plan runs over the same segments."""
+
+    def busy(pid: int | None) -> Exception:
+        return PipelineBusyError(
+            f"another pipeline (pid {pid or '?'}) is processing {layout.root}",
+            fix="wait for it, or stop it (eventpipe run includes one)",
+        )
+
+    with locks.holding(layout.locks / "pipeline.lock", busy):
+        yield
+
+
+class DestinationsFailingError(TransientError):
+    """Some destinations stopped on transient errors (a database that is down); the
+    others finished their work. Their segments wait for them: try again later."""
+
+    name = "destinations_failing"
+
+
+def batch_destinations(config: Config) -> dict[str, DestinationConfig]:
+    return {d: dest for d, dest in config.destinations.items() if dest.mode == "batch"}
+
+
+def stream_ids(config: Config) -> list[str]:
+    """The destinations in ``mode: stream`` (processing/stream.py runs them)."""
+    return [d for d, dest in config.destinations.items() if dest.mode == "stream"]
+
+
+def ref(name: str) -> Column:
+    return reference((name,))
+
+
+COUNTS = threading.Lock()
+"""Tables of a destination may load on several threads: shared counts and files change
+under this lock."""

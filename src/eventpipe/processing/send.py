@@ -1,0 +1,160 @@
+"""Send: a destination without tables (the HTTP sink) gets its staged rows on Spark,
+a task per group of sessions; the driver waits out an API that is down."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pyspark.sql import functions as F
+
+from eventpipe.events import Stage
+from eventpipe.processing import shutdown
+from eventpipe.reserved import (
+    ERROR,
+    ROW,
+)
+from eventpipe.retry import Backoff
+from eventpipe.schema.naming import column_name
+from eventpipe.state.store import (
+    SENT_TABLE,
+)
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from eventpipe.destinations.http import HttpSettings
+from eventpipe.processing.failures import fail_once
+from eventpipe.processing.run import RunContext, Target, ref, step
+
+log = logging.getLogger("eventpipe.processing")
+
+
+def send(
+    staged: DataFrame, columns: list[str], where: Path, run: RunContext, target: Target
+) -> None:
+    """Deliver the destination's staged rows to its HTTP API (destinations/http.py), on
+    Spark: rows partitioned by session key, so that a task owns each session (one request
+    in flight per session, in order, on a cluster too). Events that could not be
+    delivered go to failed/ with the API's answer. Progress records go to
+    ``where``/sent (the destination's directory of the run)."""
+    from eventpipe.destinations.http import HttpSettings, Progress
+
+    dest_id, dest = target.id, target.config
+    if run.state.table_ok(target.segments, dest_id, SENT_TABLE):
+        return  # sent by an earlier try of this run
+    present = set(columns)
+    group = [c for c in (_group_column(g) for g in dest.group_by) if c in present]
+    attrs = [c for c in columns if c not in group]
+    spark = staged.sparkSession
+    tasks = max(1, spark.sparkContext.defaultParallelism)
+    ts = (
+        F.unix_micros(F.col("_timestamp").cast("timestamp")) * F.lit(1000)
+        if "_timestamp" in present
+        else F.lit(None).cast("long")
+    )
+    info = F.to_json(F.struct(*(ref(c) for c in group))) if group else F.lit("{}")
+    key = F.concat_ws("\x1f", *(F.coalesce(ref(c).cast("string"), F.lit("")) for c in group))
+    rows = (
+        staged.select(
+            F.col(ROW).alias("row"),
+            key.alias("key"),
+            info.alias("info"),
+            ts.alias("ts"),
+            F.to_json(F.struct(*(ref(c) for c in attrs))).alias("attrs"),
+        )
+        .repartition(tasks, "key")
+        # Log order: a task's sessions fill side by side, their requests overlap.
+        .sortWithinPartitions("row")
+    )
+    progress = where / "sent"
+    hold = min(HOLD_SECONDS, dest.retry_max_elapsed_seconds)
+    settings = HttpSettings(
+        destination=dest_id, url=str(dest.url), headers=dict(dest.headers), format=dest.format,
+        max_payload_bytes=dest.max_payload_bytes, max_lifetime_seconds=dest.max_lifetime_seconds,
+        parallel=max(1, dest.max_parallel_requests // tasks),
+        retry_initial_seconds=dest.retry_initial_seconds,
+        retry_max_seconds=dest.retry_max_seconds,
+        retry_max_elapsed_seconds=dest.retry_max_elapsed_seconds,
+        max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip, progress=str(progress),
+        run=run.run_id, hold_seconds=hold,
+    )  # fmt: skip
+    give_up_at: float | None = None
+    backoff: Backoff | None = None
+    stats: dict[str, float] = {}
+    with step(f"{dest_id}: send"):
+        while True:
+            shutdown.check(f"sending to {dest_id}")
+            attempt = _send_attempt(rows, settings)
+            _add_stats(stats, attempt)
+            if not attempt["unsent"]:
+                break
+            # The API keeps failing: wait here, where no Spark slot is held, then send
+            # what is left (progress records skip what was delivered).
+            if give_up_at is None or backoff is None:  # from the failing request's first try
+                give_up_at = time.time() - hold + dest.retry_max_elapsed_seconds
+                settings = replace(settings, give_up_at=give_up_at)
+                backoff = Backoff(dest.retry_initial_seconds, dest.retry_max_seconds,
+                                  deadline=give_up_at)  # fmt: skip
+            # Past the deadline: one last attempt at it, where the tasks give up.
+            wait = backoff.wait(attempt["retry_after"])
+            if wait is None:
+                wait = max(0.0, give_up_at - time.time())
+            log.warning("%s: %d event(s) wait for the API; sending again in %.1f s", dest_id,
+                        attempt["unsent"], wait)  # fmt: skip
+            run.pause(wait)
+    # What was delivered and what failed, by this attempt and any earlier one of the run.
+    totals = Progress(progress).totals()
+    if totals.failed:
+        frame = spark.createDataFrame([(f.row, f.error) for f in totals.failed],
+                                      f"{ROW} long, {ERROR} string")  # fmt: skip
+        fail_once(frame, run, dest_id, "sent", table=None, stage=Stage.SENDING)
+    run.report.loaded[(dest_id, SENT_TABLE)] = totals.delivered
+    log.info(
+        "%s: %d event(s) in %d request(s) (mean payload %.0f bytes), %d failed, %d possible "
+        "duplicate(s); by this process: %d trimmed, %d retries, %d skipped as sent before, "
+        "at most %d event bytes held by a task", dest_id, totals.delivered, totals.requests,
+        totals.payload_bytes / max(totals.requests, 1), len(totals.failed),
+        totals.possible_duplicates, stats.get("trimmed", 0), stats.get("retries", 0),
+        stats.get("already_sent", 0), stats.get("peak_buffered_bytes", 0),
+    )  # fmt: skip
+    run.state.record(target.segments, dest_id, SENT_TABLE, ok=True, rows=totals.delivered,
+                     run_id=run.run_id)  # fmt: skip
+
+
+HOLD_SECONDS = 5.0
+"""How long a Spark task retries a failing request before it hands the session back to
+the driver, which waits without holding a slot (others' jobs need the cores)."""
+
+
+_PEAKS = frozenset({"peak_buffered_bytes", "retry_after"})
+"""Stats whose total over tasks and attempts is the largest, not the sum."""
+
+
+def _send_attempt(rows: DataFrame, settings: HttpSettings) -> dict[str, float]:
+    """One Spark job delivering ``rows``; the stats of its tasks, added up."""
+    import orjson
+
+    from eventpipe.destinations.http import deliver_batches
+
+    outputs = rows.mapInArrow(
+        lambda batches: deliver_batches(settings, batches), "stats string"
+    ).collect()
+    total: dict[str, float] = {}
+    for output in outputs:
+        _add_stats(total, orjson.loads(output["stats"]))
+    return total
+
+
+def _add_stats(total: dict[str, float], more: dict[str, float]) -> None:
+    for name, value in more.items():
+        before = total.get(name, 0)
+        total[name] = max(before, value) if name in _PEAKS else before + value
+
+
+def _group_column(field: str) -> str:
+    """A ``group_by`` entry as its flattened column: ``a.b`` -> ``a_b``."""
+    return column_name(tuple(field.split(".")))

@@ -1,0 +1,255 @@
+"""Shape per destination: its keys, table names, mapping, flattening and explicit casts;
+then staged as Parquet partitioned by table, and typed."""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pyspark.sql import Observation
+from pyspark.sql import functions as F
+from pyspark.sql.types import TimestampType
+
+from eventpipe.config import DestinationConfig
+from eventpipe.files import write_file
+from eventpipe.processing import metering, transforms
+from eventpipe.processing.fields import (
+    set_path,
+    with_type_at,
+)
+from eventpipe.processing.flatten import Flat, flatten_mapped, leaves
+from eventpipe.processing.inference import StagedTypes, token_types
+from eventpipe.processing.mapping import Mapping
+from eventpipe.processing.template import Template, render, table_names
+from eventpipe.reserved import (
+    CORRUPT,
+    ERROR,
+    FILE,
+    FILTERED,
+    LOOKUP,
+    ROW,
+    SEGMENT,
+    TABLE,
+)
+from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
+from eventpipe.schema.diff import Table
+from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
+from eventpipe.schema.types import DataType
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column, DataFrame
+    from pyspark.sql.types import StructType
+
+from eventpipe.processing.read import browser_of, of_segments, read_events, staging_writer
+from eventpipe.processing.run import TIMESTAMP, RunContext, Target, ref, step
+
+log = logging.getLogger("eventpipe.processing")
+
+
+def _multiplexed(frame: DataFrame, dest: DestinationConfig) -> DataFrame:
+    """The events of the destination's keys (``only_keys``; absent: all)."""
+    if dest.only_keys is None:
+        return frame
+    return frame.filter(F.col("api_key").isin(list(dest.only_keys)))
+
+
+@dataclass(frozen=True)
+class _Flattened:
+    """A destination's events as its tables take them (before typing per table)."""
+
+    frame: DataFrame
+    """The flat columns, explicit casts done, with TABLE (null: failed, ERROR says why;
+    empty: skipped) and ROW."""
+    flat: Flat
+    event_schema: StructType
+    """The events' schema as read (the destination's, before its lookups)."""
+    name: Column
+    """Each event's table name (an expression over the events as read)."""
+
+
+def flatten_for(events: DataFrame, run: RunContext, target: Target) -> _Flattened:
+    """Multiplex, name the tables, place the lookups, map, flatten, cast: every step
+    before the tables are typed and loaded."""
+    dest_id, dest = target.id, target.config
+    frame = events
+    if CORRUPT in frame.columns:
+        frame = frame.filter(F.col(CORRUPT).isNull())
+    frame = _multiplexed(frame, dest)
+    if SEGMENT in frame.columns:
+        frame = of_segments(frame, target, F.col(SEGMENT))
+    lookup_columns = [c for c in frame.columns if c.startswith(LOOKUP)]
+    event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT, SEGMENT).schema
+    template = Template.parse(dest.table_name_template)
+    text, error = render(template, event_schema)
+    if template.literal is not None:
+        name = F.lit(table_name(template.literal))
+    else:
+        with step(f"{dest_id}: table names"):
+            name = table_names(frame, text)
+    frame = frame.withColumn(TABLE, F.when(error.isNull(), name)).withColumn(ERROR, error)
+    browser = browser_of(event_schema)
+    for rule in run.lookups.for_destination(dest_id):
+        if rule.column in frame.columns:
+            condition = browser if rule.destinations is None else None
+            frame = set_path(frame, rule.target, F.col(rule.column), condition)
+    frame = frame.drop(*lookup_columns, FILE, CORRUPT, SEGMENT)
+    frame = transforms.apply(frame, dest_id, dest)
+    if dest.metering is not None:
+        cutoff = dest.metering.window_start(run.started)
+        arrival = run.started.strftime("%Y%m%d%H%M%S%f")
+        frame = metering.route(frame, dest.metering, run.catalogues[dest_id], cutoff, arrival)
+    flat = flatten_mapped(
+        frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
+    )
+    return _Flattened(_cast_explicit(flat.frame, flat.explicit), flat, event_schema, name)
+
+
+def type_mixes(
+    batch: StagedTypes, run: RunContext, target: Target, schema: StructType, name: Column
+) -> None:
+    """Type the text columns that may be JSON bools mixed with numbers exactly.
+
+    Spark reads such a mix as text (``"true"``, ``"1"``), and so it reads ``"1"`` sent as
+    a string. For these few columns the run's files are read again with their fields
+    declared VARIANT, which keeps each value's token kind, and the tables' types of those
+    columns follow the lattice (inference.token_types). ``name`` gives each row its table.
+    """
+    from pyspark.sql.types import StringType, VariantType
+
+    dest = target.config
+    mapping = Mapping.from_config(dest.mappings)
+    mapped, _ = mapping.apply(leaves(schema))
+    sources = {
+        column_name(leaf.path): leaf.source
+        for leaf in mapped
+        if leaf.source is not None and isinstance(leaf.spark_type, StringType)
+    }
+    wanted = {c for columns in batch.mixed.values() for c in columns if c in sources}
+    if not wanted:
+        return
+    probe = schema
+    for column in wanted:
+        probe = with_type_at(probe, sources[column], VariantType())
+    by_segment = target.segments != run.segments
+    spark = run.originals.sparkSession
+    frame = _multiplexed(read_events(spark, run.paths, schema=probe, by_segment=by_segment), dest)
+    if by_segment:
+        frame = of_segments(frame, target, F.col(SEGMENT))
+    frame = frame.drop(CORRUPT, FILE, SEGMENT).withColumn(TABLE, name)
+    flat = flatten_mapped(frame, passthrough=(TABLE,), mapping=mapping).frame
+    found = token_types(flat.select(TABLE, *(ref(c) for c in sorted(wanted))), TABLE, wanted)
+    for table, columns in batch.mixed.items():
+        for column in columns & wanted:
+            if column in found.get(table, {}):
+                batch.types[table][column] = found[table][column]
+
+
+def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]:
+    """The destination's flattened rows, written once as Parquet partitioned by table
+    (Spark's own types), and the counts of rows skipped (empty table name), filtered (by
+    the namespace or transforms) and failed (template error, transform error) and the
+    days of the rows (``days``), observed during that write.
+
+    Each table then reads only its own partition; a resumed run reuses the files.
+    """
+    out, counts_file = where / "flat", where / "counts.json"
+    if not (out / "_SUCCESS").exists() or not counts_file.exists():
+        observed = Observation("counts")
+        table = F.col(TABLE)
+        # The UTC days of the rows that go to a table, seen during the write (no pass of
+        # its own): what each day's rows were built with is recorded (day_versions).
+        types = {f.name: f.dataType for f in flat.schema.fields}
+        stamped = isinstance(types.get(TIMESTAMP), TimestampType)
+        day = F.date_format(F.col(TIMESTAMP), "yyyy-MM-dd") if stamped else F.lit(None)
+        loaded = table.isNotNull() & (table != F.lit("")) & (table != F.lit(FILTERED))
+        with step(f"{where.name}: enrich, map, flatten and stage"):
+            flat_rows = flat.observe(
+                observed,
+                F.count_if(table == F.lit("")).alias("skipped"),
+                F.count_if(table == F.lit(FILTERED)).alias("filtered"),
+                F.count_if(table.isNull()).alias("failed"),
+                F.collect_set(F.when(loaded, day)).alias("days"),
+            )
+            kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
+            staging_writer(kept.drop(ERROR)).partitionBy(TABLE).parquet(str(out))
+        write_file(counts_file, json.dumps(observed.get))
+    counts: dict[str, Any] = json.loads(counts_file.read_text())
+    spark = flat.sparkSession
+    if not any(out.glob(f"{TABLE}=*")):
+        return spark.createDataFrame([], flat.drop(ERROR).schema), counts
+    return spark.read.parquet(str(out)), counts
+
+
+def _cast_explicit(frame: DataFrame, explicit: dict[str, DataType]) -> DataFrame:
+    """Explicitly typed columns (mapping casts, seed 1's implicit casts) converted before
+    staging, so that their staged values already have the type they load with. An event
+    with a value that does not convert fails (ERROR names the column; no table)."""
+    spark_types = {f.name: f.dataType for f in frame.schema.fields}
+    to_cast = {
+        c: t for c, t in explicit.items() if c in spark_types and spark_types[c] != SPARK_TYPES[t]
+    }
+    if not to_cast:
+        return frame
+    converted = {c: cast_to(ref(c), t, spark_types[c]) for c, t in to_cast.items()}
+    problems = [conversion_problem(ref(c), c, t, converted[c]) for c, t in to_cast.items()]
+    error = F.coalesce(F.col(ERROR), F.nullif(F.concat_ws("; ", *problems), F.lit("")))
+    # One projection: every expression reads the values before conversion.
+    return frame.withColumns(
+        {**converted, ERROR: error, TABLE: F.when(error.isNull(), F.col(TABLE))}
+    )
+
+
+@dataclass(frozen=True)
+class StagedTable:
+    name: str
+    frame: DataFrame
+    files: tuple[Path, ...]
+    """Its partition's Parquet files, with every column of the destination's batch."""
+
+
+def staged_table(staged: DataFrame, where: Path, table: str) -> StagedTable:
+    """One table's rows of the staged frame (Spark reads only its partition)."""
+    files = tuple(sorted((where / "flat" / f"{TABLE}={table}").glob("*.parquet")))
+    return StagedTable(table, staged.filter(F.col(TABLE) == F.lit(table)).drop(TABLE), files)
+
+
+def within_max_columns(
+    wanted: dict[str, DataType],
+    existing: Table | None,
+    max_columns: int,
+    explicit: dict[str, DataType],
+) -> tuple[dict[str, DataType], list[str]]:
+    """(columns loaded as columns, columns packed into ``_unmapped_data``).
+
+    The table's existing columns always stay columns. New ones are added while the table
+    has room, explicitly typed columns first, then by name; one place is kept for
+    ``_unmapped_data`` itself. The choice depends only on names, so every batch agrees.
+    """
+    present = set(existing.columns) if existing else set()
+    new = sorted((c for c in wanted if c not in present and c != UNMAPPED_COLUMN),
+                 key=lambda c: (c not in explicit, c))  # fmt: skip
+    total = len(present | set(wanted))
+    if total <= max_columns:
+        return wanted, []
+    room = max_columns - len(present) - (0 if UNMAPPED_COLUMN in present else 1)
+    overflow = new[max(room, 0) :]
+    return {c: t for c, t in wanted.items() if c not in overflow}, overflow
+
+
+def with_overflow(frame: DataFrame, overflow: list[str], pointers: dict[str, str]) -> Column:
+    """``_unmapped_data`` with the overflow columns added, keyed by their JSON pointers."""
+    packed = F.to_json(F.struct(*(ref(c).alias(pointers.get(c, "/" + c)) for c in overflow)))
+    if UNMAPPED_COLUMN not in frame.columns:
+        return F.when(packed != F.lit("{}"), packed)
+    current = ref(UNMAPPED_COLUMN)
+    # Both are JSON objects with distinct keys (pointers): join their members.
+    merged = F.concat(F.expr(f"substring(`{UNMAPPED_COLUMN}`, 1, length(`{UNMAPPED_COLUMN}`) - 1)"),
+                      F.lit(","), F.substring(packed, 2, 1 << 30))  # fmt: skip
+    return (
+        F.when(current.isNull(), F.when(packed != F.lit("{}"), packed))
+        .when(packed == F.lit("{}"), current)
+        .otherwise(merged)
+    )
