@@ -174,7 +174,7 @@ def _load_table_as(
     ):
         # Staged with the types it loads with (the common case): the partition's own files
         # are loaded, without a conversion pass.
-        return _load_files(staged, run, target, existing, targets, frame, retry_stale)
+        return load_files(staged, run, target, existing, targets, frame, retry_stale)
     converted = {c: cast_to(ref(c), targets[c], spark_types[c]) for c in kept}
     if overflow:
         converted[UNMAPPED_COLUMN] = with_overflow(frame, overflow, flat.pointers)
@@ -198,11 +198,11 @@ def _load_table_as(
         failing = F.count_if(F.col(ERROR) != "").alias("failed")
         staging_rows = checked.observe(observed, failing).filter(F.col(ERROR) == "")
     with step(f"{dest_id}.{table}: convert and stage"):
-        # With the row ids: rows a destination rejects are found by them (_load_files).
+        # With the row ids: rows a destination rejects are found by them (load_files).
         rows = staging_rows.select(ROW, *(value.alias(c) for c, value in converted.items()))
         staging_writer(rows).parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
-    loaded = _load_files(StagedTable(table, frame, files), run, target, existing, targets, ok,
+    loaded = load_files(StagedTable(table, frame, files), run, target, existing, targets, ok,
                          retry_stale)  # fmt: skip
     if problems and observed.get["failed"]:
         # After the load: a load retried with a fresh schema converts them again.
@@ -211,7 +211,7 @@ def _load_table_as(
     return loaded
 
 
-def _load_files(
+def load_files(
     staged: StagedTable,
     run: RunContext,
     target: Target,
