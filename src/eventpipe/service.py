@@ -1,4 +1,6 @@
-"""``eventpipe run``: the collector and the batch pipeline as one supervised service.
+"""The long-running processes: ``eventpipe run`` (the collector and the pipeline as one
+supervised service) and ``eventpipe process`` (the pipeline: batch runs on a period, a
+streaming query per stream destination, a graceful stop on SIGTERM).
 
 The collector serves HTTP in this process; the pipeline (``eventpipe process``) runs in a
 child process, so that the collector never waits on Spark and a Spark failure cannot take
@@ -15,9 +17,15 @@ import signal
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from eventpipe.config import LoadedConfig
+from eventpipe.config import Config, LoadedConfig
+from eventpipe.retry import Backoff
+
+if TYPE_CHECKING:
+    from eventpipe.processing.run import RunReport
 
 log = logging.getLogger("eventpipe.service")
 
@@ -41,17 +49,17 @@ class PipelineSupervisor:
         self._thread.start()
 
     def _supervise(self) -> None:
-        backoff = 1.0
+        backoff = Backoff(1.0, 60.0, jitter=False)
         while not self._stop.is_set():
             self._child = subprocess.Popen(self.command)
             log.info("pipeline started (pid %d)", self._child.pid)
             code = self._child.wait()
             if self._stop.is_set():
                 return
-            log.error("pipeline exited with %d; restarting in %.0f s", code, backoff)
-            if self._stop.wait(backoff):
+            delay = backoff.wait() or 0.0  # no deadline: always a wait
+            log.error("pipeline exited with %d; restarting in %.0f s", code, delay)
+            if self._stop.wait(delay):
                 return
-            backoff = min(backoff * 2, 60.0)
 
     def stop(self) -> None:
         self._stop.set()
@@ -79,3 +87,60 @@ def run(loaded: LoadedConfig, config_path: Path | None) -> None:
         serve(loaded)
     finally:
         supervisor.stop()
+
+
+def process(
+    config: Config, *, once: bool, report: Callable[[RunReport], None], idle: Callable[[], None]
+) -> None:
+    """``eventpipe process``: batch runs every ``processing.batch_period_seconds`` (``once``:
+    one, after the streams caught up with the log), beside a streaming query per stream
+    destination. ``report`` is given each run's report; ``idle`` is called when there was
+    nothing to process."""
+    import signal
+
+    from eventpipe.errors import retry_transient
+    from eventpipe.processing import shutdown, stream
+    from eventpipe.processing.job import process_pending
+    from eventpipe.processing.run import PipelineBusyError
+    from eventpipe.processing.spark import start_session
+
+    spark = start_session(config.spark.settings)
+    # SIGTERM (from `eventpipe run`, or an init system): nothing new starts, loads under
+    # way get shutdown_grace_seconds to finish and record their progress (a second
+    # SIGTERM, or Ctrl-C: at once). What is cut short resumes with its batch ids.
+    grace = config.processing.shutdown_grace_seconds
+    signal.signal(signal.SIGTERM, lambda signum, frame: shutdown.request(grace))
+    period = config.processing.batch_period_seconds
+    pipeline_log = logging.getLogger("eventpipe.processing")
+    # Stream destinations: one streaming query each, beside the batch runs (--once: up to
+    # what the log holds now, then the batch run).
+    streams = stream.StreamSupervisor(spark, config)
+    try:
+        if once:
+            stream.run_once(spark, config)
+        else:
+            streams.start()
+        while True:
+            try:
+                # A destination that is down stops alone: the others load, and it tries
+                # again after 1 s, 2 s, 4 s... up to the batch period (--once: 3 tries).
+                reports = retry_transient(
+                    lambda: process_pending(config, spark), attempts=3 if once else None,
+                    max_delay=max(period, 1.0), log=pipeline_log, unless=(PipelineBusyError,),
+                    sleep=shutdown.pause,
+                )  # fmt: skip
+            except PipelineBusyError as exc:
+                if once:
+                    raise
+                pipeline_log.warning("%s; next try later", exc)
+                shutdown.pause(period)
+                continue
+            if not reports:
+                idle()
+            for one in reports:
+                report(one)
+            if once or shutdown.wait(period):
+                return
+    finally:
+        streams.stop()
+        spark.stop()

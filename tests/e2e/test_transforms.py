@@ -183,13 +183,13 @@ def test_a_changed_python_transform_changes_the_code_version(
 
 
 def test_a_runs_report_names_the_filtered_events(capsys: pytest.CaptureFixture[str]) -> None:
-    from eventpipe.cli import _print_report
+    from eventpipe.cli.common import print_report
     from eventpipe.processing.run import RunReport
 
     report = RunReport("run-1", ("s1",), False, loaded={("billing", "usage"): 2},
                        filtered={"billing": 3, "other": 0},
                        replaced={"billing": 4, "other": 0})  # fmt: skip
-    _print_report(report)
+    print_report(report)
     lines = capsys.readouterr().out.splitlines()
     assert ("  billing: 3 event(s) filtered (namespace, transforms, or metering's older "
             "versions of a key)") in lines  # fmt: skip

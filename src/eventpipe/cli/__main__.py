@@ -1,0 +1,5 @@
+"""``python -m eventpipe.cli``."""
+
+from eventpipe.cli import main
+
+main()

@@ -1,0 +1,112 @@
+"""What every command shares: the ``eventpipe`` group, ``-c/--config``, loading the
+config, a Spark session for a call, and how reports and tables are printed."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from eventpipe import __version__
+from eventpipe.config import DEFAULT_CONFIG_PATH, LoadedConfig, load_config
+from eventpipe.logs import configure_logging
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+T = TypeVar("T")
+
+
+def config_option(func: F) -> F:
+    return click.option(
+        "-c",
+        "--config",
+        "config_path",
+        type=click.Path(path_type=Path, dir_okay=False),
+        default=None,
+        help=f"Config file (default ./{DEFAULT_CONFIG_PATH}; built-in defaults if absent).",
+    )(func)
+
+
+def load(config_path: Path | None) -> LoadedConfig:
+    loaded = load_config(config_path)
+    configure_logging(loaded.config.logging)
+    return loaded
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "-V", "--version", prog_name="eventpipe")
+def cli() -> None:
+    """eventpipe: collect events over HTTP, keep them durably, load them into warehouses."""
+
+
+DAY = click.DateTime(["%Y-%m-%d"])
+
+
+def last_error(failed: Path) -> str:
+    import orjson
+
+    with failed.open("rb") as lines:
+        last = b""
+        for last in lines:  # noqa: B007 (the last line is wanted)
+            pass
+    return str(orjson.loads(last).get("error")) if last else "?"
+
+
+def with_spark(config: Any, call: Callable[[Any], T]) -> T:
+    """``call(spark)`` with a Spark session of the config's settings, stopped after."""
+    from eventpipe.processing.spark import start_session
+
+    spark = start_session(config.spark.settings)
+    try:
+        return call(spark)
+    finally:
+        spark.stop()
+
+
+def print_report(report: Any) -> None:
+    state = "resumed" if report.resumed else "ran"
+    click.echo(f"{state} {report.run_id} over {len(report.segments)} segment(s)")
+    for (dest, table), rows in sorted(report.loaded.items()):
+        click.echo(f"  {dest}.{table}: {rows} rows")
+    for dest, count in sorted(report.skipped.items()):
+        if count:
+            click.echo(f"  {dest}: {count} event(s) skipped (empty table name)")
+    for dest, count in sorted(report.filtered.items()):
+        if count:
+            click.echo(f"  {dest}: {count} event(s) filtered (namespace, transforms, or "
+                       "metering's older versions of a key)")  # fmt: skip
+    for dest, count in sorted(report.replaced.items()):
+        if count:
+            click.echo(f"  {dest}: {count} row(s) of earlier runs replaced by newer versions")
+    for dest, count in sorted(report.failed.items()):
+        if count:
+            click.echo(f"  {dest}: {count} event(s) failed -> data/failed/failed.dst={dest}.log")
+    if report.corrupt:
+        click.echo(f"  {report.corrupt} unreadable line(s) -> data/failed/")
+    click.echo(f"  archived {len(report.archived)} segment(s)")
+
+
+def print_table(names: list[str], rows: list[tuple[Any, ...]]) -> None:
+    cells = [[("" if v is None else str(v)) for v in row] for row in rows]
+    widths = [max([len(n), *(len(r[i]) for r in cells)]) for i, n in enumerate(names)]
+    click.echo(" | ".join(n.ljust(w) for n, w in zip(names, widths, strict=True)))
+    click.echo("-+-".join("-" * w for w in widths))
+    for row in cells:
+        click.echo(" | ".join(v.ljust(w) for v, w in zip(row, widths, strict=True)))
+    click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
+
+
+def backlog(config: Any, dest_id: str, done: frozenset[str], sealed: list[Path]) -> str:
+    """What a destination has still to load: a stream's lag in events and time, or the
+    sealed segments it has not finished (``done``: those it has)."""
+    from eventpipe.log.tail import lag
+
+    if config.destinations[dest_id].mode == "stream":  # the log read as it is written
+        behind = lag(config.layout, dest_id)
+        return f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
+    pending = [p for p in sealed if p.name not in done]
+    size = sum(p.stat().st_size for p in pending)
+    return f"{len(pending)} segment(s), {size / 1e6:.1f} MB"
