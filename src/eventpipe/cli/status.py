@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from eventpipe.cli.common import backlog, cli, config_option, load, print_table
+from eventpipe.destinations.registry import kind
 from eventpipe.errors import ConfigError, EventpipeError, QueryError
 
 
@@ -122,11 +123,12 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     if chosen is None or chosen not in candidates:
         raise ConfigError(f"no destination {destination_id or ''} in the config".strip())
     dest = candidates[chosen]
-    if dest.type == "http":
-        raise ConfigError(f"{chosen} is an http sink: it has no tables to query",
+    found = kind(dest)
+    if not found.tables:
+        raise ConfigError(f"{chosen} is an {dest.type} sink: it has no tables to query",
                           fix="name a table destination with --destination")  # fmt: skip
-    if dest.type == "duckdb":
-        path = Path(dest.path) if dest.path else config.layout.warehouse
+    if found.file is not None:
+        path = found.file(dest, config)
         if not path.exists():
             fix = (
                 "events appear within seconds while `eventpipe run` (or `process`) is up"

@@ -60,6 +60,7 @@ from eventpipe.state.store import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
+from eventpipe.destinations.registry import kind
 from eventpipe.processing.archiving import ArchiveAhead, archive_segments
 from eventpipe.processing.failures import fail_corrupt, fail_once, once
 from eventpipe.processing.isolation import Isolation, caused_by_data
@@ -355,7 +356,7 @@ def run_job(
         shadow = rebuild.shadow if rebuild else lambda destination: destination
         return lambda: Target(d, dest, plan[d], shadow(open_destination(d, dest, config)), cache)
 
-    sinks = [d for d, dest in config.destinations.items() if dest.type == "http"]
+    sinks = [d for d, dest in config.destinations.items() if not kind(dest).tables]
     with ThreadPoolExecutor(max_workers=max(1, len(sinks)), thread_name_prefix="send") as pool:
         sending = [pool.submit(process, d, sink(d)) for d in sinks]
         for dest_id in config.destinations:

@@ -70,9 +70,9 @@ from eventpipe.destinations.base import (
     LoadResult,
     Replaceable,
 )
+from eventpipe.destinations.registry import REPLACES_DAYS, kind
 from eventpipe.errors import ConfigError, TerminalError
 from eventpipe.files import replacing
-from eventpipe.paths import is_uri
 from eventpipe.processing import shutdown
 from eventpipe.processing.failures import rebuild_failures
 from eventpipe.processing.job import run_job
@@ -93,8 +93,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventpipe.processing")
 
 SHADOW_PREFIX = reserved.SHADOW_PREFIX
-REPLACEABLE = ("duckdb", "postgres", "parquet")
-"""Destination types whose rows of a day can be replaced in one transaction."""
+REPLACEABLE = REPLACES_DAYS
+"""Destination types whose rows of a day can be replaced (in one transaction, or by
+renaming a day's partitions)."""
 
 
 def shadow_name(run_id: str, table: str) -> str:
@@ -221,7 +222,7 @@ def replaceable(config: Config, destination_id: str) -> None:
             f"{', '.join(REPLACEABLE)} destinations do",
             fix="reprocess a duckdb, postgres or parquet destination",
         )
-    if dest.type == "parquet" and not _replaces_days(dest):
+    if not kind(dest).can_replace_days(dest):
         raise ConfigError(
             f"parquet destination {destination_id!r}: reprocess replaces day partitions "
             "by renaming directories, which needs a local path and partition_by: day",
@@ -528,6 +529,4 @@ def batch_ids(config: Config) -> list[str]:
 
 def _replaces_days(dest: DestinationConfig) -> bool:
     """Whether reprocess can replace the destination's days (docs/archive.md)."""
-    if dest.type == "parquet":
-        return dest.partition_by == "day" and not is_uri(dest.path or "")
-    return dest.type in REPLACEABLE
+    return kind(dest).can_replace_days(dest)

@@ -16,10 +16,9 @@ from typing import TYPE_CHECKING, cast
 from eventpipe import locks
 from eventpipe.config import Config, DestinationConfig
 from eventpipe.destinations.base import Destination, Metered
-from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TransientError
 from eventpipe.events import utc_now
-from eventpipe.paths import DataLayout, is_uri
+from eventpipe.paths import DataLayout
 from eventpipe.processing import metering
 from eventpipe.processing.fields import (
     reference,
@@ -112,28 +111,16 @@ class Target:
 
 
 def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> Destination:
-    layout = config.layout
-    if dest.type == "postgres":
-        from eventpipe.destinations.postgres import PostgresDestination
+    """A table destination of ``config``, opened (destinations/registry.py); one written
+    by Spark gets the session of ``config.spark``."""
+    from eventpipe.destinations import registry
 
-        assert dest.dsn is not None  # checked by the config model
-        return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
-    if dest.type == "parquet":
-        from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
+    def spark() -> SparkSession:
+        from eventpipe.processing.spark import start_session
 
-        if dest.path is not None and is_uri(dest.path):
-            from eventpipe.processing.spark import start_session
+        return start_session(config.spark.settings)
 
-            def spark() -> SparkSession:
-                return start_session(config.spark.settings)
-
-            return SparkParquetDestination(
-                dest_id, dest.path, layout.locks, spark, partition_by=dest.partition_by
-            )
-        root = Path(dest.path) if dest.path else layout.root / "parquet"
-        return ParquetDestination(dest_id, root, layout.locks, dest.partition_by)
-    return DuckDBDestination(dest_id, Path(dest.path) if dest.path else layout.warehouse,
-                             layout.locks)  # fmt: skip
+    return registry.open_destination(dest_id, dest, config, spark)
 
 
 def read_catalogues(config: Config) -> dict[str, list[metering.Product]]:
