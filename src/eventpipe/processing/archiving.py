@@ -19,10 +19,10 @@ from eventpipe.config import Config
 from eventpipe.errors import first_line
 from eventpipe.files import replacing
 from eventpipe.paths import DataLayout
+from eventpipe.processing.run import step, stream_ids
 
 if TYPE_CHECKING:
     pass
-from eventpipe.processing.run import step, stream_ids
 
 log = logging.getLogger("eventpipe.processing")
 

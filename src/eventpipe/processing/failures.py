@@ -14,6 +14,7 @@ from pyspark.sql import functions as F
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.files import append_file, write_file
 from eventpipe.paths import DataLayout
+from eventpipe.processing.run import COUNTS, RunContext
 from eventpipe.reserved import (
     CORRUPT,
     DAY,
@@ -25,8 +26,6 @@ from eventpipe.reserved import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
-
-from eventpipe.processing.run import COUNTS, RunContext
 
 log = logging.getLogger("eventpipe.processing")
 

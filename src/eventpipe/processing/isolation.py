@@ -15,6 +15,9 @@ from eventpipe.errors import EventpipeError, first_line
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.files import write_file
 from eventpipe.processing import shutdown
+from eventpipe.processing.failures import append_failed, once
+from eventpipe.processing.load import PoisonLimitError
+from eventpipe.processing.run import COUNTS, RunReport, step
 from eventpipe.state.store import (
     ALL_TABLES,
     StateStore,
@@ -22,10 +25,6 @@ from eventpipe.state.store import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-from eventpipe.processing.failures import append_failed, once
-from eventpipe.processing.load import PoisonLimitError
-from eventpipe.processing.run import COUNTS, RunReport, step
 
 log = logging.getLogger("eventpipe.processing")
 

@@ -33,11 +33,31 @@ from pyspark.sql import functions as F
 
 from eventpipe.archive import retention
 from eventpipe.config import Config
+from eventpipe.destinations.registry import kind
 from eventpipe.errors import TransientError
 from eventpipe.events import Stage
 from eventpipe.paths import DataLayout, count_lines
 from eventpipe.processing import shutdown, transforms
+from eventpipe.processing.archiving import ArchiveAhead, archive_segments
+from eventpipe.processing.failures import fail_corrupt, fail_once, once
+from eventpipe.processing.isolation import Isolation, caused_by_data
+from eventpipe.processing.load import keep_newest, load_tables
+from eventpipe.processing.read import Lookups, day_of, entry_file, event_json, stage_events
+from eventpipe.processing.run import (
+    DestinationsFailingError,
+    Rebuild,
+    RunContext,
+    RunReport,
+    Target,
+    batch_destinations,
+    open_destination,
+    pipeline_lock,
+    read_catalogues,
+    step,
+)
 from eventpipe.processing.schemas import SchemaCache
+from eventpipe.processing.send import send
+from eventpipe.processing.shape import flatten_for, stage_flat
 from eventpipe.processing.version import code_version
 from eventpipe.reserved import (
     CORRUPT,
@@ -59,27 +79,6 @@ from eventpipe.state.store import (
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
-
-from eventpipe.destinations.registry import kind
-from eventpipe.processing.archiving import ArchiveAhead, archive_segments
-from eventpipe.processing.failures import fail_corrupt, fail_once, once
-from eventpipe.processing.isolation import Isolation, caused_by_data
-from eventpipe.processing.load import keep_newest, load_tables
-from eventpipe.processing.read import Lookups, day_of, entry_file, event_json, stage_events
-from eventpipe.processing.run import (
-    DestinationsFailingError,
-    Rebuild,
-    RunContext,
-    RunReport,
-    Target,
-    batch_destinations,
-    open_destination,
-    pipeline_lock,
-    read_catalogues,
-    step,
-)
-from eventpipe.processing.send import send
-from eventpipe.processing.shape import flatten_for, stage_flat
 
 log = logging.getLogger("eventpipe.processing")
 

@@ -5,7 +5,7 @@ events that cause it (poison events)."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
@@ -21,8 +21,18 @@ from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage
 from eventpipe.files import replacing_path, write_file
 from eventpipe.processing import metering, shutdown
+from eventpipe.processing.failures import fail_once
 from eventpipe.processing.flatten import Flat
 from eventpipe.processing.inference import staged_column_types
+from eventpipe.processing.read import staging_writer
+from eventpipe.processing.run import RunContext, Target, ref, step
+from eventpipe.processing.shape import (
+    StagedTable,
+    staged_table,
+    type_mixes,
+    with_overflow,
+    within_max_columns,
+)
 from eventpipe.reserved import (
     ERROR,
     ROW,
@@ -37,17 +47,6 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
-
-from eventpipe.processing.failures import fail_once
-from eventpipe.processing.read import staging_writer
-from eventpipe.processing.run import RunContext, Target, ref, step
-from eventpipe.processing.shape import (
-    StagedTable,
-    staged_table,
-    type_mixes,
-    with_overflow,
-    within_max_columns,
-)
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -308,23 +307,64 @@ def _load_in_parts(
     ok: DataFrame,
     error: str,
 ) -> int:
-    """Load a batch the destination refused (``error``) in parts, to find the events that
-    cause it: the batch is split into parts of PART_ROWS, and a refused part into halves,
-    down to single events; those go to failed/ with the destination's reason, the rest
-    loads. Each part is a load of its own, idempotent by its batch id (the batch's and
-    its rows), so a resumed run goes on where it stopped (``parts`` marks the batch as
-    loading in parts: it is never loaded whole again, which could double rows). More
-    refused events than ``max_poison_events``: PoisonLimitError (the destination stops).
-    """
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    dest_id, dest, table = target.id, target.config, whole.table
-    destination = target.destination
-    assert destination is not None  # a table destination
+    """Load a batch the destination refused (``error``) in parts (:func:`split_load`): the
+    refused events go to failed/ with the destination's reason, the rest loads."""
+    dest_id, table = target.id, whole.table
+    assert target.destination is not None  # a table destination
     if not parts.started:
         log.warning("%s.%s: load refused (%s); loading it in parts to find the events "
                     "that cause it", dest_id, table, error)  # fmt: skip
+
+    def check() -> None:
+        shutdown.check(f"a part of {dest_id}.{table}")
+
+    with step(f"{dest_id}.{table}: load in parts"):
+        poison_limit = target.config.max_poison_events
+        split = split_load(parts, whole, target.destination, poison_limit, error, check)
+    log.warning("%s.%s: %d row(s) loaded in %d part(s); %d event(s) refused -> failed/",
+                dest_id, table, split.loaded, split.loads, len(split.poison))  # fmt: skip
+    run.report.loaded[(dest_id, table)] = split.loaded
+    if split.poison:
+        # At most max_poison_events rows: broadcast, so that Spark never builds its join
+        # on the batch's originals (it did, and ran out of driver memory at 1M events).
+        refused = F.broadcast(
+            ok.sparkSession.createDataFrame(split.poison, f"{ROW} long, {ERROR} string")
+        )
+        fail_once(refused, run, dest_id, f"table={table}.parts", table=table,
+                  stage=Stage.LOADING)  # fmt: skip
+    return split.loaded
+
+
+@dataclass(frozen=True)
+class Split:
+    loaded: int
+    """Rows loaded by the parts (this time: a resumed split counts what it loads now)."""
+    loads: int
+    """Loads tried."""
+    poison: list[tuple[int, str]]
+    """(row id, the destination's reason) of each event refused alone."""
+
+
+def split_load(
+    parts: Parts,
+    whole: LoadRequest,
+    destination: Destination,
+    max_poison_events: int,
+    error: str,
+    check: Callable[[], None] = lambda: None,
+) -> Split:
+    """Load ``whole``, which ``destination`` refused (``error``), in parts, to find the
+    events that cause it: parts of PART_ROWS, and a refused part in halves, down to single
+    events. Each part is a load of its own, idempotent by its batch id (the batch's and
+    its rows), so a resumed split goes on where it stopped (``parts`` marks the batch as
+    loading in parts: it is never loaded whole again, which could double rows). More
+    refused events than ``max_poison_events``: PoisonLimitError. ``check`` runs before
+    each part (a graceful stop raises there)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    table = whole.table
+    if not parts.started:
         parts.start(error)
     loaded, loads = 0, 0
     poison: list[tuple[int, str]] = []
@@ -332,7 +372,7 @@ def _load_in_parts(
     def attempt(rows: pa.Table, first: int, refused: str | None) -> None:
         nonlocal loaded, loads
         if refused is None:
-            shutdown.check(f"a part of {dest_id}.{table}")
+            check()
             request = replace(whole, batch_id=f"{whole.batch_id}:rows={first}+{rows.num_rows}",
                               files=(parts.file(rows, first),))  # fmt: skip
             loads += 1
@@ -347,9 +387,9 @@ def _load_in_parts(
                 return
         if rows.num_rows == 1:
             poison.append((rows.column(ROW)[0].as_py(), refused))
-            if len(poison) > dest.max_poison_events:
+            if len(poison) > max_poison_events:
                 raise PoisonLimitError(
-                    f"{table}: more than {dest.max_poison_events} events of one batch "
+                    f"{table}: more than {max_poison_events} events of one batch "
                     f"refused, the last: {refused}",
                     fix="repair the destination (or raise max_poison_events); the batch "
                     "goes on where it stopped",
@@ -361,26 +401,14 @@ def _load_in_parts(
         attempt(rows.slice(half), first + half, None)
 
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in whole.files)
-    with step(f"{dest_id}.{table}: load in parts"):
-        first = 0
-        for file in whole.files:
-            for batch in pq.ParquetFile(file).iter_batches(batch_size=PART_ROWS):
-                rows = pa.Table.from_batches([batch])
-                # A batch that is one part is known refused: split it at once.
-                attempt(rows, first, error if rows.num_rows == total else None)
-                first += rows.num_rows
-    log.warning("%s.%s: %d row(s) loaded in %d part(s); %d event(s) refused -> failed/",
-                dest_id, table, loaded, loads, len(poison))  # fmt: skip
-    run.report.loaded[(dest_id, table)] = loaded
-    if poison:
-        # At most max_poison_events rows: broadcast, so that Spark never builds its join
-        # on the batch's originals (it did, and ran out of driver memory at 1M events).
-        refused = F.broadcast(
-            ok.sparkSession.createDataFrame(poison, f"{ROW} long, {ERROR} string")
-        )
-        fail_once(refused, run, dest_id, f"table={table}.parts", table=table,
-                   stage=Stage.LOADING)  # fmt: skip
-    return loaded
+    first = 0
+    for file in whole.files:
+        for batch in pq.ParquetFile(file).iter_batches(batch_size=PART_ROWS):
+            rows = pa.Table.from_batches([batch])
+            # A batch that is one part is known refused: split it at once.
+            attempt(rows, first, error if rows.num_rows == total else None)
+            first += rows.num_rows
+    return Split(loaded, loads, poison)
 
 
 def _row_ids(files: Sequence[Path]) -> list[int]:

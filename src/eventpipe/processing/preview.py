@@ -9,7 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import Config
+from eventpipe.processing.read import Lookups, stage_events
+from eventpipe.processing.run import RunContext, RunReport, Target, read_catalogues
 from eventpipe.processing.schemas import SchemaCache
+from eventpipe.processing.shape import flatten_for
 from eventpipe.reserved import (
     ERROR,
     FILTERED,
@@ -22,10 +25,6 @@ from eventpipe.state.store import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-from eventpipe.processing.read import Lookups, stage_events
-from eventpipe.processing.run import RunContext, RunReport, Target, read_catalogues
-from eventpipe.processing.shape import flatten_for
 
 log = logging.getLogger("eventpipe.processing")
 

@@ -24,6 +24,7 @@ from eventpipe.processing.fields import (
     json_object,
     json_text_arrays,
 )
+from eventpipe.processing.run import TIMESTAMP, Target, ref, step
 from eventpipe.reserved import (
     CORRUPT,
     FILE,
@@ -42,8 +43,6 @@ from eventpipe.state.store import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, DataFrameReader, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
-
-from eventpipe.processing.run import TIMESTAMP, Target, ref, step
 
 log = logging.getLogger("eventpipe.processing")
 

@@ -11,17 +11,16 @@ from typing import TYPE_CHECKING
 from eventpipe.config import Config
 from eventpipe.events import utc_now
 from eventpipe.files import move, replacing
+from eventpipe.processing.archiving import compress
+from eventpipe.processing.isolation import Isolation, caused_by_data
+from eventpipe.processing.job import run_job
+from eventpipe.processing.run import RunReport, pipeline_lock
 from eventpipe.state.store import (
     open_state,
 )
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-
-from eventpipe.processing.archiving import compress
-from eventpipe.processing.isolation import Isolation, caused_by_data
-from eventpipe.processing.job import run_job
-from eventpipe.processing.run import RunReport, pipeline_lock
 
 log = logging.getLogger("eventpipe.processing")
 

@@ -13,6 +13,8 @@ from pyspark.sql import functions as F
 
 from eventpipe.events import Stage
 from eventpipe.processing import shutdown
+from eventpipe.processing.failures import fail_once
+from eventpipe.processing.run import RunContext, Target, ref, step
 from eventpipe.reserved import (
     ERROR,
     ROW,
@@ -27,8 +29,6 @@ if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
     from eventpipe.destinations.http import HttpSettings
-from eventpipe.processing.failures import fail_once
-from eventpipe.processing.run import RunContext, Target, ref, step
 
 log = logging.getLogger("eventpipe.processing")
 

@@ -23,6 +23,8 @@ from eventpipe.processing.fields import (
 from eventpipe.processing.flatten import Flat, flatten_mapped, leaves
 from eventpipe.processing.inference import StagedTypes, token_types
 from eventpipe.processing.mapping import Mapping
+from eventpipe.processing.read import browser_of, of_segments, read_events, staging_writer
+from eventpipe.processing.run import TIMESTAMP, RunContext, Target, ref, step
 from eventpipe.processing.template import Template, render, table_names
 from eventpipe.reserved import (
     CORRUPT,
@@ -42,9 +44,6 @@ from eventpipe.schema.types import DataType
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
-
-from eventpipe.processing.read import browser_of, of_segments, read_events, staging_writer
-from eventpipe.processing.run import TIMESTAMP, RunContext, Target, ref, step
 
 log = logging.getLogger("eventpipe.processing")
 
