@@ -15,8 +15,9 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   request ends. Buffered and in-flight bytes stay under ``max_buffer_bytes``: the durable
   log is the buffer, not memory.
 * **Retries**: connection errors, timeouts, 429 and 5xx are retried with exponential
-  backoff and jitter (half to all of the delay), ``Retry-After`` honoured, for up to
-  ``retry_max_elapsed_seconds``; each session keeps its own error state (seed 2's KI1:
+  backoff and jitter (half to all of the delay, retry.Backoff), ``Retry-After`` honoured,
+  for up to ``retry_max_elapsed_seconds``; each session keeps its own error state (seed
+  2's KI1:
   one session's success never clears another's). A request that timed out may have been
   stored: its events are counted as possible duplicates. With ``hold_seconds`` (the
   job's), a request still failing after that long is handed back: the session sends
@@ -42,6 +43,9 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   record covers, so a crash resends at most the request each session had in flight.
   Every request carries ``X-Eventpipe-Session`` and an ``Idempotency-Key`` that is the
   same when the same events are sent again, for APIs that can drop repeats.
+
+Length (over 500 lines): one delivery engine whose parts (buffers, requests, retries,
+splitting, progress records) share each session's state and its locks.
 """
 
 from __future__ import annotations

@@ -27,6 +27,9 @@
 
 Every change is one transaction, one writer at a time (SQLite in WAL mode), so a crash
 leaves either the old or the new state.
+
+Length (over 500 lines): the schema and every query of the state store, written once
+for SQLite and PostgreSQL alike (state/db.py only connects).
 """
 
 from __future__ import annotations
