@@ -16,9 +16,8 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   log is the buffer, not memory.
 * **Retries**: connection errors, timeouts, 429 and 5xx are retried with exponential
   backoff and jitter (half to all of the delay, retry.Backoff), ``Retry-After`` honoured,
-  for up to ``retry_max_elapsed_seconds``; each session keeps its own error state (seed
-  2's KI1:
-  one session's success never clears another's). A request that timed out may have been
+  for up to ``retry_max_elapsed_seconds``; each session keeps its own error state (one
+  session's success never clears another's). A request that timed out may have been
   stored: its events are counted as possible duplicates. With ``hold_seconds`` (the
   job's), a request still failing after that long is handed back: the session sends
   nothing more in this task (order holds), the others go on, and the job runs the send
