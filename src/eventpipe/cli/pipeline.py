@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from eventpipe.cli.common import cli, config_option, load, print_report, with_spark
+from eventpipe.cli.common import DAY, cli, config_option, load, print_report, with_spark
 from eventpipe.errors import ConfigError, EventpipeError
 
 
@@ -51,14 +51,14 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
 @click.option(
     "--from",
     "first",
-    type=click.DateTime(["%Y-%m-%d"]),
+    type=DAY,
     required=True,
     help="First day (YYYY-MM-DD, UTC day of _timestamp).",
 )
 @click.option(
     "--to",
     "last",
-    type=click.DateTime(["%Y-%m-%d"]),
+    type=DAY,
     default=None,
     help="Last day, included (default: --from).",
 )
