@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import gzip
 from pathlib import Path
 from typing import Any
 
+import lz4.frame
 import orjson
 
 from eventpipe.config import DestinationConfig
@@ -52,7 +52,8 @@ def test_replay_loads_what_now_succeeds_and_keeps_what_fails_again(
     # The replayed file is archived whole; nothing is left to replay in failed/replay/.
     [archived] = report.archived
     assert archived.name.startswith("replayed.dst=warehouse.")
-    assert len(gzip.decompress(archived.read_bytes()).splitlines()) == 2
+    with lz4.frame.open(archived, "rb") as frames:  # LZ4 frames, the archive's one format
+        assert len(frames.read().splitlines()) == 2
     assert list((c.layout.failed / "replay").iterdir()) == []
     # Replaying again retries c alone.
     second = replay_failed(fixed, spark, "warehouse")
@@ -73,8 +74,9 @@ def test_an_interrupted_replay_resumes_without_loading_twice(
     # The same replay file again (as if the process died before archiving it).
     replay_dir = c.layout.failed / "replay"
     [archived] = list(c.layout.archive.rglob("replayed.*"))
-    restored = replay_dir / archived.name.removesuffix(".gz").replace("replayed", "replaying")
-    restored.write_bytes(gzip.decompress(archived.read_bytes()))
+    restored = replay_dir / archived.name.removesuffix(".lz4").replace("replayed", "replaying")
+    with lz4.frame.open(archived, "rb") as frames:
+        restored.write_bytes(frames.read())
     archived.unlink()
     assert replay_failed(c.config, spark, "warehouse") is not None
     assert _query(c, "SELECT count(*) FROM events") == [(1,)]

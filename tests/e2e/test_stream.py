@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
+import lz4.frame
+import orjson
+
 from eventpipe.errors import QueryError
 from eventpipe.log import tail
 from eventpipe.processing import stream
@@ -28,8 +31,10 @@ def test_events_stream_from_the_active_segment_and_new_fields_become_columns(
     stream.run_once(spark, c.config)
     assert _query(c, "SELECT n, color FROM click ORDER BY n") == [(1, None), (2, "red")]
     assert tail.lag(c.layout, "warehouse").events == 0
-    archived = list(c.layout.archive.glob("*/streaming-archive.dst=warehouse-*.log.gz"))
+    archived = sorted(c.layout.archive.glob("*/streaming-archive.dst=warehouse-*.log.lz4"))
     assert len(archived) == 2
+    with lz4.frame.open(archived[-1], "rb") as frames:  # the archive's one format
+        assert orjson.loads(frames.read().splitlines()[-1])["color"] == "red"
     # Sealing renames the segment: the stream follows it and reads nothing twice, and the
     # batch side archives it (it has no batch destination) without loading it again.
     _seal(c)

@@ -31,7 +31,7 @@ def replay_failed(config: Config, spark: SparkSession, dest_id: str) -> RunRepor
     ``failed/failed.dst=<id>.log`` is first renamed to ``failed/replay/`` (new failures
     then go to a fresh file), its events go through every step for this destination only,
     what fails again is written to ``failed.dst=<id>.log`` with its new error, and the
-    replayed file is archived as ``archive/YYYY-MM-DD/replayed.dst=<id>.<stamp>.log.gz``.
+    replayed file is archived as ``archive/YYYY-MM-DD/replayed.dst=<id>.<stamp>.log.lz4``.
     An interrupted replay resumes with the same file and run id, and loads nothing twice
     (loads are idempotent per run, destination and table). None: nothing to replay.
     """
@@ -70,7 +70,7 @@ def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | No
         isolation = Isolation(spark, only, run_id, dest_id, state, report)
         if isolation.after(exc, (replaying.name,), [events_file]):
             raise
-    archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.gz"
+    archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.lz4"
     compress([replaying], archived)
     report.archived = [archived]
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)

@@ -15,7 +15,7 @@ Structured Streaming.
   names, lookups, mapping, flattening, typing, patching under the lock, loading,
   failed/). The run id is ``stream-<id>-<n>``, so that a replayed micro-batch loads
   nothing twice (loads are idempotent per run, destination and table). Its lines are then
-  archived as ``archive/YYYY-MM-DD/streaming-archive.dst=<id>-<stamp>.log.gz`` and the
+  archived as ``archive/YYYY-MM-DD/streaming-archive.dst=<id>-<stamp>.log.lz4`` and the
   destination's progress is recorded, which lets the batch side archive a sealed segment
   once every stream destination has read it.
 * A transient failure (destination down, a DuckDB file held by a reader too long) is
@@ -277,11 +277,11 @@ def _planned_end(checkpoint: Path, epoch: int) -> dict[str, int]:
 
 
 def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
-    """The micro-batch's lines, gzipped into the archive (``files`` removed)."""
+    """The micro-batch's lines, into the archive as LZ4 frames (``files`` removed)."""
     from eventpipe.processing.archiving import compress
 
     stamp = utc_now().strftime("%Y-%m-%dT%H-%M-%S.%f")
-    target = layout.archive / stamp[:10] / f"streaming-archive.dst={dest_id}-{stamp}.log.gz"
+    target = layout.archive / stamp[:10] / f"streaming-archive.dst={dest_id}-{stamp}.log.lz4"
     compress(files, target)
     return target
 
