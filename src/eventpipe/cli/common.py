@@ -11,7 +11,7 @@ import click
 
 from eventpipe import __version__
 from eventpipe.config import DEFAULT_CONFIG_PATH, LoadedConfig, load_config
-from eventpipe.logs import configure_logging
+from eventpipe.logsetup import configure_logging
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -55,7 +55,7 @@ from eventpipe.processing.run import (
     read_catalogues,
     step,
 )
-from eventpipe.processing.schemas import SchemaCache
+from eventpipe.processing.schema_cache import SchemaCache
 from eventpipe.processing.send import send
 from eventpipe.processing.shape import flatten_for, stage_flat
 from eventpipe.processing.version import code_version

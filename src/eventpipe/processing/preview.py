@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from eventpipe.config import Config
 from eventpipe.processing.read import Lookups, stage_events
 from eventpipe.processing.run import RunContext, RunReport, Target, read_catalogues
-from eventpipe.processing.schemas import SchemaCache
+from eventpipe.processing.schema_cache import SchemaCache
 from eventpipe.processing.shape import flatten_for
 from eventpipe.reserved import (
     ERROR,

@@ -23,7 +23,7 @@ from eventpipe.processing import metering
 from eventpipe.processing.fields import (
     reference,
 )
-from eventpipe.processing.schemas import SchemaCache
+from eventpipe.processing.schema_cache import SchemaCache
 from eventpipe.state.store import (
     StateStore,
 )

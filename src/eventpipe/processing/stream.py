@@ -184,7 +184,7 @@ def start_stream(
     as transient is retried with backoff (1 s doubling to 30 s): until it loads, or until
     ``stopping`` is set; ``available_now`` (``process --once``): 3 attempts."""
     from eventpipe.processing.job import process_stream_batch
-    from eventpipe.processing.schemas import SchemaCache
+    from eventpipe.processing.schema_cache import SchemaCache
 
     spark.dataSource.register(LogSource)
     layout = config.layout

@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from eventpipe.config import LoggingConfig
-from eventpipe.logs import configure_logging
+from eventpipe.logsetup import configure_logging
 
 
 @pytest.fixture(autouse=True)
