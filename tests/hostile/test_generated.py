@@ -28,7 +28,7 @@ import httpx
 import orjson
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventpipe.processing.job import process_once
@@ -181,7 +181,6 @@ def pipeline(
                            HealthCheck.function_scoped_fixture],
     database=None,
 )  # fmt: skip
-@seed(23)
 @given(batch=st.lists(events(), min_size=1, max_size=6), duplicate=st.booleans())
 def test_every_acknowledged_event_is_a_row_or_an_event_error(
     pipeline: Pipeline, spark: Any, batch: list[dict[str, Any]], duplicate: bool
