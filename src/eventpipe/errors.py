@@ -12,6 +12,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from eventpipe.retry import Backoff
+
 T = TypeVar("T")
 
 
@@ -76,8 +78,6 @@ def retry_transient(
     doubling up to ``max_delay``; ``attempts`` in all (None: until it succeeds). The last
     TransientError is raised when the attempts run out; other errors, and the ``unless``
     kinds, at once."""
-    from eventpipe.retry import Backoff
-
     backoff = Backoff(first_delay, max_delay, jitter=False)
     attempt = 1
     while True:

@@ -34,10 +34,16 @@ def temporary_name(path: Path) -> Path:
     return path.with_name(f".{path.name}.partial")
 
 
+class KeepOld(Exception):
+    """Raised inside a :func:`replacing` block that found nothing to change: the
+    temporary file is removed and ``path`` stays as it was."""
+
+
 @contextmanager
 def replacing_path(path: Path) -> Iterator[Path]:
     """A temporary path for a writer that opens files itself (Parquet, gzip, LZ4):
-    what it wrote there becomes ``path`` durably when the block ends without error."""
+    what it wrote there becomes ``path`` durably when the block ends without error
+    (KeepOld: it is dropped and ``path`` left as it was)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     partial = temporary_name(path)
     try:
@@ -45,6 +51,9 @@ def replacing_path(path: Path) -> Iterator[Path]:
         with partial.open("rb") as written:
             os.fsync(written.fileno())
         os.replace(partial, path)
+    except KeepOld:
+        partial.unlink(missing_ok=True)
+        return
     except BaseException:
         with suppress(FileNotFoundError):
             partial.unlink()

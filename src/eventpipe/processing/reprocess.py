@@ -62,7 +62,7 @@ from eventpipe.archive.files import (
     segments_of_day,
 )
 from eventpipe.archive.retention import pruned_through
-from eventpipe.config import Config, DestinationConfig
+from eventpipe.config import Config
 from eventpipe.destinations.base import (
     DaySwap,
     Destination,
@@ -72,7 +72,7 @@ from eventpipe.destinations.base import (
 )
 from eventpipe.destinations.registry import REPLACES_DAYS, kind
 from eventpipe.errors import ConfigError, TerminalError
-from eventpipe.files import replacing
+from eventpipe.files import KeepOld, replacing
 from eventpipe.processing import shutdown
 from eventpipe.processing.failures import rebuild_failures
 from eventpipe.processing.job import run_job
@@ -93,9 +93,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventpipe.processing")
 
 SHADOW_PREFIX = reserved.SHADOW_PREFIX
-REPLACEABLE = REPLACES_DAYS
-"""Destination types whose rows of a day can be replaced (in one transaction, or by
-renaming a day's partitions)."""
 
 
 def shadow_name(run_id: str, table: str) -> str:
@@ -215,11 +212,11 @@ def replaceable(config: Config, destination_id: str) -> None:
     """Raise ConfigError unless ``destination_id`` is a batch destination whose days can
     be replaced."""
     dest = config.destination(destination_id)
-    if dest.type not in REPLACEABLE:
+    if dest.type not in REPLACES_DAYS:
         raise ConfigError(
             f"destination {destination_id!r} is of type {dest.type}: reprocess replaces a "
             "day's rows in one transaction or a day partition, which only "
-            f"{', '.join(REPLACEABLE)} destinations do",
+            f"{', '.join(REPLACES_DAYS)} destinations do",
             fix="reprocess a duckdb, postgres or parquet destination",
         )
     if not kind(dest).can_replace_days(dest):
@@ -450,8 +447,6 @@ def _supersede_failed(config: Config, dest_id: str, days: tuple[str, ...], found
     wanted = set(days)
     dropped = 0
     added = found.read_bytes() if found.exists() else b""
-    if not added and not _has_failed_day(path, wanted):
-        return
     with replacing(path) as out:
         if path.exists():
             with path.open("rb") as lines:
@@ -460,17 +455,13 @@ def _supersede_failed(config: Config, dest_id: str, days: tuple[str, ...], found
                         dropped += 1
                     else:
                         out.write(line if line.endswith(b"\n") else line + b"\n")
+        if not dropped and not added:
+            raise KeepOld  # the same file: left as it is
         out.write(added)
+    if not dropped and not added:
+        return
     log.info("%s: failed/: %d event(s) of the rebuilt days replaced by the %d that "
              "failed again", dest_id, dropped, added.count(b"\n"))  # fmt: skip
-
-
-def _has_failed_day(path: Path, days: set[str]) -> bool:
-    """Whether the failed/ file ``path`` holds an EventError of one of ``days``."""
-    if not path.exists():
-        return False
-    with path.open("rb") as lines:
-        return any(_failed_day(line) in days for line in lines)
 
 
 def _failed_day(line: bytes) -> str | None:
@@ -523,10 +514,5 @@ def batch_ids(config: Config) -> list[str]:
     return [
         d
         for d, dest in batch_destinations(config).items()
-        if _replaces_days(dest) and dest.metering is None
+        if kind(dest).can_replace_days(dest) and dest.metering is None
     ]
-
-
-def _replaces_days(dest: DestinationConfig) -> bool:
-    """Whether reprocess can replace the destination's days (docs/archive.md)."""
-    return kind(dest).can_replace_days(dest)

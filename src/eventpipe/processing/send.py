@@ -82,7 +82,6 @@ def send(
         max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip, progress=str(progress),
         run=run.run_id, hold_seconds=hold,
     )  # fmt: skip
-    give_up_at: float | None = None
     backoff: Backoff | None = None
     stats: dict[str, float] = {}
     with step(f"{dest_id}: send"):
@@ -94,7 +93,7 @@ def send(
                 break
             # The API keeps failing: wait here, where no Spark slot is held, then send
             # what is left (progress records skip what was delivered).
-            if give_up_at is None or backoff is None:  # from the failing request's first try
+            if backoff is None:  # the deadline counts from the failing request's first try
                 give_up_at = time.time() - hold + dest.retry_max_elapsed_seconds
                 settings = replace(settings, give_up_at=give_up_at)
                 backoff = Backoff(dest.retry_initial_seconds, dest.retry_max_seconds,
