@@ -39,13 +39,20 @@ def test_arrays_are_stored_as_the_json_they_were_sent_as(start_collector: Any, s
     assert event["n"] == {"x": [{"y": 1}]}
 
 
+def _post_raw(c: Any, body: bytes) -> Any:
+    """``body`` as it is (integers no JSON library here writes) to the server endpoint."""
+    import httpx
+
+    from tests.conftest import WEB_SERVER
+
+    return httpx.post(c.url + "/api/v1/s2s/event", content=body,
+                      headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+
+
 def test_integers_beyond_int64_keep_every_digit(
     start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
 ) -> None:
-    import httpx
     import psycopg
-
-    from tests.conftest import WEB_SERVER
 
     c = start_collector(destinations={
         "warehouse": {"type": "duckdb", "table_name_template": "{{ kind }}"},
@@ -62,8 +69,7 @@ def test_integers_beyond_int64_keep_every_digit(
     _post(c, [{"kind": "ints", "n": 7, "event_id": "d"}], server=True)
     _seal(c)
     assert process_once(c.config, spark) is not None
-    response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
-                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    response = _post_raw(c, body)
     # 39 digits: no destination stores it exactly, so the item is refused, alone.
     assert response.status_code == 200, response.text
     answer = response.json()
@@ -102,8 +108,7 @@ def test_integers_beyond_int64_keep_every_digit(
     _post(c, [{"kind": "words", "text": "hello", "event_id": "w"}], server=True)
     _seal(c)
     assert process_once(c.config, spark) is not None
-    response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
-                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    response = _post_raw(c, body)
     assert response.json() == {"status": "ok", "accepted": 3}
     _seal(c)
     report = process_once(c.config, spark)
@@ -116,8 +121,7 @@ def test_integers_beyond_int64_keep_every_digit(
     # Into a BIGINT column that exists: loaded where exact, else failed/ naming it.
     body = (b'[{"kind": "ints", "n": 18446744073709551617, "event_id": "e"},'
             b' {"kind": "ints", "n": 9223372036854775807, "event_id": "f"}]')  # fmt: skip
-    response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
-                          headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    response = _post_raw(c, body)
     assert response.json() == {"status": "ok", "accepted": 2}
     _seal(c)
     report = process_once(c.config, spark)

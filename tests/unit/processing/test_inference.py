@@ -128,12 +128,23 @@ def test_token_types_promote_bools_and_numbers_along_the_lattice(
                      "e": {"v": S}, "f": {}, "g": {"v": H}, "h": {"v": S}}  # fmt: skip
 
 
-def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
-    from datetime import datetime
-
+def _converter(frame: Any) -> Any:
+    """``converted(column, type)``: the column's values through cast_to, in row order."""
     from pyspark.sql import functions as fn
 
     from eventpipe.schema.casts import cast_to
+
+    schema = {f.name: f.dataType for f in frame.schema.fields}
+
+    def converted(column: str, to: DataType) -> list[Any]:
+        out = frame.select(cast_to(fn.col(column), to, schema[column]).alias("v"))
+        return [row["v"] for row in out.collect()]
+
+    return converted
+
+
+def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
+    from datetime import datetime
 
     frame = spark.createDataFrame(
         [(True, 5, 1.5, "x", datetime(2026, 11, 21, 10)),
@@ -142,11 +153,7 @@ def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
          (None, None, None, "2026-11-21T10:00:00Z", None)],
         "b boolean, n long, f double, s string, t timestamp",
     )  # fmt: skip
-    schema = {f.name: f.dataType for f in frame.schema.fields}
-
-    def converted(column: str, to: DataType) -> list[Any]:
-        out = frame.select(cast_to(fn.col(column), to, schema[column]).alias("v"))
-        return [row["v"] for row in out.collect()]
+    converted = _converter(frame)
 
     assert converted("b", N) == [1, 0, None, None]
     assert converted("b", S) == ["true", "false", None, None]
@@ -165,10 +172,6 @@ def test_conversions_to_a_columns_type_are_exact_or_null(spark: Any) -> None:
 def test_conversions_to_and_from_int128_keep_every_digit(spark: Any) -> None:
     from decimal import Decimal
 
-    from pyspark.sql import functions as fn
-
-    from eventpipe.schema.casts import cast_to
-
     big = Decimal(2**64 + 1)
     frame = spark.createDataFrame(
         [(big, 5, 2.0, "18446744073709551617", True),
@@ -177,11 +180,7 @@ def test_conversions_to_and_from_int128_keep_every_digit(spark: Any) -> None:
          (None, None, None, " -99999999999999999999999999999999999999 ", None)],
         "h decimal(22,0), n long, f double, s string, b boolean",
     )  # fmt: skip
-    schema = {f.name: f.dataType for f in frame.schema.fields}
-
-    def converted(column: str, to: DataType) -> list[Any]:
-        out = frame.select(cast_to(fn.col(column), to, schema[column]).alias("v"))
-        return [row["v"] for row in out.collect()]
+    converted = _converter(frame)
 
     assert converted("h", H) == [big, 7, None, None]
     assert converted("h", S) == ["18446744073709551617", "7", None, None]
