@@ -200,9 +200,12 @@ def test_an_event_without_a_key_fails_and_the_catalogue_is_checked_first(
 
 
 def test_metering_needs_a_destination_that_replaces_rows() -> None:
-    with pytest.raises(ConfigError, match="duckdb or postgres destination in mode batch"):
+    with pytest.raises(ConfigError, match=r"metering is for type duckdb or postgres"):
         make_config(Path("/tmp/x"), destinations={"lake": {
             "type": "parquet", "metering": {"products": "p.yaml"}}})  # fmt: skip
+    with pytest.raises(ConfigError, match="metering replaces rows of earlier batches"):
+        make_config(Path("/tmp/x"), destinations={"billing": {
+            "type": "duckdb", "mode": "stream", "metering": {"products": "p.yaml"}}})  # fmt: skip
 
 
 def _catalogue_table(config: Config, products: list[dict[str, Any]]) -> None:

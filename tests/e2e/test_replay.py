@@ -8,7 +8,7 @@ from typing import Any
 import lz4.frame
 import orjson
 
-from eventpipe.config import DestinationConfig
+from eventpipe.config import DuckDBConfig
 from eventpipe.processing.job import process_once
 from eventpipe.processing.replay import replay_failed
 from tests.conftest import read_lines
@@ -36,7 +36,7 @@ def test_replay_loads_what_now_succeeds_and_keeps_what_fails_again(
 
     # The operator fixes the template and replays.
     fixed = c.config.model_copy(update={"destinations": {
-        "warehouse": DestinationConfig(type="duckdb", table_name_template="2026", mappings={
+        "warehouse": DuckDBConfig(table_name_template="2026", mappings={
             "fields": [{"action": "remove", "src": "/day"}]})}})  # fmt: skip
     report = replay_failed(fixed, spark, "warehouse")
     assert report is not None

@@ -203,18 +203,57 @@ def test_a_parquet_path_may_be_a_uri_and_a_duckdb_path_may_not() -> None:
     message = _error({"destinations": {"w": {"type": "duckdb", "path": "s3a://b/w.duckdb"}}})
     assert "duckdb takes a local file, not a URI" in message
     message = _error({"destinations": {"lake": {**lake, "primary_key": ["id"]}}})
-    assert "parquet files cannot upsert" in message
+    assert "primary_key: parquet cannot upsert; duckdb and postgres can" in message
+    message = _error({"destinations": {"lake": {**lake, "mode": "stream"}}})
+    assert "destinations.lake: mode stream: parquet takes batch" in message
 
 
 def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
     sink = {"type": "http", "url": "https://api.example/addEvents", "group_by": ["host"]}
     config = parse_config({"destinations": {"api": sink}}, source="eventpipe.yaml", env={})
     assert config.destinations["api"].max_payload_bytes == 6_000_000
-    assert "type http needs url" in _error({"destinations": {"api": {"type": "http"}}})
+    assert "destinations.api.url: required key is missing" in _error(
+        {"destinations": {"api": {"type": "http"}}}
+    )
+    assert "write http:// or https://" in _error(
+        {"destinations": {"api": {**sink, "url": "ftp://x"}}}
+    )
     streamed = {"destinations": {"api": {**sink, "mode": "stream"}}}
     config = parse_config(streamed, source="eventpipe.yaml", env={})
     assert config.destinations["api"].mode == "stream"
-    assert "url is for http" in _error({"destinations": {"w": {"type": "duckdb", "url": "x"}}})
+    message = _error({"destinations": {"w": {"type": "duckdb", "url": "x"}}})
+    assert "destinations.w.url: unknown key (url is for type http)" in message
+
+
+def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_key() -> None:
+    """One settings model per type: a key of another type names the types it is for, a
+    misspelt key gets the nearest of its own type's keys, and the path is the user's
+    (without the type pydantic adds), even for a destination named like a type."""
+    pg = {"type": "postgres", "dsn": "postgresql://db/x"}
+    cases = {
+        "destinations.postgres.path: unknown key (path is for type duckdb or parquet)":
+            {"postgres": {**pg, "path": "/tmp/x"}},
+        "destinations.lake.dsn: unknown key (dsn is for type postgres)":
+            {"lake": {"type": "parquet", "dsn": "postgresql://db/x"}},
+        "destinations.api.metering: unknown key (metering is for type duckdb or postgres)":
+            {"api": {"type": "http", "url": "https://a.example", "metering": {}}},
+        "destinations.api.primary_key: unknown key (primary_key is for type duckdb, "
+        "postgres or parquet)": {"api": {"type": "http", "url": "https://a.example",
+                                         "primary_key": ["id"]}},
+        "destinations.w.partiton_by: unknown key (did you mean 'partition_by'?)":
+            {"w": {"type": "parquet", "partiton_by": "day"}},
+        "destinations.w.type: required key is missing (duckdb, postgres, parquet or http)":
+            {"w": {"path": "x.duckdb"}},
+        "destinations.w.type: expected duckdb, postgres, parquet or http, got 'mysql'":
+            {"w": {"type": "mysql"}},
+        "destinations.w.transforms[0].fliter: unknown key (did you mean 'filter'?)":
+            {"w": {"type": "duckdb", "transforms": [{"fliter": "true"}]}},
+        "destinations.pg.dsn: required key is missing": {"pg": {"type": "postgres"}},
+    }  # fmt: skip
+    for expected, destinations in cases.items():
+        assert expected in _error({"destinations": destinations}), expected
+    metered = {"type": "duckdb", "mode": "stream", "metering": {"products": "p.csv"}}
+    assert "metering replaces rows of earlier batches" in _error({"destinations": {"w": metered}})
 
 
 def test_a_postgres_state_store_needs_a_dsn_and_a_schema_of_its_own() -> None:

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import click
 
 from eventpipe.cli.common import backlog, cli, config_option, load, print_table
+from eventpipe.destinations.base import Destination
 from eventpipe.destinations.registry import kind
 from eventpipe.errors import ConfigError, EventpipeError, QueryError
 
@@ -140,7 +141,7 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     import psycopg
 
     try:
-        names, rows = open_destination(chosen, dest, config).query(sql)
+        names, rows = cast(Destination, open_destination(chosen, dest, config)).query(sql)
     except QueryError as exc:  # refused, or the SQL as the database answers it
         raise EventpipeError(f"{chosen}: the query failed: {exc.message}") from None
     except (duckdb.Error, psycopg.Error) as exc:

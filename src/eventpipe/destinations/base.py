@@ -1,6 +1,7 @@
-"""The protocol every destination implements, and what they share.
+"""The protocols destinations implement, and what they share.
 
-A destination is asked three things per batch and table, in this order:
+A destination with tables (:class:`Destination`) is asked three things per batch and
+table, in this order:
 
 1. ``describe(table)``: the table as it is now (None if it does not exist);
 2. ``patch(patch)``: create it or add columns (see eventpipe.schema.diff), under a lock
@@ -10,6 +11,9 @@ A destination is asked three things per batch and table, in this order:
 
 Failures are classified by the destination: TransientError (retry with backoff) or
 TerminalError (the batch's events go to failed/ with the reason).
+
+A destination without tables (:class:`Sink`) gets the batch's rows sent in Spark tasks,
+with its own records of what was delivered (destinations/http.py).
 """
 
 from __future__ import annotations
@@ -167,6 +171,20 @@ class Destination(Protocol):
     def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL read-only (``eventpipe query``): column names and rows."""
         ...
+
+
+class Sink(Protocol):
+    """A destination without tables: the job sends its rows from Spark tasks, through
+    what ``settings`` returns (the HTTP sink, destinations/http.py)."""
+
+    @property
+    def id(self) -> str: ...
+
+    def settings(self, *, progress: str, run: str, tasks: int, hold_seconds: float) -> Any: ...
+
+
+Opened = Destination | Sink
+"""A destination as the registry opens it: tables, or a sink."""
 
 
 class Replaceable(Destination, Protocol):

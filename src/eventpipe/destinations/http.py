@@ -70,6 +70,8 @@ from eventpipe.retry import Backoff
 if TYPE_CHECKING:
     import pyarrow as pa
 
+    from eventpipe.config import HttpConfig
+
 log = logging.getLogger("eventpipe.http")
 
 TRIMMED_ATTRIBUTE = "eventpipe_trimmed"
@@ -113,6 +115,32 @@ class HttpSettings:
     ``retry_max_elapsed_seconds`` after the request's first try."""
     run: str = ""
     """The run id: with the rows of a payload, its ``Idempotency-Key``."""
+
+
+@dataclass(frozen=True)
+class HttpSink:
+    """The ``type: http`` destination, opened: a sink (no tables). The job's send step
+    (processing/send.py) runs :func:`deliver_batches` in Spark tasks with its settings."""
+
+    id: str
+    config: HttpConfig
+
+    def settings(self, *, progress: str, run: str, tasks: int, hold_seconds: float) -> HttpSettings:
+        """What each of ``tasks`` Spark tasks of run ``run`` needs, its progress records
+        in the directory ``progress``; a request that fails for ``hold_seconds`` in a
+        task is handed back to the driver."""
+        dest = self.config
+        return HttpSettings(
+            destination=self.id, url=dest.url, headers=dict(dest.headers), format=dest.format,
+            max_payload_bytes=dest.max_payload_bytes,
+            max_lifetime_seconds=dest.max_lifetime_seconds,
+            parallel=max(1, dest.max_parallel_requests // tasks),
+            retry_initial_seconds=dest.retry_initial_seconds,
+            retry_max_seconds=dest.retry_max_seconds,
+            retry_max_elapsed_seconds=dest.retry_max_elapsed_seconds,
+            max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip, progress=progress, run=run,
+            hold_seconds=min(hold_seconds, dest.retry_max_elapsed_seconds),
+        )  # fmt: skip
 
 
 @dataclass(frozen=True)

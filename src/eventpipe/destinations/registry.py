@@ -1,10 +1,12 @@
-"""The destination types: what ``type:`` names, how each is opened, and what it can do.
+"""The destination types: what ``type:`` names, its settings, how one is opened, and
+what it can do.
 
 The pipeline asks this registry, never a type's name: whether a destination has tables
-(or is a sink that sends events), whether reprocess can replace its days, which local file
-holds its tables. Adding a destination type is its module, its tests and one entry here
-(and, for now, its keys in ``config.DestinationConfig``, which validates each type's
-settings).
+(or is a sink that sends events), whether reprocess can replace its days, which local
+file holds its tables. The settings model (config/destinations.py) says which modes a
+type runs in, whether it upserts and whether it meters; the checks of eventpipe.yaml
+read the same. Adding a destination type is its settings model, its module and tests,
+and one entry here.
 """
 
 from __future__ import annotations
@@ -12,15 +14,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
-from eventpipe.config import Config, DestinationConfig
+from eventpipe.config import (
+    TYPES,
+    Config,
+    DatabaseConfig,
+    DestinationConfig,
+    DuckDBConfig,
+    HttpConfig,
+    ParquetConfig,
+    PostgresConfig,
+    TableDestinationConfig,
+)
 from eventpipe.paths import is_uri
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-    from eventpipe.destinations.base import Destination
+    from eventpipe.destinations.base import Opened
 
 SparkFactory = Callable[[], "SparkSession"]
 """Starts (or returns) the Spark session, for destinations written by Spark."""
@@ -28,47 +40,59 @@ SparkFactory = Callable[[], "SparkSession"]
 
 @dataclass(frozen=True)
 class Kind:
-    name: str
-    open: Callable[[str, DestinationConfig, Config, SparkFactory], Destination] | None
-    """Opens a destination of this type; None: a sink without tables (events are sent,
-    destinations/http.py)."""
-    replaces_days: Callable[[DestinationConfig], bool] | None
+    settings: type[DestinationConfig]
+    """The model of its keys in eventpipe.yaml."""
+    open: Callable[[str, Any, Config, SparkFactory], Opened]
+    """Opens one, given its id, its settings (of the model above) and the config."""
+    replaces_days: Callable[[Any], bool] | None = None
     """Whether reprocess can replace the rows of a day, as configured; None: never."""
-    file: Callable[[DestinationConfig, Config], Path] | None = None
+    file: Callable[[Any, Config], Path] | None = None
     """The local file that holds the tables (queried read-only), for single-file ones."""
 
     @property
+    def name(self) -> str:
+        return next(t for t, model in TYPES.items() if model is self.settings)
+
+    @property
     def tables(self) -> bool:
-        return self.open is not None
+        """Events land in tables; otherwise the type is a sink: they are sent."""
+        return self.settings.tables
+
+    @property
+    def modes(self) -> tuple[str, ...]:
+        return self.settings.modes
+
+    @property
+    def upserts(self) -> bool:
+        return issubclass(self.settings, TableDestinationConfig) and self.settings.upserts
+
+    @property
+    def meters(self) -> bool:
+        return issubclass(self.settings, DatabaseConfig)
 
     def can_replace_days(self, dest: DestinationConfig) -> bool:
         return self.replaces_days is not None and self.replaces_days(dest)
 
 
-def _duckdb_file(dest: DestinationConfig, config: Config) -> Path:
+def _duckdb_file(dest: DuckDBConfig, config: Config) -> Path:
     return Path(dest.path) if dest.path else config.layout.warehouse
 
 
-def _open_duckdb(
-    dest_id: str, dest: DestinationConfig, config: Config, spark: SparkFactory
-) -> Destination:
+def _open_duckdb(dest_id: str, dest: DuckDBConfig, config: Config, spark: SparkFactory) -> Opened:
     from eventpipe.destinations.duckdb import DuckDBDestination
 
     return DuckDBDestination(dest_id, _duckdb_file(dest, config), config.layout.locks)
 
 
 def _open_postgres(
-    dest_id: str, dest: DestinationConfig, config: Config, spark: SparkFactory
-) -> Destination:
+    dest_id: str, dest: PostgresConfig, config: Config, spark: SparkFactory
+) -> Opened:
     from eventpipe.destinations.postgres import PostgresDestination
 
-    assert dest.dsn is not None  # checked by the config model
     return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
 
 
-def _open_parquet(
-    dest_id: str, dest: DestinationConfig, config: Config, spark: SparkFactory
-) -> Destination:
+def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, spark: SparkFactory) -> Opened:
     from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
     locks = config.layout.locks
@@ -80,20 +104,26 @@ def _open_parquet(
     return ParquetDestination(dest_id, root, locks, dest.partition_by)
 
 
+def _open_http(dest_id: str, dest: HttpConfig, config: Config, spark: SparkFactory) -> Opened:
+    from eventpipe.destinations.http import HttpSink
+
+    return HttpSink(dest_id, dest)
+
+
 def _always(dest: DestinationConfig) -> bool:
     return True
 
 
-def _local_day_partitions(dest: DestinationConfig) -> bool:
+def _local_day_partitions(dest: ParquetConfig) -> bool:
     """Day partitions replaced by renaming directories: a local lake partitioned by day."""
     return dest.partition_by == "day" and not is_uri(dest.path or "")
 
 
 KINDS: dict[str, Kind] = {
-    "duckdb": Kind("duckdb", _open_duckdb, _always, _duckdb_file),
-    "postgres": Kind("postgres", _open_postgres, _always),
-    "parquet": Kind("parquet", _open_parquet, _local_day_partitions),
-    "http": Kind("http", None, None),
+    "duckdb": Kind(DuckDBConfig, _open_duckdb, _always, _duckdb_file),
+    "postgres": Kind(PostgresConfig, _open_postgres, _always),
+    "parquet": Kind(ParquetConfig, _open_parquet, _local_day_partitions),
+    "http": Kind(HttpConfig, _open_http),
 }
 
 REPLACES_DAYS = tuple(name for name, k in KINDS.items() if k.replaces_days is not None)
@@ -106,9 +136,6 @@ def kind(dest: DestinationConfig) -> Kind:
 
 def open_destination(
     dest_id: str, dest: DestinationConfig, config: Config, spark: SparkFactory
-) -> Destination:
-    """The destination ``dest_id`` of ``config``, opened (a sink has none to open)."""
-    opener = kind(dest).open
-    if opener is None:
-        raise ValueError(f"{dest_id} is an {dest.type} sink: it has no tables")
-    return opener(dest_id, dest, config, spark)
+) -> Opened:
+    """The destination ``dest_id`` of ``config``, opened: its tables, or a sink."""
+    return kind(dest).open(dest_id, dest, config, spark)

@@ -6,8 +6,10 @@ of named steps, each in a module of its own:
     read        the run's lines into one frame of events, looked up, staged (read.py)
     shape       per destination: its keys, table names, transforms, mapping, flattening,
                 casts; staged by table and typed (shape.py, inference.py)
-    load        per table: patch under its lock, convert, one atomic idempotent load,
-                poison events split out (load.py); or sent to an HTTP API (send.py)
+    deliver     a destination with tables: per table, patch under its lock, convert,
+                one atomic idempotent load, poison events split out (load.py); a sink:
+                rows sent from Spark tasks, the driver waiting out an API that is down
+                (send.py). Which of the two is the registry's word, not the type's name
     record      each segment x destination x table recorded; failed events to failed/
                 (failures.py); a run that fails twice on its data isolated (isolation.py)
     archive     segments every destination has loaded (archiving.py; close_run)
@@ -27,13 +29,13 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from pyspark.sql import functions as F
 
 from eventpipe.archive import retention
 from eventpipe.config import Config
-from eventpipe.destinations.registry import kind
+from eventpipe.destinations.base import Destination
 from eventpipe.errors import TransientError
 from eventpipe.events import Stage
 from eventpipe.paths import DataLayout, count_lines
@@ -41,7 +43,7 @@ from eventpipe.processing import shutdown, transforms
 from eventpipe.processing.archiving import ArchiveAhead, archive_segments
 from eventpipe.processing.failures import fail_corrupt, fail_once, once
 from eventpipe.processing.isolation import Isolation, caused_by_data
-from eventpipe.processing.load import keep_newest, load_tables
+from eventpipe.processing.load import load_tables
 from eventpipe.processing.read import Lookups, day_of, entry_file, event_json, stage_events
 from eventpipe.processing.run import (
     DestinationsFailingError,
@@ -65,7 +67,6 @@ from eventpipe.reserved import (
     ERROR,
     RAW,
     ROW,
-    TABLE,
 )
 from eventpipe.state.store import (
     ALL_TABLES,
@@ -346,21 +347,26 @@ def run_job(
                 raise
             isolate(dest_id, exc)
 
-    def sink(d: str) -> Callable[[], Target]:
-        return lambda: Target(d, config.destinations[d], plan[d], None, SchemaCache())
-
-    def table_target(d: str) -> Callable[[], Target]:
-        cache = (schemas or {}).get(d) or SchemaCache()
+    def open_target(d: str) -> Callable[[], Target]:
         dest = config.destinations[d]
-        shadow = rebuild.shadow if rebuild else lambda destination: destination
-        return lambda: Target(d, dest, plan[d], shadow(open_destination(d, dest, config)), cache)
+        cache = (schemas or {}).get(d) or SchemaCache()
 
-    sinks = [d for d, dest in config.destinations.items() if not kind(dest).tables]
+        def opened() -> Target:  # on the destination's own turn (it may be down)
+            destination = open_destination(d, dest, config)
+            if rebuild is not None:  # a reprocess loads into shadow tables
+                destination = rebuild.shadow(cast(Destination, destination))
+            return Target(d, dest, plan[d], destination, cache)
+
+        return opened
+
+    # A sink's part runs on a thread of its own: an API that is down for minutes
+    # delays none of the tables.
+    sinks = [d for d, dest in config.destinations.items() if not dest.tables]
     with ThreadPoolExecutor(max_workers=max(1, len(sinks)), thread_name_prefix="send") as pool:
-        sending = [pool.submit(process, d, sink(d)) for d in sinks]
+        sending = [pool.submit(process, d, open_target(d)) for d in sinks]
         for dest_id in config.destinations:
             if dest_id not in sinks:
-                process(dest_id, table_target(dest_id))
+                process(dest_id, open_target(dest_id))
         for future in sending:
             future.result()
 
@@ -368,23 +374,16 @@ def run_job(
 def _process_destination(events: DataFrame, run: RunContext, target: Target) -> None:
     dest_id, report = target.id, run.report
     flattened = flatten_for(events, run, target)
-    cast, flat = flattened.frame, flattened.flat
-    columns = [c for c in cast.columns if c not in (TABLE, ERROR, ROW)]
     where = run.layout.tmp / run.run_id / f"dst={dest_id}"
-    staged, counts = stage_flat(cast, where)
+    staged, counts = stage_flat(flattened.frame, where)
     report.skipped[dest_id] = counts["skipped"]
     report.filtered[dest_id] = counts.get("filtered", 0)  # a resumed run's older counts
     report.failed[dest_id] = 0
     if counts["failed"]:
-        fail_once(cast.filter(F.col(ERROR).isNotNull()), run, dest_id, "processing",
+        fail_once(flattened.frame.filter(F.col(ERROR).isNotNull()), run, dest_id, "processing",
                    table=None, stage=Stage.PROCESSING)  # fmt: skip
-    if target.destination is None:
-        send(staged, columns, where, run, target)
-    else:
-        load_tables(staged, counts, where, columns, flat, flattened.event_schema,
-                     flattened.name, run, target)  # fmt: skip
-        if (metered := target.config.metering) is not None:
-            report.replaced[dest_id] = keep_newest(target.destination, metered, run.started)
+    deliver = load_tables if target.config.tables else send  # by what it has, not its type
+    deliver(staged, flattened, counts, where, run, target)
     if run.rebuild is None:  # a reprocess records its days when it swaps them in
         days = sorted(counts.get("days") or ())
         run.state.record_days(dest_id, days, code_version(run.config, dest_id), run.run_id)

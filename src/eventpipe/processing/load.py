@@ -10,7 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
@@ -27,6 +27,7 @@ from eventpipe.processing.inference import staged_column_types
 from eventpipe.processing.read import staging_writer
 from eventpipe.processing.run import RunContext, Target, ref, step
 from eventpipe.processing.shape import (
+    Flattened,
     StagedTable,
     staged_table,
     type_mixes,
@@ -46,7 +47,6 @@ from eventpipe.schema.types import DataType
 if TYPE_CHECKING:
     import pyarrow as pa
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -74,25 +74,23 @@ def keep_newest(destination: Destination, metered: MeteringConfig, started: date
 
 def load_tables(
     staged: DataFrame,
-    counts: dict[str, int],
+    flattened: Flattened,
+    counts: dict[str, Any],
     where: Path,
-    columns: list[str],
-    flat: Flat,
-    event_schema: StructType,
-    name: Column,
     run: RunContext,
     target: Target,
 ) -> None:
-    """Type the destination's staged rows per table, then patch and load each table."""
+    """Type the destination's staged rows per table, then patch and load each table (a
+    metering destination then keeps the newest version of each key)."""
     dest_id = target.id
-    assert target.destination is not None
+    columns = flattened.columns
     with step(f"{dest_id}: type {len(columns)} column(s)"):
         batch = staged_column_types(
             where / "flat", staged, TABLE, columns, known_text=run.lookups.text_columns(dest_id)
         )  # fmt: skip
     if batch.mixed:
         with step(f"{dest_id}: bool/number mixes in {len(batch.mixed)} table(s)"):
-            type_mixes(batch, run, target, event_schema, name)
+            type_mixes(batch, run, target, flattened.event_schema, flattened.name)
     pending = [
         (table, types)
         for table, types in sorted(batch.types.items())
@@ -102,12 +100,12 @@ def load_tables(
     def load(item: tuple[str, dict[str, DataType]]) -> int:
         table, types = item
         shutdown.check(f"the load of {dest_id}.{table}")
-        return _load_table(staged_table(staged, where, table), run, target, types, flat)
+        return _load_table(staged_table(staged, where, table), run, target, types, flattened.flat)
 
     # Tables are independent batches: a destination that takes loads in parallel gets
     # them on that many threads (their Spark work and their connections). The state
     # store is written here, in order, by this thread only.
-    parallel = target.destination.parallel_loads
+    parallel = target.tables.parallel_loads
     tables = f"{dest_id}: {len(pending)} table(s) on {parallel} thread(s)"
     if run.ahead is not None:
         run.ahead.begin()
@@ -115,6 +113,8 @@ def load_tables(
         for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
             run.state.record(target.segments, dest_id, table, ok=True, rows=rows,
                              run_id=run.run_id)  # fmt: skip
+    if (metered := target.config.metered) is not None:
+        run.report.replaced[dest_id] = keep_newest(target.tables, metered, run.started)
 
 
 class _StaleSchema(Exception):
@@ -131,8 +131,7 @@ def _load_table(
     """Convert, patch and load one table; rows that fail go to failed/. When the load
     fails with the schema from memory (a stream's), the table's schema is read from the
     destination and the load retried once."""
-    assert target.destination is not None  # a table destination
-    described = target.schemas.describe(target.destination, staged.name)
+    described = target.schemas.describe(target.tables, staged.name)
     try:
         return _load_table_as(staged, run, target, batch_types, flat, described.table,
                               retry_stale=described.cached)  # fmt: skip
@@ -140,7 +139,7 @@ def _load_table(
         log.warning("%s.%s: load failed with the schema kept in memory (%s); read again, "
                     "retrying once", target.id, staged.name, stale)  # fmt: skip
         target.schemas.forget(staged.name)
-        fresh = target.schemas.describe(target.destination, staged.name)
+        fresh = target.schemas.describe(target.tables, staged.name)
         return _load_table_as(staged, run, target, batch_types, flat, fresh.table,
                               retry_stale=False)  # fmt: skip
 
@@ -157,7 +156,7 @@ def _load_table_as(
 ) -> int:
     """``_load_table`` for the table as ``existing``; raises _StaleSchema when
     ``retry_stale`` and the load fails (nothing written to failed/ yet)."""
-    dest_id, dest = target.id, target.config
+    dest_id, dest = target.id, target.table_config
     layout, run_id = run.layout, run.run_id
     table, frame = staged.name, staged.frame
 
@@ -222,8 +221,7 @@ def load_files(
     """Patch the table (as ``existing``) for ``targets`` and load ``staged.files``; on a
     terminal error the events of ``ok`` go to failed/ with it (``retry_stale``: raise
     _StaleSchema instead)."""
-    dest_id, dest, destination = target.id, target.config, target.destination
-    assert destination is not None  # a table destination
+    dest_id, dest, destination = target.id, target.table_config, target.tables
     report, run_id, table = run.report, run.run_id, staged.name
     patch = diff(existing, Table(table, targets, dest.primary_key))
     destination.patch(patch)
@@ -310,7 +308,6 @@ def _load_in_parts(
     """Load a batch the destination refused (``error``) in parts (:func:`split_load`): the
     refused events go to failed/ with the destination's reason, the rest loads."""
     dest_id, table = target.id, whole.table
-    assert target.destination is not None  # a table destination
     if not parts.started:
         log.warning("%s.%s: load refused (%s); loading it in parts to find the events "
                     "that cause it", dest_id, table, error)  # fmt: skip
@@ -319,8 +316,8 @@ def _load_in_parts(
         shutdown.check(f"a part of {dest_id}.{table}")
 
     with step(f"{dest_id}.{table}: load in parts"):
-        poison_limit = target.config.max_poison_events
-        split = split_load(parts, whole, target.destination, poison_limit, error, check)
+        poison_limit = target.table_config.max_poison_events
+        split = split_load(parts, whole, target.tables, poison_limit, error, check)
     log.warning("%s.%s: %d row(s) loaded in %d part(s); %d event(s) refused -> failed/",
                 dest_id, table, split.loaded, split.loads, len(split.poison))  # fmt: skip
     run.report.loaded[(dest_id, table)] = split.loaded

@@ -10,7 +10,13 @@ from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import Config
 from eventpipe.processing.read import Lookups, stage_events
-from eventpipe.processing.run import RunContext, RunReport, Target, read_catalogues
+from eventpipe.processing.run import (
+    RunContext,
+    RunReport,
+    Target,
+    open_destination,
+    read_catalogues,
+)
 from eventpipe.processing.schema_cache import SchemaCache
 from eventpipe.processing.shape import flatten_for
 from eventpipe.reserved import (
@@ -69,7 +75,8 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
         if any(valid):
             run_id = Path(tmp).name
             events = stage_events(spark, only, run_id, [str(path)], lookups, staged=False)
-            target = Target(dest_id, only.destinations[dest_id], (), None, SchemaCache())
+            dest = only.destinations[dest_id]  # opened, never written to
+            target = Target(dest_id, dest, (), open_destination(dest_id, dest, only), SchemaCache())
             run = RunContext(run_id, (), only, open_state(config), RunReport(run_id, (), False),
                        events, lookups, (str(path),), read_catalogues(only))  # fmt: skip
             ids = sorted(r[ROW] for r in events.select(ROW).collect())  # in the file's order

@@ -62,7 +62,7 @@ from eventpipe.archive.files import (
     segments_of_day,
 )
 from eventpipe.archive.retention import pruned_through
-from eventpipe.config import Config
+from eventpipe.config import Config, TableDestinationConfig
 from eventpipe.destinations.base import (
     DaySwap,
     Destination,
@@ -225,7 +225,7 @@ def replaceable(config: Config, destination_id: str) -> None:
             "by renaming directories, which needs a local path and partition_by: day",
             fix="reprocess a local parquet destination partitioned by day",
         )
-    if dest.metering is not None:
+    if dest.metered is not None:
         raise ConfigError(
             f"destination {destination_id!r} meters usage: its rows are kept per key across "
             "days, which a reprocess by day does not rebuild yet",
@@ -396,8 +396,9 @@ def rebuild(
     started = time.monotonic()
     dest_id = group.destination
     dest = config.destinations[dest_id]
+    key = dest.primary_key if isinstance(dest, TableDestinationConfig) else ()
     entry = group.entry(version)
-    # A duckdb or postgres destination (plan() checked the type).
+    # A destination whose days can be replaced (plan() checked its type).
     destination = cast(Replaceable, open_destination(dest_id, dest, config))
     run_id = None
     for older, older_entry in state.unfinished_reprocesses(f"reprocess.dst={dest_id}/"):
@@ -425,9 +426,9 @@ def rebuild(
         built = destination.describe(shadow)
         if built is not None:
             current = destination.describe(table)
-            destination.patch(diff(current, Table(table, built.columns, dest.primary_key)))
+            destination.patch(diff(current, Table(table, built.columns, key)))
     tables = tuple(sorted({*state.destination_tables(dest_id), *loaded}))
-    swap = DaySwap(run_id, group.days, tables, shadows, dest.primary_key)
+    swap = DaySwap(run_id, group.days, tables, shadows, key)
     rows = destination.replace_days(swap)
     _supersede_failed(config, dest_id, group.days, rebuild_failures(config.layout, run_id, dest_id))
     state.rebuilt_days(dest_id, group.days, version, group.inputs, run_id)
@@ -514,5 +515,5 @@ def batch_ids(config: Config) -> list[str]:
     return [
         d
         for d, dest in batch_destinations(config).items()
-        if kind(dest).can_replace_days(dest) and dest.metering is None
+        if kind(dest).can_replace_days(dest) and dest.metered is None
     ]

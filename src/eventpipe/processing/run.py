@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
 from eventpipe import locks
-from eventpipe.config import Config, DestinationConfig
-from eventpipe.destinations.base import Destination, Metered
+from eventpipe.config import Config, DestinationConfig, TableDestinationConfig
+from eventpipe.destinations.base import Destination, Metered, Opened, Sink
 from eventpipe.errors import TransientError
 from eventpipe.events import utc_now
 from eventpipe.paths import DataLayout
@@ -104,15 +104,33 @@ class Target:
     config: DestinationConfig
     segments: tuple[str, ...]
     """The segments it takes in this run (what its records are made for)."""
-    destination: Destination | None
-    """None for an http sink (no tables: events are sent, destinations/http.py)."""
+    destination: Opened
+    """Its tables, or a sink (events are sent: destinations/http.py)."""
     schemas: SchemaCache
     """Its tables' schemas (a stream's lives across micro-batches; a batch run's is new)."""
 
+    @property
+    def tables(self) -> Destination:
+        """The destination's tables (the load step's; a sink has none)."""
+        assert self.config.tables, f"{self.id} is a sink: it has no tables"
+        return cast(Destination, self.destination)
 
-def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> Destination:
-    """A table destination of ``config``, opened (destinations/registry.py); one written
-    by Spark gets the session of ``config.spark``."""
+    @property
+    def table_config(self) -> TableDestinationConfig:
+        """The settings of a destination with tables."""
+        assert isinstance(self.config, TableDestinationConfig), f"{self.id} is a sink"
+        return self.config
+
+    @property
+    def sink(self) -> Sink:
+        """The destination as a sink (the send step's)."""
+        assert not self.config.tables, f"{self.id} has tables: they are loaded"
+        return cast(Sink, self.destination)
+
+
+def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> Opened:
+    """A destination of ``config``, opened (destinations/registry.py); one written by
+    Spark gets the session of ``config.spark``."""
     from eventpipe.destinations import registry
 
     def spark() -> SparkSession:
@@ -127,13 +145,13 @@ def read_catalogues(config: Config) -> dict[str, list[metering.Product]]:
     """The products of each metering destination of ``config``."""
     return {
         dest_id: metering.read_catalogue(
-            dest.metering,
+            metered,
             cast("Metered", open_destination(dest_id, dest, config))
-            if dest.metering.products_table
+            if metered.products_table
             else None,
         )
         for dest_id, dest in config.destinations.items()
-        if dest.metering is not None
+        if (metered := dest.metered) is not None
     }
 
 

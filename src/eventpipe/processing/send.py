@@ -7,14 +7,16 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql import functions as F
 
+from eventpipe.config import HttpConfig
 from eventpipe.events import Stage
 from eventpipe.processing import shutdown
 from eventpipe.processing.failures import fail_once
 from eventpipe.processing.run import RunContext, Target, ref, step
+from eventpipe.processing.shape import Flattened
 from eventpipe.reserved import (
     ERROR,
     ROW,
@@ -34,16 +36,22 @@ log = logging.getLogger("eventpipe.processing")
 
 
 def send(
-    staged: DataFrame, columns: list[str], where: Path, run: RunContext, target: Target
+    staged: DataFrame,
+    flattened: Flattened,
+    counts: dict[str, Any],
+    where: Path,
+    run: RunContext,
+    target: Target,
 ) -> None:
     """Deliver the destination's staged rows to its HTTP API (destinations/http.py), on
     Spark: rows partitioned by session key, so that a task owns each session (one request
     in flight per session, in order, on a cluster too). Events that could not be
     delivered go to failed/ with the API's answer. Progress records go to
     ``where``/sent (the destination's directory of the run)."""
-    from eventpipe.destinations.http import HttpSettings, Progress
+    from eventpipe.destinations.http import Progress
 
-    dest_id, dest = target.id, target.config
+    dest_id, dest = target.id, cast(HttpConfig, target.config)
+    columns = flattened.columns
     if run.state.table_ok(target.segments, dest_id, SENT_TABLE):
         return  # sent by an earlier try of this run
     present = set(columns)
@@ -71,17 +79,10 @@ def send(
         .sortWithinPartitions("row")
     )
     progress = where / "sent"
-    hold = min(HOLD_SECONDS, dest.retry_max_elapsed_seconds)
-    settings = HttpSettings(
-        destination=dest_id, url=str(dest.url), headers=dict(dest.headers), format=dest.format,
-        max_payload_bytes=dest.max_payload_bytes, max_lifetime_seconds=dest.max_lifetime_seconds,
-        parallel=max(1, dest.max_parallel_requests // tasks),
-        retry_initial_seconds=dest.retry_initial_seconds,
-        retry_max_seconds=dest.retry_max_seconds,
-        retry_max_elapsed_seconds=dest.retry_max_elapsed_seconds,
-        max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip, progress=str(progress),
-        run=run.run_id, hold_seconds=hold,
-    )  # fmt: skip
+    settings: HttpSettings = target.sink.settings(
+        progress=str(progress), run=run.run_id, tasks=tasks, hold_seconds=HOLD_SECONDS
+    )
+    hold = settings.hold_seconds or HOLD_SECONDS
     backoff: Backoff | None = None
     stats: dict[str, float] = {}
     with step(f"{dest_id}: send"):

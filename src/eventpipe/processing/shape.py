@@ -56,7 +56,7 @@ def _multiplexed(frame: DataFrame, dest: DestinationConfig) -> DataFrame:
 
 
 @dataclass(frozen=True)
-class _Flattened:
+class Flattened:
     """A destination's events as its tables take them (before typing per table)."""
 
     frame: DataFrame
@@ -68,8 +68,13 @@ class _Flattened:
     name: Column
     """Each event's table name (an expression over the events as read)."""
 
+    @property
+    def columns(self) -> list[str]:
+        """The destination's columns (the flat ones, without the job's own)."""
+        return [c for c in self.frame.columns if c not in (TABLE, ERROR, ROW)]
 
-def flatten_for(events: DataFrame, run: RunContext, target: Target) -> _Flattened:
+
+def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened:
     """Multiplex, name the tables, place the lookups, map, flatten, cast: every step
     before the tables are typed and loaded."""
     dest_id, dest = target.id, target.config
@@ -96,14 +101,14 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> _Flattene
             frame = set_path(frame, rule.target, F.col(rule.column), condition)
     frame = frame.drop(*lookup_columns, FILE, CORRUPT, SEGMENT)
     frame = transforms.apply(frame, dest_id, dest)
-    if dest.metering is not None:
-        cutoff = dest.metering.window_start(run.started)
+    if (metered := dest.metered) is not None:
+        cutoff = metered.window_start(run.started)
         arrival = run.started.strftime("%Y%m%d%H%M%S%f")
-        frame = metering.route(frame, dest.metering, run.catalogues[dest_id], cutoff, arrival)
+        frame = metering.route(frame, metered, run.catalogues[dest_id], cutoff, arrival)
     flat = flatten_mapped(
         frame, passthrough=(TABLE, ERROR, ROW), mapping=Mapping.from_config(dest.mappings)
     )
-    return _Flattened(_cast_explicit(flat.frame, flat.explicit), flat, event_schema, name)
+    return Flattened(_cast_explicit(flat.frame, flat.explicit), flat, event_schema, name)
 
 
 def type_mixes(

@@ -28,12 +28,17 @@ PROCESSING_SETTINGS = frozenset({
 })  # fmt: skip
 ADDED_SETTINGS = ("namespace", "transforms")
 """Settings added after code versions were first recorded: left out at their defaults."""
+OTHER_TYPES_SETTINGS = {"primary_key": [], "partition_by": "day", "format": "dataset",
+                        "group_by": []}  # fmt: skip
+"""Settings of some types only, as every destination's versions were made with them
+(one model held all types' keys): a type without one counts it at this value, so that
+versions stay what they were."""
 
 
 def code_version(config: Config, destination: str) -> str:
     """12 hex digits (sha1 as a fast digest, not for security)."""
     dest = config.destinations[destination]
-    settings = dest.model_dump(mode="json", include=set(PROCESSING_SETTINGS))
+    settings = OTHER_TYPES_SETTINGS | dest.model_dump(mode="json", include=set(PROCESSING_SETTINGS))
     for name in ADDED_SETTINGS:  # at their defaults, versions stay what they were
         if getattr(dest, name) == DestinationConfig.model_fields[name].default:
             settings.pop(name, None)

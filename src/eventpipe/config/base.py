@@ -1,0 +1,98 @@
+"""What every section of the configuration shares: the model's rules (unknown keys are
+errors, values frozen, field docstrings are the documentation) and the checked kinds of
+text that several sections take (ids, origins, networks, pointers, type names, field
+paths, SQL names)."""
+
+from __future__ import annotations
+
+import ipaddress
+import re
+from typing import Annotated
+
+from pydantic import AfterValidator, BaseModel, ConfigDict
+
+from eventpipe.errors import ConfigError
+from eventpipe.origins import parse_origin
+from eventpipe.paths import check_safe_id
+
+
+class Section(BaseModel):
+    """A part of eventpipe.yaml: unknown keys rejected, frozen, documented by docstrings."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, use_attribute_docstrings=True, validate_default=True,
+        populate_by_name=True,
+    )  # fmt: skip
+
+
+def _safe_key_id(value: str) -> str:
+    return check_safe_id(value, "key id")
+
+
+def _safe_destination_id(value: str) -> str:
+    return check_safe_id(value, "destination id")
+
+
+def _origin_pattern(value: str) -> str:
+    if value != "*" and parse_origin(value, pattern=True) is None:
+        raise ValueError(
+            f"origin {value!r} is not an origin pattern: scheme://host[:port], where the "
+            "scheme may be left out, the host may start with *. and the port may be *"
+        )
+    return value.rstrip("/").lower()
+
+
+def _network(value: str) -> str:
+    try:
+        ipaddress.ip_network(value, strict=False)
+    except ValueError as exc:
+        raise ValueError(f"{value!r} is not an IP address or CIDR network") from exc
+    return value
+
+
+def _pointer(value: str) -> str:
+    from eventpipe.schema.pointers import parse_pointer
+
+    try:
+        parse_pointer(value, where="pointer")
+    except ConfigError as exc:
+        raise ValueError(exc.message) from None
+    return value
+
+
+def _type_name(value: str) -> str:
+    from eventpipe.schema.types import parse_type
+
+    try:
+        parse_type(value)
+    except ConfigError as exc:
+        raise ValueError(exc.message.removeprefix("type: ")) from None
+    return value
+
+
+SQL_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_$]{0,62}$")
+"""A schema or table name as PostgreSQL takes it unquoted (at most 63 characters)."""
+_FIELD_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
+
+
+def _field_path(value: str) -> str:
+    if not _FIELD_PATH.match(value):
+        raise ValueError(
+            f"{value!r}: a field is a name or a dotted path of names (properties.usage_gb)"
+        )
+    return value
+
+
+def sql_name(value: str, what: str) -> None:
+    """ValueError unless ``value`` is a plain SQL name."""
+    if not SQL_NAME.match(value):
+        raise ValueError(f"{what} {value!r}: use letters, digits and _ (at most 63)")
+
+
+SafeKeyId = Annotated[str, AfterValidator(_safe_key_id)]
+DestinationId = Annotated[str, AfterValidator(_safe_destination_id)]
+OriginPattern = Annotated[str, AfterValidator(_origin_pattern)]
+Network = Annotated[str, AfterValidator(_network)]
+Pointer = Annotated[str, AfterValidator(_pointer)]
+TypeName = Annotated[str, AfterValidator(_type_name)]
+FieldPath = Annotated[str, AfterValidator(_field_path)]

@@ -1,0 +1,219 @@
+"""Destination settings: one model per ``type:``, each taking only its own keys.
+
+Every destination takes the keys of :class:`DestinationConfig` (its mode, which events
+it takes, how they are shaped); a type adds its own, and says what it can do in class
+attributes that the checks here read (``modes``, ``upserts``, ``tables``) rather than
+its name. ``destinations/registry.py`` maps the same ``type:`` to the code that opens
+one. A destination of a new type is a model here (with the ``type`` literal), a line in
+:data:`AnyDestination`, its module under ``destinations/`` and a line in the registry.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, ClassVar, Literal, get_args
+
+from pydantic import Field, field_validator, model_validator
+
+from eventpipe.config.base import SafeKeyId, Section, sql_name
+from eventpipe.config.rules import EnrichmentRule, MappingConfig, MeteringConfig, TransformStep
+from eventpipe.paths import is_uri
+
+
+class DestinationConfig(Section):
+    """What every destination takes: its mode, which events it takes and how they are
+    shaped. Subclassed once per type."""
+
+    modes: ClassVar[tuple[str, ...]] = ("batch", "stream")
+    """The modes the type runs in."""
+    tables: ClassVar[bool] = True
+    """Whether events land in tables (loaded from staged files) or are sent (a sink)."""
+
+    type: str
+    """Destination type: ``duckdb``, ``postgres``, ``parquet`` or ``http`` (an ingestion
+    API such as DataSet's addEvents, docs/http.md)."""
+    mode: Literal["batch", "stream"] = "batch"
+    """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
+    (duckdb, postgres, http): loaded within seconds, the log read as it is written."""
+    stream_interval_seconds: float = Field(default=1.0, gt=0)
+    """stream: how often a micro-batch starts (when there are new events)."""
+    only_keys: tuple[SafeKeyId, ...] | None = None
+    """API key ids whose events go here. Absent: all keys."""
+    namespace: str = ".*"
+    """A regular expression matched against each event's table name (found anywhere in
+    it; anchor with ``^...$``): events whose table does not match skip this destination,
+    counted as filtered."""
+    transforms: tuple[TransformStep, ...] = ()
+    """Steps applied in order to the events of this destination, after lookups and
+    before mapping: ``filter``, ``set``, ``drop``, ``python``."""
+    table_name_template: str = "events"
+    """Table per event: text with ``{{ path.to.field }}`` and ``{{ _timestamp |
+    date('%Y_%m') }}``; sanitised like a column name; empty means skip."""
+    enrichment: tuple[EnrichmentRule, ...] = ()
+    """Lookup rules for this destination, applied after the implicit browser rules."""
+    mappings: MappingConfig = MappingConfig()
+    """Field rules: move, remove, cast, constant; ``keep_unmapped``."""
+    max_columns: int = Field(default=1000, ge=2)
+    """Columns per table at most; further fields of an event go into its
+    ``_unmapped_data`` JSON column, never dropped."""
+    max_poison_events: int = Field(default=100, ge=1)
+    """A load the database refuses (or a run that fails on its data) is retried in
+    smaller parts to find the events that cause it (they go to failed/); beyond this many
+    in one batch the destination is taken as broken, not the events: it stops (the
+    others go on) and tries later."""
+
+    @property
+    def metered(self) -> MeteringConfig | None:
+        """Usage metering's settings, for a destination that meters; None otherwise."""
+        return None
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_compiles(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"namespace {value!r} is not a regular expression: {exc}") from None
+        return value
+
+    @model_validator(mode="after")
+    def _mode_of_the_type(self) -> DestinationConfig:
+        if self.mode not in self.modes:
+            raise ValueError(f"mode {self.mode}: {self.type} takes {' or '.join(self.modes)}")
+        return self
+
+
+class TableDestinationConfig(DestinationConfig):
+    """A destination with tables: rows loaded atomically, table by table."""
+
+    upserts: ClassVar[bool] = True
+    """Whether loads can upsert by a primary key."""
+
+    primary_key: tuple[str, ...] = ()
+    """Columns of the primary key; loads then upsert, the newest ``_timestamp`` winning."""
+
+    @model_validator(mode="after")
+    def _key_where_rows_can_be_replaced(self) -> TableDestinationConfig:
+        if self.primary_key and not self.upserts:
+            raise ValueError(f"primary_key: {self.type} cannot upsert; duckdb and postgres can")
+        return self
+
+
+class DatabaseConfig(TableDestinationConfig):
+    """A database destination: transactions, so rows can be replaced (metering)."""
+
+    metering: MeteringConfig | None = None
+    """Usage metering instead of table_name_template (docs/metering.md)."""
+
+    @property
+    def metered(self) -> MeteringConfig | None:
+        return self.metering
+
+    @model_validator(mode="after")
+    def _metering_in_batches(self) -> DatabaseConfig:
+        if self.metering is not None and self.mode != "batch":
+            raise ValueError("metering replaces rows of earlier batches: it takes mode batch")
+        return self
+
+
+class DuckDBConfig(DatabaseConfig):
+    """An embedded DuckDB database file (the default destination)."""
+
+    type: Literal["duckdb"] = "duckdb"
+    """The type: ``duckdb``."""
+    path: str | None = None
+    """The database file (default ``<data_dir>/warehouse.duckdb``)."""
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _local(cls, value: Any) -> Any:
+        if isinstance(value, str) and is_uri(value):
+            raise ValueError("duckdb takes a local file, not a URI")
+        return value
+
+
+class PostgresConfig(DatabaseConfig):
+    """A PostgreSQL server."""
+
+    type: Literal["postgres"] = "postgres"
+    """The type: ``postgres``."""
+    dsn: str = Field(repr=False)
+    """The connection string, ``postgresql://user:${PGPASSWORD}@host:5432/db`` (put
+    secrets in environment variables; the DSN is never logged)."""
+    db_schema: str = Field(default="public", alias="schema")
+    """The schema eventpipe creates its tables in (created if missing)."""
+
+    @model_validator(mode="after")
+    def _schema_name(self) -> PostgresConfig:
+        sql_name(self.db_schema, "schema")
+        return self
+
+
+class ParquetConfig(TableDestinationConfig):
+    """A lake of Parquet files, a directory per table."""
+
+    modes = ("batch",)  # a file per second is no lake
+    upserts = False  # files are written, never updated
+
+    type: Literal["parquet"] = "parquet"
+    """The type: ``parquet``."""
+    path: str | None = None
+    """The directory of the tables (default ``<data_dir>/parquet``), or a
+    Hadoop-compatible URI Spark writes (``s3a://bucket/lake``, ``hdfs://nn/lake``)."""
+    partition_by: Literal["day", "none"] = "day"
+    """``day`` (of ``_timestamp``, Hive-style ``day=YYYY-MM-DD``) or ``none``."""
+
+
+class HttpConfig(DestinationConfig):
+    """An ingestion API that takes events in HTTP requests (docs/http.md): a sink."""
+
+    tables = False
+
+    type: Literal["http"] = "http"
+    """The type: ``http``."""
+    url: str
+    """Where events are POSTed (``https://app.scalyr.com/api/addEvents``)."""
+    headers: dict[str, str] = Field(default_factory=dict, repr=False)
+    """Request headers; put secrets in environment variables
+    (``Authorization: "Bearer ${DATASET_TOKEN}"``)."""
+    format: Literal["dataset", "ndjson"] = "dataset"
+    """``dataset`` (addEvents: session, sessionInfo, events with ts and attrs) or
+    ``ndjson`` (one JSON object per line)."""
+    group_by: tuple[str, ...] = ()
+    """The fields (flattened column names, or dotted paths) whose values make the
+    session key; they move from the events into the session info."""
+    max_payload_bytes: int = Field(default=6_000_000, ge=1024)
+    """A request's payload at most, before compression."""
+    max_lifetime_seconds: float = Field(default=5.0, gt=0)
+    """A session's buffer is sent when this old, full or not."""
+    max_parallel_requests: int = Field(default=8, ge=1)
+    """Requests in flight at once, in all (one per session at most)."""
+    retry_initial_seconds: float = Field(default=1.0, gt=0)
+    """The first wait before a retry (doubling, with jitter)."""
+    retry_max_seconds: float = Field(default=30.0, gt=0)
+    """The longest wait between two retries."""
+    retry_max_elapsed_seconds: float = Field(default=300.0, gt=0)
+    """How long a request is retried before its events go to failed/."""
+    max_buffer_bytes: int = Field(default=64_000_000, ge=1024)
+    """Event bytes held in memory at most, buffered and in flight, per Spark task."""
+    gzip: bool = True
+    """Compress request bodies (Content-Encoding: gzip)."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError(f"url {value!r}: write http:// or https://host/path")
+        return value
+
+
+AnyDestination = Annotated[
+    DuckDBConfig | PostgresConfig | ParquetConfig | HttpConfig, Field(discriminator="type")
+]
+"""A destination's settings, the model chosen by its ``type:``."""
+
+TYPES: dict[str, type[DestinationConfig]] = {
+    get_args(model.model_fields["type"].annotation)[0]: model
+    for model in get_args(get_args(AnyDestination)[0])
+}
+"""Each ``type:`` and its settings model."""

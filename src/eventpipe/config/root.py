@@ -1,0 +1,112 @@
+"""The whole configuration, one section per part of eventpipe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, model_validator
+
+from eventpipe.config.base import DestinationId, Section
+from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
+from eventpipe.config.destinations import (
+    AnyDestination,
+    DestinationConfig,
+    DuckDBConfig,
+    PostgresConfig,
+)
+from eventpipe.config.pipeline import (
+    ArchiveConfig,
+    EnrichmentConfig,
+    LoggingConfig,
+    ProcessingConfig,
+    SparkConfig,
+    StateConfig,
+)
+from eventpipe.errors import ConfigError, redacted
+from eventpipe.paths import DataLayout
+
+
+def _warehouse() -> dict[str, AnyDestination]:
+    return {"warehouse": DuckDBConfig()}
+
+
+class Config(Section):
+    """The whole eventpipe configuration."""
+
+    data_dir: Path = Path("data")
+    """Where eventpipe keeps everything: incoming/, failed/, archive/, the state store."""
+    server: ServerConfig = ServerConfig()
+    """The HTTP collector."""
+    incoming: IncomingConfig = IncomingConfig()
+    """The durable log of incoming events."""
+    api_keys: tuple[ApiKey, ...] = ()
+    """Keys that may send events. With no config file, a development pair is generated."""
+    logging: LoggingConfig = LoggingConfig()
+    """Operator logs."""
+    processing: ProcessingConfig = ProcessingConfig()
+    """The batch pipeline."""
+    archive: ArchiveConfig = ArchiveConfig()
+    """The raw archive of processed segments."""
+    spark: SparkConfig = SparkConfig()
+    """Spark settings for the pipeline."""
+    enrichment: EnrichmentConfig = EnrichmentConfig()
+    """Lookup enrichment (ip_lookup database, implicit browser rules)."""
+    state: StateConfig = StateConfig()
+    """The state store: run history, load statuses, code versions per day."""
+    destinations: dict[DestinationId, AnyDestination] = Field(default_factory=_warehouse)
+    """Destinations by id. Absent: one DuckDB warehouse at ``<data_dir>/warehouse.duckdb``."""
+
+    @model_validator(mode="after")
+    def _keys_are_distinct(self) -> Config:
+        seen_ids: set[str] = set()
+        seen_secrets: set[str] = set()
+        for key in self.api_keys:
+            if key.id in seen_ids:
+                raise ValueError(f"api key id {key.id!r} is used twice")
+            seen_ids.add(key.id)
+            for secret in (key.js, key.server):
+                if secret is None:
+                    continue
+                value = secret.get_secret_value()
+                if value in seen_secrets:
+                    raise ValueError(f"key {key.id!r} reuses a secret of another key or kind")
+                seen_secrets.add(value)
+        return self
+
+    @model_validator(mode="after")
+    def _state_apart_from_destinations(self) -> Config:
+        """The state tables (``runs``...) and a destination's tables (any name a template
+        makes) must not share a schema."""
+        if self.state.type != "postgres" or self.state.dsn is None:
+            return self
+        where = redacted(self.state.dsn)
+        for dest_id, dest in self.destinations.items():
+            if not isinstance(dest, PostgresConfig) or dest.db_schema != self.state.db_schema:
+                continue
+            if redacted(dest.dsn) == where:
+                raise ValueError(
+                    f"state.schema {self.state.db_schema!r} is destination {dest_id!r}'s "
+                    "schema too: give the state store a schema of its own"
+                )
+        return self
+
+    @property
+    def layout(self) -> DataLayout:
+        return DataLayout(self.data_dir)
+
+    def destination(self, destination_id: str) -> DestinationConfig:
+        """The destination ``destination_id``; ConfigError naming the configured ones."""
+        if destination_id not in self.destinations:
+            known = ", ".join(sorted(self.destinations))
+            raise ConfigError(f"no destination {destination_id!r} (configured: {known})")
+        return self.destinations[destination_id]
+
+
+class LoadedConfig(Section):
+    """A config and where it came from (for start-up messages)."""
+
+    config: Config
+    source: str
+    """The file it was read from, or ``built-in defaults``."""
+    embedded: bool
+    """True when no file was found and built-in defaults apply."""
