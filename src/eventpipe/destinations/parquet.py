@@ -36,6 +36,9 @@ Readers skip the ``_eventpipe`` directory (Spark and Hive ignore names starting 
   ``day=D`` directory of every table is renamed aside and the shadow's renamed in. A
   journal written first names every move, so a swap cut short is finished by the next
   attempt; a reader may see a day missing for the moment between two renames.
+
+Length (about 500 lines): the local lake and the one Spark writes to a URI implement the
+same protocol over the same file layout (schema files, load records, day partitions).
 """
 
 from __future__ import annotations

@@ -22,6 +22,10 @@
 * Errors: a lost connection, a serialisation failure, a deadlock or a server shutting
   down are transient (the run is retried); other errors are terminal for the batch.
 * The DSN is never logged: messages name the host, port and database only.
+
+Length (over 500 lines): the destination protocol in full for one database (describe,
+patch under advisory locks, COPY loads with rows it cannot store left out, upserts, day
+swaps, metering), all on the same connection handling and error classification.
 """
 
 from __future__ import annotations

@@ -34,6 +34,10 @@ interrupted is resumed by the next reprocess under the same run id (its staged f
 shadow loads are reused; nothing loads twice) while its days, version and files are the
 same; otherwise the old attempt is abandoned (its shadows dropped) and its days start
 again.
+
+Length (over 500 lines): the five steps above and the plan that groups days by the files
+they read share the run's records (versions, files, shadows); apart, each would need the
+others' internals.
 """
 
 from __future__ import annotations
