@@ -7,6 +7,7 @@ No keys, no enrichment, no limits, no fsync: the floor eventpipe's collector is 
 from __future__ import annotations
 
 import argparse
+import socket
 
 import orjson
 import uvicorn
@@ -32,8 +33,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--reuse-port", action="store_true",
+                        help="share the port with other processes (SO_REUSEPORT)")  # fmt: skip
     args = parser.parse_args()
-    uvicorn.run(
+    config = uvicorn.Config(
         make_app(args.out),
         host="127.0.0.1",
         port=args.port,
@@ -43,6 +46,14 @@ def main() -> None:
         log_level="warning",
         server_header=False,
     )
+    sockets = None
+    if args.reuse_port:  # a TCP socket of its own, as eventpipe's workers have
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        sock.bind(("127.0.0.1", args.port))
+        sock.listen(2048)
+        sockets = [sock]
+    uvicorn.Server(config).run(sockets=sockets)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,17 @@
-"""Ingest benchmark: eventpipe's collector next to a bare baseline, in the same run.
+"""Ingest benchmark: eventpipe's collector next to a bare baseline, in the same run, with
+one worker process and with several (``--workers 1,2``: ``server.workers``; the baseline
+as as many processes sharing the port with ``SO_REUSEPORT``, as eventpipe's workers do).
 
 Both servers run on uvicorn with uvloop and httptools on 127.0.0.1; `wrk` (C, one thread)
 drives each with 16 connections, first with 100-event posts, then with single-event posts.
 eventpipe runs with its real settings: key check, enrichment, limits, fsync before 200.
-The baseline only parses and appends (bench/baseline_server.py).
+The baseline only parses and appends (bench/baseline_server.py). wrk runs on the same
+machine: on 2 cores its thread takes part of the second core the second worker needs.
 
     make bench                         # or: .venv/bin/python bench/ingest.py --seconds 15
 
-Prints events/s, p50/p99 latency, eventpipe's peak RSS, and the ratio to the baseline.
+Prints events/s, p50/p99 latency, peak RSS (all processes of a server), and the ratios:
+eventpipe to the baseline with as many workers, and N workers to one.
 """
 
 from __future__ import annotations
@@ -132,15 +136,22 @@ def run_wrk(
     return rps, p50, p99, errors
 
 
-def peak_rss_mb(pid: int) -> float:
-    status = Path(f"/proc/{pid}/status").read_text()
-    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+def peak_rss_mb(pids: list[int]) -> float:
+    """The peak RSS of processes and their children, added up."""
+    total = 0.0
+    for pid in pids:
+        children = Path(f"/proc/{pid}/task/{pid}/children")
+        family = [pid, *(int(c) for c in children.read_text().split())]
+        for member in family:
+            status = Path(f"/proc/{member}/status").read_text()
+            total += int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024  # type: ignore[union-attr]
+    return total
 
 
-def start_eventpipe(work: Path, port: int) -> subprocess.Popen[bytes]:
+def start_eventpipe(work: Path, port: int, workers: int) -> list[subprocess.Popen[bytes]]:
     config = {
         "data_dir": str(work / "data"),
-        "server": {"host": "127.0.0.1", "port": port},
+        "server": {"host": "127.0.0.1", "port": port, "workers": workers},
         "incoming": {
             "max_backlog_bytes": 10**12,
             "min_free_disk_bytes": 10**8,
@@ -151,26 +162,27 @@ def start_eventpipe(work: Path, port: int) -> subprocess.Popen[bytes]:
     }
     path = work / "eventpipe.yaml"
     path.write_text(yaml.safe_dump(config))
-    return subprocess.Popen(
-        [str(Path(sys.executable).parent / "eventpipe"), "collect", "-c", str(path)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    command = [str(Path(sys.executable).parent / "eventpipe"), "collect", "-c", str(path)]
+    return [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
-def start_baseline(work: Path, port: int) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [
-            sys.executable,
-            str(ROOT / "bench/baseline_server.py"),
-            "--port",
-            str(port),
-            "--out",
-            str(work / "baseline.jsonl"),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def start_baseline(work: Path, port: int, workers: int) -> list[subprocess.Popen[bytes]]:
+    return [
+        subprocess.Popen(
+            [
+                sys.executable,
+                str(ROOT / "bench/baseline_server.py"),
+                "--port",
+                str(port),
+                "--out",
+                str(work / f"baseline-{n}.jsonl"),
+                "--reuse-port",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for n in range(workers)
+    ]
 
 
 def main() -> None:
@@ -181,7 +193,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--workers", default="1,2", help="worker counts compared (1,2)")
     args = parser.parse_args()
+    counts = [int(n) for n in args.workers.split(",")]
     if shutil.which("wrk") is None:
         sys.exit("wrk is needed: apt-get install wrk (make bench does it)")
 
@@ -194,33 +208,43 @@ def main() -> None:
             body = work / f"body-{per_post}.json"
             body.write_bytes(json.dumps(events if per_post > 1 else events[0]).encode())
             bodies[per_post] = body
-        servers = {}
-        for name, starter in (("baseline", start_baseline), ("eventpipe", start_eventpipe)):
-            (work / name).mkdir()
-            port = free_port()
-            proc = starter(work / name, port)
-            url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
-            wait_ready(url, proc)
-            servers[name] = (proc, url)
+        servers: dict[str, tuple[list[subprocess.Popen[bytes]], str]] = {}
+        for workers in counts:
+            for kind, starter in (("baseline", start_baseline), ("eventpipe", start_eventpipe)):
+                name = f"{kind}-{workers}w"
+                (work / name).mkdir()
+                port = free_port()
+                procs = starter(work / name, port, workers)
+                url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
+                for proc in procs:
+                    wait_ready(url, proc)
+                servers[name] = (procs, url)
         results: dict[tuple[str, int], list[Result]] = {}
         try:
-            # Rounds alternate between the two servers, so that drifts of this shared
-            # machine (page cache, writeback, noisy neighbours) hit both alike.
+            # Rounds alternate between the servers, so that drifts of this shared machine
+            # (page cache, writeback, noisy neighbours) hit all alike.
             for per_post, body in bodies.items():
                 for _, url in servers.values():
                     run_wrk(url, body, 2, args.connections)  # warm-up
                 for _ in range(args.rounds):
-                    for name, (proc, url) in servers.items():
+                    for name, (procs, url) in servers.items():
                         rps, p50, p99, errors = run_wrk(url, body, args.seconds, args.connections)
+                        rss = peak_rss_mb([p.pid for p in procs])
                         results.setdefault((name, per_post), []).append(
-                            Result(name, per_post, rps, p50, p99, errors, peak_rss_mb(proc.pid))
+                            Result(name, per_post, rps, p50, p99, errors, rss)
                         )
         finally:
-            for proc, _ in servers.values():
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
-        incoming = work / "eventpipe/data/incoming"
-        stored = sum(1 for p in incoming.iterdir() if p.name.startswith("incoming."))
+            for procs, _ in servers.values():
+                for proc in procs:
+                    proc.send_signal(signal.SIGTERM)
+                for proc in procs:
+                    proc.wait(60)
+        stored = sum(
+            1
+            for workers in counts
+            for p in (work / f"eventpipe-{workers}w/data/incoming").iterdir()
+            if p.name.startswith("incoming.")
+        )
 
     print(
         f"\ningest, {args.connections} connections, {args.rounds} alternating rounds of "
@@ -228,7 +252,7 @@ def main() -> None:
         "wrk -t1 on the same machine\n"
     )
     print(
-        f"{'server':<10} {'events/post':>11} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'server':<13} {'events/post':>11} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'errors':>7} {'peak RSS MB':>12}   events/s of each round"
     )
     medians = {}
@@ -245,16 +269,22 @@ def main() -> None:
         medians[(name, per_post)] = m
         each = ", ".join(f"{r.events_per_s:.0f}" for r in rounds)
         print(
-            f"{name:<10} {per_post:>11} {m.events_per_s:>10.0f} {m.p50_ms:>8.2f} "
+            f"{name:<13} {per_post:>11} {m.events_per_s:>10.0f} {m.p50_ms:>8.2f} "
             f"{m.p99_ms:>8.2f} {m.errors:>7} {m.peak_rss_mb or 0:>12.1f}   {each}"
         )
     print()
     for per_post in bodies:
-        ratio = (
-            medians[("eventpipe", per_post)].events_per_s
-            / medians[("baseline", per_post)].events_per_s
-        )
-        print(f"{per_post:>3} events/post: eventpipe / baseline = {ratio:.2f}x events/s")
+        for workers in counts:
+            ours = medians[(f"eventpipe-{workers}w", per_post)].events_per_s
+            bare = medians[(f"baseline-{workers}w", per_post)].events_per_s
+            print(f"{per_post:>3} events/post, {workers} worker(s): eventpipe / baseline = "
+                  f"{ours / bare:.2f}x events/s")  # fmt: skip
+        for workers in counts[1:]:
+            for kind in ("eventpipe", "baseline"):
+                scale = (medians[(f"{kind}-{workers}w", per_post)].events_per_s
+                         / medians[(f"{kind}-{counts[0]}w", per_post)].events_per_s)  # fmt: skip
+                print(f"{per_post:>3} events/post, {kind}: {workers} workers / {counts[0]} = "
+                      f"{scale:.2f}x events/s")  # fmt: skip
     print(f"eventpipe sealed {stored} segment file(s)")
     if args.json:
         args.json.write_text(

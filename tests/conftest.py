@@ -75,6 +75,11 @@ class RunningCollector:
     def layout(self):  # type: ignore[no-untyped-def]
         return self.config.layout
 
+    @property
+    def writer(self) -> str:
+        """The collector's writer id (in the names of its segments)."""
+        return self.collector.segment_log.writer
+
 
 @pytest.fixture
 def start_collector(tmp_path: Path) -> Iterator[Any]:

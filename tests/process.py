@@ -56,7 +56,7 @@ def _env() -> dict[str, str]:
 
 class CollectorProcess:
     """`eventpipe collect` in a child process (``-c CONFIG``, or built-in defaults in
-    ``cwd``), its output kept in a file."""
+    ``cwd``), its output kept in a file; ``wrap``: a command that runs it (``unshare``)."""
 
     def __init__(
         self,
@@ -66,6 +66,7 @@ class CollectorProcess:
         *,
         cwd: Path | None = None,
         command: str = "collect",
+        wrap: tuple[str, ...] = (),
     ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -73,7 +74,7 @@ class CollectorProcess:
         self._log = log_path.open("ab")
         args = ["-c", str(config)] if config else ["--port", str(port)]
         self.proc = subprocess.Popen(
-            [*EVENTPIPE, command, *args],
+            [*wrap, *EVENTPIPE, command, *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
             env=_env(),
@@ -104,7 +105,8 @@ class CollectorProcess:
             self._log.close()
 
     def kill(self) -> None:
+        """SIGKILL to the collector and its workers (its process group) at once."""
         if self.proc.poll() is None:
-            os.kill(self.proc.pid, signal.SIGKILL)
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self._log.close()

@@ -28,8 +28,9 @@ class LockHeldError(Exception):
         self.pid = pid
 
 
-def acquire(path: Path) -> int:
-    """Take the lock without waiting and write our pid; returns the fd to keep open.
+def acquire(path: Path, details: str = "") -> int:
+    """Take the lock without waiting and write our pid (and ``details``, a line after
+    it); returns the fd to keep open.
 
     Closing the fd releases the lock. Raises LockHeldError when another process holds it.
     """
@@ -41,17 +42,24 @@ def acquire(path: Path) -> int:
         os.close(fd)
         raise LockHeldError(path, holder(path)) from None
     os.ftruncate(fd, 0)
-    os.write(fd, f"{os.getpid()}\n".encode())
+    os.write(fd, f"{os.getpid()}\n{details}".encode())
     return fd
 
 
 def holder(path: Path) -> int | None:
     """The pid written in the lock file, if any."""
+    return read(path)[0]
+
+
+def read(path: Path) -> tuple[int | None, str]:
+    """The pid written in the lock file (None if none) and the details after it."""
     try:
-        text = path.read_text().strip()
+        text = path.read_text()
     except FileNotFoundError:
-        return None
-    return int(text) if text.isdigit() else None
+        return None, ""
+    first, _, details = text.partition("\n")
+    first = first.strip()
+    return (int(first) if first.isdigit() else None), details.strip()
 
 
 def is_held(path: Path) -> bool:

@@ -5,12 +5,19 @@ becomes part of a name (API key ids, destination ids) must match :data:`SAFE_ID_
 which admits no path separator, dot, ``=`` or ``|``, so that no configured value can make
 eventpipe write outside the data directory or produce a name that parses two ways.
 
+Several collectors (processes of one host, and hosts sharing the directory) write one
+log, each as a *writer* with an id of its own that is part of every file it writes, so
+that no two processes ever write one file.
+
 Layout (``data_dir`` defaults to ``./data``)::
 
-    incoming/incoming.tok=<key id>.log                          active segment (appended to)
-    incoming/incoming.tok=<key id>-YYYY-MM-DDTHH-MM-SS.mmm.log   sealed segment (read-only)
-    incoming/collector.lock                                     held by the running collector
-    failed/failed.tok=<key id>.log                              events rejected while receiving
+    incoming/incoming.tok=<key>|w=<writer>.log                  active segment (appended to)
+    incoming/incoming.tok=<key>|w=<writer>-<seal time>.log      sealed segment (read-only);
+                                    seal time YYYY-MM-DDTHH-MM-SS.mmm, UTC
+    incoming/writer.w=<writer>.lock                             held by the writer; its
+                                    pid and host; its mtime is the writer's heartbeat
+    incoming/rotate.request                                     touched by eventpipe rotate
+    failed/failed.tok=<key>|w=<writer>.log                      events rejected while receiving
     failed/failed.dst=<destination id>.log                      events a destination refused
     archive/YYYY-MM-DD/<sealed segment>.lz4 (+ .index.json, .ids,  processed segments
                        .manifest.json; eventpipe.archive)
@@ -24,6 +31,7 @@ Layout (``data_dir`` defaults to ``./data``)::
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,11 +41,14 @@ _SAFE_ID = re.compile(SAFE_ID_PATTERN)
 
 # Seal time in the name, UTC, millisecond precision: names sort in the order segments were sealed.
 _SEAL_TIME_FORMAT = "%Y-%m-%dT%H-%M-%S"
-_SEALED = re.compile(
-    r"^incoming\.tok=(?P<key>[A-Za-z0-9][A-Za-z0-9_-]{0,63})"
-    r"-(?P<sealed>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3})\.log$"
+_ID = r"[A-Za-z0-9][A-Za-z0-9_-]{0,63}"
+# An id has no '.', a seal time has one: where the writer's id ends is never ambiguous.
+# Names without a writer are those of data directories written before writers had ids.
+_SEGMENT = re.compile(
+    rf"^incoming\.tok=(?P<key>{_ID})(?:\|w=(?P<writer>{_ID}))?"
+    r"(?:-(?P<sealed>\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}\.\d{3}))?\.log$"
 )
-_ACTIVE = re.compile(r"^incoming\.tok=(?P<key>[A-Za-z0-9][A-Za-z0-9_-]{0,63})\.log$")
+_WRITER_LOCK = re.compile(rf"^writer\.w=(?P<writer>{_ID})\.lock$")
 
 
 def is_safe_id(value: str) -> bool:
@@ -62,18 +73,28 @@ def seal_stamp(when: datetime) -> str:
 
 @dataclass(frozen=True)
 class SegmentName:
-    """A parsed segment file name: the key id, and the seal stamp when sealed."""
+    """A parsed segment file name: the key id, the writer, the seal stamp when sealed."""
 
     key_id: str
+    writer: str | None
+    """None: a segment of a data directory from before writers had ids (one writer)."""
     sealed: str | None
 
     @classmethod
     def parse(cls, name: str) -> SegmentName | None:
-        if m := _ACTIVE.match(name):
-            return cls(key_id=m["key"], sealed=None)
-        if m := _SEALED.match(name):
-            return cls(key_id=m["key"], sealed=m["sealed"])
+        if m := _SEGMENT.match(name):
+            return cls(key_id=m["key"], writer=m["writer"], sealed=m["sealed"])
         return None
+
+    @property
+    def file_name(self) -> str:
+        writer = "" if self.writer is None else f"|w={self.writer}"
+        sealed = "" if self.sealed is None else f"-{self.sealed}"
+        return f"incoming.tok={self.key_id}{writer}{sealed}.log"
+
+
+def _checked_writer(writer: str | None) -> str:
+    return "" if writer is None else f"|w={check_safe_id(writer, 'writer id')}"
 
 
 @dataclass(frozen=True)
@@ -90,9 +111,22 @@ class DataLayout:
     def failed(self) -> Path:
         return self.root / "failed"
 
+    def writer_lock(self, writer: str) -> Path:
+        """Held by the writer ``writer`` while it runs; its pid and host inside."""
+        return self.incoming / f"writer.w={check_safe_id(writer, 'writer id')}.lock"
+
     @property
-    def collector_lock(self) -> Path:
-        return self.incoming / "collector.lock"
+    def rotate_request(self) -> Path:
+        """Touched by ``eventpipe rotate``: every writer seals when its mtime changes."""
+        return self.incoming / "rotate.request"
+
+    def writers(self) -> list[str]:
+        """The ids of the writers that have written here (their lock files)."""
+        if not self.incoming.is_dir():
+            return []
+        return sorted(
+            m["writer"] for p in self.incoming.iterdir() if (m := _WRITER_LOCK.match(p.name))
+        )
 
     @property
     def dev_keys(self) -> Path:
@@ -121,14 +155,27 @@ class DataLayout:
     def failed_destination(self, destination_id: str) -> Path:
         return self.failed / f"failed.dst={check_safe_id(destination_id, 'destination id')}.log"
 
-    def active_segment(self, key_id: str) -> Path:
-        return self.incoming / f"incoming.tok={check_safe_id(key_id, 'key id')}.log"
+    def active_segment(self, key_id: str, writer: str | None) -> Path:
+        """The segment ``writer`` appends to for key ``key_id`` (None: a single-writer
+        directory's name, from before writers had ids)."""
+        key = check_safe_id(key_id, "key id")
+        return self.incoming / f"incoming.tok={key}{_checked_writer(writer)}.log"
 
-    def sealed_segment(self, key_id: str, stamp: str) -> Path:
-        return self.incoming / f"incoming.tok={check_safe_id(key_id, 'key id')}-{stamp}.log"
+    def sealed_segment(self, key_id: str, writer: str | None, stamp: str) -> Path:
+        key = check_safe_id(key_id, "key id")
+        return self.incoming / f"incoming.tok={key}{_checked_writer(writer)}-{stamp}.log"
 
-    def failed_receiving(self, key_id: str) -> Path:
-        return self.failed / f"failed.tok={check_safe_id(key_id, 'key id')}.log"
+    def failed_receiving(self, key_id: str, writer: str | None) -> Path:
+        """Events of key ``key_id`` that ``writer`` rejected while receiving (the pipeline
+        writes as the writer ``pipeline``: lines of a segment that are not JSON)."""
+        key = check_safe_id(key_id, "key id")
+        return self.failed / f"failed.tok={key}{_checked_writer(writer)}.log"
+
+    def failed_received(self, key_id: str) -> list[Path]:
+        """Every writer's file of events of ``key_id`` rejected while receiving."""
+        if not self.failed.is_dir():
+            return []
+        return sorted(self.failed.glob(f"failed.tok={check_safe_id(key_id, 'key id')}[.|]*log"))
 
     def sealed_segments(self) -> list[Path]:
         """Sealed segments in seal order (oldest first), across all keys."""
@@ -142,12 +189,22 @@ class DataLayout:
         return [path for _, _, path in sorted(found)]
 
     def active_segments(self) -> list[Path]:
+        """Every writer's active segments."""
+        return self._active(lambda parsed: True)
+
+    def writer_segments(self, writer: str | None) -> list[Path]:
+        """The active segments of ``writer`` (None: names from before writer ids)."""
+        return self._active(lambda parsed: parsed.writer == writer)
+
+    def _active(self, wanted: Callable[[SegmentName], bool]) -> list[Path]:
         if not self.incoming.is_dir():
             return []
         return sorted(
             p
             for p in self.incoming.iterdir()
-            if (parsed := SegmentName.parse(p.name)) is not None and parsed.sealed is None
+            if (parsed := SegmentName.parse(p.name)) is not None
+            and parsed.sealed is None
+            and wanted(parsed)
         )
 
 

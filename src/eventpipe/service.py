@@ -1,6 +1,16 @@
-"""The long-running processes: ``eventpipe run`` (the collector and the pipeline as one
-supervised service) and ``eventpipe process`` (the pipeline: batch runs on a period, a
-streaming query per stream destination, a graceful stop on SIGTERM).
+"""The long-running processes: ``eventpipe collect`` (the collector: one process, or
+``server.workers`` supervised processes sharing the port), ``eventpipe run`` (the
+collector and the pipeline as one supervised service) and ``eventpipe process`` (the
+pipeline: batch runs on a period, a streaming query per stream destination, a graceful
+stop on SIGTERM).
+
+Collector workers are child processes (spawned: nothing of this process's state is
+shared); each is a writer of the log (``<writer_id>-<n>``) on a socket of its own in the
+port's ``SO_REUSEPORT`` group. This process holds the port (bound, not listening), passes
+SIGUSR1 on, restarts a worker that exits (1 s doubling to 60 s), and on SIGTERM/Ctrl-C
+stops them all. A worker gets SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so
+none is left serving alone. Their metrics are summed per host (prometheus_client's
+multiprocess mode, in a directory of this process's).
 
 The collector serves HTTP in this process; the pipeline (``eventpipe process``) runs in a
 child process, so that the collector never waits on Spark and a Spark failure cannot take
@@ -13,15 +23,23 @@ and that grace plus 15 s before SIGKILL.
 from __future__ import annotations
 
 import logging
+import multiprocessing
+import os
+import queue
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import Config, LoadedConfig
+from eventpipe.errors import EventpipeError
+from eventpipe.logsetup import configure_logging
 from eventpipe.retry import Backoff
 
 if TYPE_CHECKING:
@@ -75,16 +93,178 @@ class PipelineSupervisor:
         self._thread.join(timeout=5)
 
 
-def run(loaded: LoadedConfig, config_path: Path | None) -> None:
-    """Serve the collector and supervise the pipeline until SIGTERM/Ctrl-C."""
+def collect(loaded: LoadedConfig) -> None:
+    """Serve the collector until SIGTERM/Ctrl-C: in this process with one worker, else
+    as ``server.workers`` supervised processes."""
+    from eventpipe.collector.server import announce_dev_key, prepare, serve
+
+    config, dev_key = prepare(loaded)
+    if dev_key is not None:
+        announce_dev_key(config, dev_key)
+    count = config.server.workers or os.cpu_count() or 1
+    if count == 1:
+        serve(config, source=loaded.source)
+    else:
+        CollectorWorkers(config, loaded.source, count).run()
+
+
+class CollectorWorkers:
+    """``count`` collector processes sharing one port (see the module's docstring)."""
+
+    POLL_SECONDS = 0.2
+
+    def __init__(self, config: Config, source: str, count: int) -> None:
+        self.config = config
+        self.source = source
+        self.count = count
+        self._stop = threading.Event()
+        self._context = multiprocessing.get_context("spawn")
+        self._workers: dict[int, Any] = {}
+        self._reports: Any = self._context.Queue()
+        """Each worker's start: ("ready", n) once it holds its writer id and its port,
+        or ("failed", n, message, fix)."""
+
+    def run(self) -> None:
+        from eventpipe.collector.server import shared_socket
+
+        server = self.config.server
+        holder = shared_socket(server.host, server.port, listen=False)  # keeps the port
+        port = holder.getsockname()[1]
+        self.config = self.config.model_copy(
+            update={"server": server.model_copy(update={"port": port})}
+        )
+        metrics = tempfile.mkdtemp(prefix="eventpipe-metrics-")
+        os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics  # the workers inherit it
+        previous = {sig: signal.signal(sig, self._on_signal)
+                    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}  # fmt: skip
+        try:
+            for worker in range(self.count):
+                self._start(worker)
+            self._wait_ready()
+            log.info("collector: %d workers on %s:%d", self.count, server.host, port)
+            self._supervise()
+        finally:
+            self._stop_all()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            os.environ.pop("PROMETHEUS_MULTIPROC_DIR", None)
+            shutil.rmtree(metrics, ignore_errors=True)
+            holder.close()
+
+    def _on_signal(self, sig: int, frame: object) -> None:
+        if sig == signal.SIGUSR1:  # eventpipe rotate, or an operator: every worker seals
+            for process in list(self._workers.values()):
+                if process.pid is not None and process.is_alive():
+                    os.kill(process.pid, signal.SIGUSR1)
+            return
+        self._stop.set()
+
+    def _start(self, worker: int) -> None:
+        process = self._context.Process(
+            target=_collector_worker, args=(self.config, self.source, worker, self._reports),
+            name=f"collector-{worker}", daemon=False,
+        )  # fmt: skip
+        process.start()
+        self._workers[worker] = process
+
+    def _wait_ready(self) -> None:
+        """Until every worker serves; the first one's error if one cannot start (its
+        writer id is taken: another collector writes this directory as this host)."""
+        waiting = set(self._workers)
+        while waiting:
+            if self._stop.is_set():
+                return
+            try:
+                report = self._reports.get(timeout=self.POLL_SECONDS)
+            except queue.Empty:
+                for worker in sorted(waiting):
+                    code = self._workers[worker].exitcode
+                    if code is not None:
+                        why = f"collector worker {worker} exited with {code} before it started"
+                        raise EventpipeError(why, fix="its log above says why") from None
+                continue
+            if report[0] == "ready":
+                waiting.discard(report[1])
+            else:
+                raise EventpipeError(report[2], fix=report[3])
+
+    def _supervise(self) -> None:
+        backoffs = {w: Backoff(1.0, 60.0, jitter=False) for w in self._workers}
+        due: dict[int, float] = {}
+        while not self._stop.wait(self.POLL_SECONDS):
+            while not self._reports.empty():  # restarted workers' starts: logged by them
+                self._reports.get_nowait()
+            for worker, process in self._workers.items():
+                if worker in due or process.is_alive():
+                    continue
+                _forget(process.pid)
+                delay = backoffs[worker].wait() or 0.0
+                log.error("collector worker %d exited with %s; starting it again in %.0f s",
+                          worker, process.exitcode, delay)  # fmt: skip
+                due[worker] = time.monotonic() + delay
+            for worker, at in list(due.items()):
+                if time.monotonic() >= at:
+                    del due[worker]
+                    self._start(worker)
+
+    def _stop_all(self) -> None:
+        for process in self._workers.values():
+            if process.is_alive():
+                process.terminate()  # SIGTERM: requests in flight finish, segments sealed
+        deadline = time.monotonic() + self.config.server.shutdown_grace_seconds + 15
+        for process in self._workers.values():
+            process.join(max(0.0, deadline - time.monotonic()))
+            if process.is_alive():
+                log.warning("collector worker %s did not stop in time; killing it", process.name)
+                process.kill()
+                process.join()
+
+
+def _collector_worker(config: Config, source: str, worker: int, reports: Any) -> None:
+    """A worker process's entry point; ``reports``: where it says it started, or why not."""
     from eventpipe.collector.server import serve
 
+    _die_with_parent()
+    configure_logging(config.logging)
+    try:
+        serve(config, source=source, worker=worker, shared=True,
+              on_ready=lambda: reports.put(("ready", worker)))  # fmt: skip
+    except EventpipeError as exc:
+        reports.put(("failed", worker, exc.message, exc.fix))
+        log.error("collector worker %d: %s", worker, exc)
+        sys.exit(1)
+
+
+def _die_with_parent() -> None:
+    """SIGTERM when the supervisor dies, however it dies (Linux; elsewhere nothing)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # it died before the call
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _forget(pid: int | None) -> None:
+    """A dead worker's live gauges leave the host's metrics."""
+    if pid is not None and "PROMETHEUS_MULTIPROC_DIR" in os.environ:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid)  # type: ignore[no-untyped-call]
+
+
+def run(loaded: LoadedConfig, config_path: Path | None) -> None:
+    """Serve the collector and supervise the pipeline until SIGTERM/Ctrl-C."""
     # The pipeline's own grace for its loads, and time to stop Spark after them.
     grace = loaded.config.processing.shutdown_grace_seconds + SPARK_STOP_SECONDS
     supervisor = PipelineSupervisor(config_path, grace)
     supervisor.start()
     try:
-        serve(loaded)
+        collect(loaded)
     finally:
         supervisor.stop()
 

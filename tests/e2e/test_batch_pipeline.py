@@ -109,7 +109,7 @@ def test_unreadable_lines_go_to_failed_and_the_rest_loads(
     assert report is not None
     assert report.corrupt == 1
     assert _query(c, "SELECT eventn_ctx_event_id FROM events") == [("ok",)]
-    [failed] = read_lines([c.layout.failed_receiving("web")])
+    [failed] = read_lines(c.layout.failed_received("web"))
     assert failed["raw"] == '{"broken": '
     assert failed["stage"] == "processing"
 
@@ -230,7 +230,7 @@ def test_a_resumed_run_writes_each_failed_event_once(
     assert (report.corrupt, report.failed) == (1, {"warehouse": 1})
     [failed] = read_lines([c.layout.failed_destination("warehouse")])
     assert failed["event"]["eventn_ctx"]["event_id"] == "bad"
-    assert len(read_lines([c.layout.failed_receiving("web")])) == 1
+    assert len(read_lines(c.layout.failed_received("web"))) == 1
     assert _query(c, "SELECT eventn_ctx_event_id FROM events") == [("ok",)]
 
 

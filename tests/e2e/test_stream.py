@@ -12,6 +12,7 @@ from eventpipe.errors import QueryError
 from eventpipe.log import tail
 from eventpipe.processing import stream
 from eventpipe.processing.job import process_once
+from tests.conftest import read_lines
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
 
@@ -150,7 +151,6 @@ def test_a_column_dropped_behind_the_streams_back_is_found_and_the_load_retried(
 def test_an_unreadable_line_in_the_active_segment_fails_under_its_key(
     start_collector: Any, spark: Any
 ) -> None:
-    import orjson
 
     c = start_collector(destinations={"warehouse": {"type": "duckdb", "mode": "stream"}})
     _post(c, [{"n": 1}], server=True)
@@ -160,6 +160,6 @@ def test_an_unreadable_line_in_the_active_segment_fails_under_its_key(
     _post(c, [{"n": 2}], server=True)
     stream.run_once(spark, c.config)
     assert _query(c, "SELECT n FROM events ORDER BY n") == [(1,), (2,)]
-    [failed] = [orjson.loads(x) for x in c.layout.failed_receiving("web").read_bytes().splitlines()]
+    [failed] = read_lines(c.layout.failed_received("web"))
     assert failed["raw"] == '{"broken": '
     assert failed["api_key"] == "web"

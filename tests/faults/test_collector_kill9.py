@@ -31,8 +31,10 @@ BUDGET_SECONDS = 10.0 * KILLS
 class _Load:
     """Clients posting batches with unique ids; they record the ids that got a 200."""
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, prefix: str = "") -> None:
         self.url = url
+        self.prefix = prefix
+        """Before each id: loads of one test send ids apart."""
         self.acked: list[str] = []
         self.sent = 0
         self._stop = threading.Event()
@@ -55,7 +57,7 @@ class _Load:
         seq = 0
         with httpx.Client(timeout=3.0) as client:
             while not self._stop.is_set():
-                ids = [f"c{n}-{seq}-{k}" for k in range(rng.randint(1, 30))]
+                ids = [f"{self.prefix}c{n}-{seq}-{k}" for k in range(rng.randint(1, 30))]
                 seq += 1
                 body = orjson.dumps(
                     [{"event_id": i, "pad": "x" * rng.randint(0, 400)} for i in ids]

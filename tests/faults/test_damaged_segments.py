@@ -57,7 +57,7 @@ def test_damaged_lines_are_quarantined_and_the_rest_loads(
     expected |= {f"b{i}" for i in range(19)} | {"c0", "c2"}
     assert loaded == expected
     # Quarantined with their bytes: garbage, NULs, the flipped line, the truncated one.
-    failed = read_lines([c.layout.failed_receiving("web")])
+    failed = read_lines(c.layout.failed_received("web"))
     unreadable = [f for f in failed if f["stage"] == "processing"]
     assert report.corrupt == len(unreadable) == 4
     raws = [f["raw"] for f in unreadable]

@@ -124,9 +124,9 @@ def test_rotate_asks_the_running_collector(
     _send(proc, 3)
     result = run("rotate", "-c", str(config))
     assert result.returncode == 0, result.stderr
-    [sealed] = layout.sealed_segments()
-    assert f"sealed {sealed}" in result.stdout
-    assert [e["i"] for e in read_lines([sealed])] == [0, 1, 2]
+    sealed = layout.sealed_segments()  # one per worker that took events
+    assert all(f"sealed {path}" in result.stdout for path in sealed)
+    assert sorted(e["i"] for e in read_lines(sealed)) == [0, 1, 2]
     assert run("rotate", "-c", str(config)).stdout.startswith("nothing to seal")
     _send(proc, 1)  # still collecting, into a new active segment
     assert len(read_lines(layout.active_segments())) == 1
@@ -138,18 +138,19 @@ def test_sigterm_finishes_and_seals(collector: tuple[CollectorProcess, Path, Dat
     proc.signal(signal.SIGTERM)
     assert proc.wait() == 0
     assert layout.active_segments() == []
-    assert [e["i"] for e in read_lines(layout.sealed_segments())] == list(range(5))
-    assert "collector stopped; sealed 1 segment(s)" in proc.log_path.read_text()
+    assert sorted(e["i"] for e in read_lines(layout.sealed_segments())) == list(range(5))
+    assert "collector stopped; sealed" in proc.log_path.read_text()
 
 
 def test_a_second_collector_on_the_same_data_dir_is_refused(
     collector: tuple[CollectorProcess, Path, DataLayout], tmp_path: Path
 ) -> None:
-    proc, _, layout = collector
+    _, _, layout = collector
     other = write_config(tmp_path / "other.yaml", layout.root, free_port())
     result = run("collect", "-c", str(other))
     assert result.returncode == 1
-    assert f"another eventpipe process (pid {proc.proc.pid})" in result.stderr
+    assert "another eventpipe process (pid " in result.stderr  # one of its workers
+    assert f"writes {layout.incoming} as writer" in result.stderr
     assert "fix:" in result.stderr
 
 

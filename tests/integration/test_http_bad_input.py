@@ -22,12 +22,12 @@ def _post(c: RunningCollector, body: bytes, **kwargs: Any) -> httpx.Response:
 
 
 def _stored(c: RunningCollector) -> list[dict[str, Any]]:
-    path = c.layout.active_segment("web")
+    path = c.layout.active_segment("web", c.writer)
     return read_lines([path]) if path.exists() else []
 
 
 def _failed(c: RunningCollector) -> list[dict[str, Any]]:
-    path = c.layout.failed_receiving("web")
+    path = c.layout.failed_receiving("web", c.writer)
     return read_lines([path]) if path.exists() else []
 
 

@@ -16,7 +16,7 @@ SERVER = "/api/v1/s2s/event"
 
 
 def _active_events(c: RunningCollector, key: str = "web") -> list[dict[str, Any]]:
-    path = c.layout.active_segment(key)
+    path = c.layout.active_segment(key, c.writer)
     return read_lines([path]) if path.exists() else []
 
 
@@ -44,7 +44,7 @@ def test_browser_event_is_durable_and_enriched_exactly(start_collector: Any) -> 
     assert event["_timestamp"].endswith("Z")
     assert event["eventn_ctx"]["user_agent"] == "Mozilla/5.0 (X11) Test"
     assert uuid.UUID(event["eventn_ctx"]["event_id"]).version == 7
-    assert WEB_JS not in c.layout.active_segment("web").read_text()
+    assert WEB_JS not in c.layout.active_segment("web", c.writer).read_text()
 
 
 def test_server_event_with_header_key(start_collector: Any) -> None:
@@ -180,7 +180,7 @@ def test_ip_anonymisation_happens_before_writing(start_collector: Any) -> None:
     _post(c, SERVER, {"source_ip": "198.51.100.77"}, headers={"X-Auth-Token": WEB_SERVER})
     events = _active_events(c)
     assert [e["source_ip"] for e in events] == ["127.0.0.0", "198.51.100.0"]
-    assert b"198.51.100.77" not in c.layout.active_segment("web").read_bytes()
+    assert b"198.51.100.77" not in c.layout.active_segment("web", c.writer).read_bytes()
 
 
 def test_health_and_metrics(start_collector: Any) -> None:

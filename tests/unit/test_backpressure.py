@@ -17,7 +17,7 @@ class _NoActive:
 
 def _seal(layout: DataLayout, n: int, size: int) -> Path:
     stamp = seal_stamp(datetime(2026, 11, 21, tzinfo=UTC) + timedelta(seconds=n))
-    path = layout.sealed_segment("web", stamp)
+    path = layout.sealed_segment("web", "w-0", stamp)
     path.write_bytes(b"x" * size)
     return path
 
@@ -33,7 +33,7 @@ def test_sealed_bytes_follow_segments_in_and_out(tmp_path: Path) -> None:
     )
     first = _seal(layout, 1, 100)
     _seal(layout, 2, 50)
-    layout.active_segment("web").write_bytes(b"y" * 1000)  # counted by the log, not here
+    layout.active_segment("web", "w-0").write_bytes(b"y" * 1000)  # counted by the log, not here
     (layout.incoming / "collector.lock").write_bytes(b"1")
     assert backpressure.sealed_bytes() == 150
     first.unlink()  # processed and archived

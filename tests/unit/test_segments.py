@@ -1,4 +1,5 @@
-"""The durable log: group commit, sealing by size/age/command, recovery, single writer."""
+"""The durable log: group commit, sealing by size/age/command, recovery, one process
+per writer id."""
 
 from __future__ import annotations
 
@@ -15,6 +16,9 @@ from eventpipe.errors import DataDirLockedError
 from eventpipe.log import segments
 from eventpipe.log.segments import LogHooks, LogSettings, LogWriteError, SegmentLog, rotate_now
 from eventpipe.paths import DataLayout, SegmentName
+
+W = "w-0"
+"""The writer id of these tests' logs."""
 
 
 def _line(n: int) -> bytes:
@@ -48,7 +52,7 @@ class _Recorder:
 @pytest.fixture
 def opened(layout: DataLayout) -> Iterator[tuple[SegmentLog, _Recorder]]:
     recorder = _Recorder()
-    log = SegmentLog(layout, LogSettings(rotate_seconds=3600), hooks=recorder.hooks())
+    log = SegmentLog(layout, LogSettings(rotate_seconds=3600), writer=W, hooks=recorder.hooks())
     log.open()
     yield log, recorder
     if log._lock_fd is not None:
@@ -79,8 +83,8 @@ def test_append_returns_after_the_bytes_are_on_disk(
     async def scenario() -> bytes:
         await log.start()
         await log.append("web", _line(1), rejected=b'{"error":"x"}\n')
-        content = layout.active_segment("web").read_bytes()
-        assert layout.failed_receiving("web").read_bytes() == b'{"error":"x"}\n'
+        content = layout.active_segment("web", W).read_bytes()
+        assert layout.failed_receiving("web", W).read_bytes() == b'{"error":"x"}\n'
         await log.close()
         return content
 
@@ -89,7 +93,7 @@ def test_append_returns_after_the_bytes_are_on_disk(
 
 def test_sealing_by_size(layout: DataLayout) -> None:
     recorder = _Recorder()
-    log = SegmentLog(layout, LogSettings(max_segment_bytes=1024), hooks=recorder.hooks())
+    log = SegmentLog(layout, LogSettings(max_segment_bytes=1024), writer=W, hooks=recorder.hooks())
     log.open()
 
     async def scenario() -> None:
@@ -108,7 +112,7 @@ def test_sealing_by_size(layout: DataLayout) -> None:
 
 def test_sealing_by_age(layout: DataLayout) -> None:
     recorder = _Recorder()
-    log = SegmentLog(layout, LogSettings(rotate_seconds=0.2), hooks=recorder.hooks())
+    log = SegmentLog(layout, LogSettings(rotate_seconds=0.2), writer=W, hooks=recorder.hooks())
     log.open()
 
     async def scenario() -> None:
@@ -146,7 +150,7 @@ def test_sealed_names_sort_in_seal_order_even_within_one_millisecond(layout: Dat
     from datetime import UTC, datetime
 
     frozen = datetime(2026, 11, 21, 10, 0, 0, tzinfo=UTC)
-    log = SegmentLog(layout, LogSettings(), clock=lambda: frozen)
+    log = SegmentLog(layout, LogSettings(), writer=W, clock=lambda: frozen)
     log.open()
 
     async def scenario() -> None:
@@ -159,24 +163,26 @@ def test_sealed_names_sort_in_seal_order_even_within_one_millisecond(layout: Dat
     asyncio.run(scenario())
     names = [p.name for p in layout.sealed_segments()]
     assert names == [
-        "incoming.tok=web-2026-11-21T10-00-00.000.log",
-        "incoming.tok=web-2026-11-21T10-00-00.001.log",
-        "incoming.tok=web-2026-11-21T10-00-00.002.log",
+        "incoming.tok=web|w=w-0-2026-11-21T10-00-00.000.log",
+        "incoming.tok=web|w=w-0-2026-11-21T10-00-00.001.log",
+        "incoming.tok=web|w=w-0-2026-11-21T10-00-00.002.log",
     ]
     assert _numbers(layout.sealed_segments()) == [0, 1, 2]
 
 
 def test_a_torn_last_line_is_moved_aside_at_startup(layout: DataLayout) -> None:
     layout.incoming.mkdir(parents=True)
-    active = layout.active_segment("web")
+    active = layout.active_segment("web", W)
     active.write_bytes(_line(1) + _line(2) + b'{"n": 3, "half')
-    log = SegmentLog(layout, LogSettings())
+    log = SegmentLog(layout, LogSettings(), writer=W)
     report = log.open()
     log.close_sync()
     assert len(report.torn) == 1
     assert report.torn[0].size == len(b'{"n": 3, "half')
     assert _numbers(list(report.sealed)) == [1, 2]
-    [record] = [orjson.loads(x) for x in layout.failed_receiving("web").read_bytes().splitlines()]
+    [record] = [
+        orjson.loads(x) for x in layout.failed_receiving("web", W).read_bytes().splitlines()
+    ]
     assert record["raw"] == '{"n": 3, "half'
     assert record["stage"] == "receiving"
     assert "torn line" in record["error"]
@@ -184,30 +190,30 @@ def test_a_torn_last_line_is_moved_aside_at_startup(layout: DataLayout) -> None:
 
 def test_a_segment_that_is_all_torn_is_emptied_and_removed(layout: DataLayout) -> None:
     layout.incoming.mkdir(parents=True)
-    layout.active_segment("web").write_bytes(b"x" * 100_000)  # no newline at all, > one probe
-    log = SegmentLog(layout, LogSettings())
+    layout.active_segment("web", W).write_bytes(b"x" * 100_000)  # no newline at all, > one probe
+    log = SegmentLog(layout, LogSettings(), writer=W)
     report = log.open()
     log.close_sync()
     assert report.torn[0].size == 100_000
     assert report.sealed == ()
-    assert report.removed_empty == ("incoming.tok=web.log",)
+    assert report.removed_empty == ("incoming.tok=web|w=w-0.log",)
     assert layout.active_segments() == []
 
 
 def test_startup_seals_what_a_previous_run_left(layout: DataLayout) -> None:
     layout.incoming.mkdir(parents=True)
-    layout.active_segment("web").write_bytes(_line(1))
-    log = SegmentLog(layout, LogSettings())
+    layout.active_segment("web", W).write_bytes(_line(1))
+    log = SegmentLog(layout, LogSettings(), writer=W)
     report = log.open()
     log.close_sync()
     assert report.torn == ()
     assert [p.name for p in report.sealed] == [p.name for p in layout.sealed_segments()]
 
 
-def test_one_writer_per_data_directory(layout: DataLayout) -> None:
-    first = SegmentLog(layout, LogSettings())
+def test_one_process_per_writer_id(layout: DataLayout) -> None:
+    first = SegmentLog(layout, LogSettings(), writer=W)
     first.open()
-    second = SegmentLog(layout, LogSettings())
+    second = SegmentLog(layout, LogSettings(), writer=W)
     with pytest.raises(DataDirLockedError, match=f"pid {os.getpid()}"):
         second.open()
     first.close_sync()
@@ -233,7 +239,7 @@ def test_a_failed_write_is_cut_back_and_reported(
         with pytest.raises(LogWriteError) as info:
             await log.append("web", _line(2) * 5)
         assert info.value.fields["errno"] == errno.ENOSPC
-        assert layout.active_segment("web").read_bytes() == _line(1)  # nothing torn left
+        assert layout.active_segment("web", W).read_bytes() == _line(1)  # nothing torn left
         monkeypatch.setattr(segments.os, "write", real_write)
         await log.append("web", _line(3))  # recovers once space returns
         await log.close()
@@ -244,7 +250,7 @@ def test_a_failed_write_is_cut_back_and_reported(
 
 def test_rotate_now_without_a_collector_seals_itself(layout: DataLayout) -> None:
     layout.incoming.mkdir(parents=True)
-    layout.active_segment("web").write_bytes(_line(1))
+    layout.active_segment("web", W).write_bytes(_line(1))
     sealed = rotate_now(layout, LogSettings())
     assert [p.name for p in sealed] == [p.name for p in layout.sealed_segments()]
     assert _numbers(sealed) == [1]

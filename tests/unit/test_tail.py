@@ -21,7 +21,7 @@ def test_a_segment_keeps_its_identity_when_sealed_and_only_complete_lines_count(
     tmp_path: Path,
 ) -> None:
     layout = _layout(tmp_path)
-    active = layout.active_segment("web")
+    active = layout.active_segment("web", "w-0")
     active.write_bytes(b'{"a": 1')
     assert tail.identity(active) is None  # no complete line yet
     assert tail.segments(layout) == []
@@ -29,7 +29,7 @@ def test_a_segment_keeps_its_identity_when_sealed_and_only_complete_lines_count(
     ident = tail.identity(active)
     [segment] = tail.segments(layout)
     assert (segment.identity, segment.end) == (ident, 18)  # the torn third line is left
-    sealed = layout.sealed_segment("web", "2026-11-22T10-00-00.000")
+    sealed = layout.sealed_segment("web", "w-0", "2026-11-22T10-00-00.000")
     os.replace(active, sealed)
     assert tail.identity(sealed) == ident
     assert tail.locate(layout, ident, active) == sealed  # followed under its new name
@@ -39,7 +39,7 @@ def test_a_segment_keeps_its_identity_when_sealed_and_only_complete_lines_count(
 
 def test_a_new_file_in_a_reused_inode_is_a_new_segment(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
-    active = layout.active_segment("web")
+    active = layout.active_segment("web", "w-0")
     active.write_bytes(b'{"id": "first"}\n')
     before = tail.identity(active)
     with active.open("r+b") as f:  # same inode, other content: as after a delete and reuse
@@ -67,7 +67,7 @@ def test_a_micro_batch_budget_ends_on_a_line_and_takes_at_least_one(tmp_path: Pa
 
 def test_progress_says_what_may_be_archived_and_the_lag(tmp_path: Path) -> None:
     layout = _layout(tmp_path)
-    sealed = layout.sealed_segment("web", "2026-11-22T10-00-00.000")
+    sealed = layout.sealed_segment("web", "w-0", "2026-11-22T10-00-00.000")
     sealed.write_bytes(b'{"a": 1}\n{"a": 2}\n{"a": 3}\n')
     ident = str(tail.identity(sealed))
     assert tail.consumed(layout, [], sealed)  # no stream destination: nothing to wait for
@@ -89,9 +89,9 @@ def test_a_micro_batch_reads_segments_oldest_first_within_its_budget(tmp_path: P
     from eventpipe.processing.stream import _LogReader
 
     layout = _layout(tmp_path)
-    old = layout.sealed_segment("web", "2026-11-22T10-00-00.000")
+    old = layout.sealed_segment("web", "w-0", "2026-11-22T10-00-00.000")
     old.write_bytes(b'{"a": 1}\n{"a": 2}\n')  # 18 bytes
-    new = layout.active_segment("web")
+    new = layout.active_segment("web", "w-0")
     new.write_bytes(b'{"b": 1}\n')
     reader = _LogReader(layout, "d")
     first = reader.latestOffset({}, ReadMaxBytes(12))

@@ -36,7 +36,7 @@ def init(config_path: Path | None, force: bool) -> None:
 @click.option("--port", type=int, default=None, help="Override server.port.")
 def collect(config_path: Path | None, host: str | None, port: int | None) -> None:
     """Run the HTTP collector alone (scale it out on many nodes)."""
-    from eventpipe.collector.server import serve
+    from eventpipe import service
 
     loaded = load(config_path)
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
@@ -45,7 +45,7 @@ def collect(config_path: Path | None, host: str | None, port: int | None) -> Non
         loaded = loaded.model_copy(
             update={"config": loaded.config.model_copy(update={"server": server})}
         )
-    serve(loaded)
+    service.collect(loaded)
 
 
 @cli.command("run")
@@ -61,11 +61,10 @@ def run_command(config_path: Path | None) -> None:
 @config_option
 def rotate(config_path: Path | None) -> None:
     """Seal the active segments now (asks a running collector, or seals them itself)."""
-    from eventpipe.collector.app import log_settings
-    from eventpipe.log.segments import rotate_now
+    from eventpipe.log.segments import LogSettings, rotate_now
 
     config = load(config_path).config
-    sealed = rotate_now(config.layout, log_settings(config))
+    sealed = rotate_now(config.layout, LogSettings.of(config))
     if not sealed:
         click.echo("nothing to seal: no active segment has events")
     for path in sealed:

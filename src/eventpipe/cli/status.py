@@ -44,12 +44,35 @@ def status(config_path: Path | None, history: bool, limit: int) -> None:
     print_table(names, rows)
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
+    _print_writers(config)
     click.echo(_archive_line(config))
     click.echo(f"state: {store.db.where}")
     received = sum(count_lines(p) for p in sorted(layout.failed.glob("failed.tok=*.log")))
     if received:
         click.echo(f"failed/failed.tok=*.log: {received:,} event(s) refused at the collector "
                    "or unreadable in the log (docs/log.md)")  # fmt: skip
+
+
+def _print_writers(config: Any) -> None:
+    """The log's writers: which are alive, their last heartbeat, what they write now."""
+    from eventpipe.log import writers
+    from eventpipe.paths import SegmentName
+
+    layout = config.layout
+    writing: dict[str | None, int] = {}
+    for path in layout.active_segments():
+        parsed = SegmentName.parse(path.name)
+        writer = parsed.writer if parsed else None
+        writing[writer] = writing.get(writer, 0) + path.stat().st_size
+    found = writers.states(layout, config.incoming.writer_timeout_seconds)
+    if not found:
+        return
+    rows = [
+        (w.id, "alive" if w.alive else "gone", w.host or "?", str(w.pid or "?"),
+         f"{w.heartbeat_age:.0f} s ago", f"{writing.get(w.id, 0) / 1e6:.1f} MB")
+        for w in found
+    ]  # fmt: skip
+    print_table(["writer", "state", "host", "pid", "heartbeat", "being written"], rows)
 
 
 def _print_history(store: Any, limit: int) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response
@@ -45,6 +45,7 @@ from eventpipe.collector.metrics import CollectorMetrics
 from eventpipe.config import Config
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.log.segments import LogClosedError, LogHooks, LogSettings, LogWriteError, SegmentLog
+from eventpipe.log.writers import host_writer
 from eventpipe.origins import origin_allowed
 
 log = logging.getLogger("eventpipe.collector")
@@ -71,24 +72,19 @@ def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None =
     )
 
 
-def log_settings(config: Config) -> LogSettings:
-    return LogSettings(
-        rotate_seconds=config.incoming.rotate_seconds,
-        max_segment_bytes=config.incoming.max_segment_bytes,
-        fsync=config.incoming.fsync,
-    )
-
-
 class Collector:
     """State shared by the routes: keys, the log, limits, metrics."""
 
-    def __init__(self, config: Config, *, metrics: CollectorMetrics | None = None) -> None:
+    def __init__(
+        self, config: Config, *, metrics: CollectorMetrics | None = None, worker: int = 0
+    ) -> None:
         self.config = config
         self.metrics = metrics or CollectorMetrics()
         self.keyring = KeyRing(config.api_keys)
         self.segment_log = SegmentLog(
             config.layout,
-            log_settings(config),
+            LogSettings.of(config),
+            writer=host_writer(worker, config.server.writer_id),
             hooks=LogHooks(
                 on_fsync=self.metrics.fsync_seconds.observe, on_sealed=self.metrics.on_sealed
             ),
@@ -108,9 +104,10 @@ class Collector:
             max_json_depth=config.server.max_json_depth,
         )
 
-    def open(self) -> None:
-        """Take the log (lock, torn-line repair, sealing leftovers). Call before serving."""
-        report = self.segment_log.open()
+    def open(self, wait_seconds: float = 0.0) -> None:
+        """Take the log (lock, torn-line repair, sealing leftovers). Call before serving;
+        ``wait_seconds``: for a process stopping with the same writer id."""
+        report = self.segment_log.open(wait_seconds)
         self.metrics.torn_lines.inc(len(report.torn))
         for path in report.sealed:
             self.metrics.segments_sealed.labels(reason="startup").inc()
@@ -289,7 +286,7 @@ class Collector:
         )
 
     async def metrics_page(self, request: Request) -> Response:
-        return Response(generate_latest(self.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+        return Response(self.metrics.exposition(), media_type=CONTENT_TYPE_LATEST)
 
     # ------------------------------------------------------------------ lifecycle
 

@@ -1,5 +1,10 @@
 """Prometheus metrics of the collector, on a registry of its own (one per app instance).
 
+With several workers (``PROMETHEUS_MULTIPROC_DIR`` set by the supervisor), every worker's
+values are kept in that directory and a scrape of any worker gets the host's sums
+(prometheus_client's multiprocess mode); gauges that every worker measures alike (the
+backlog, free disk, backpressure) are the largest of the live workers'.
+
 Rejected events are counted by key id and reason. A body rejected whole (malformed JSON,
 too large, too deep) counts once under its reason, since its events cannot be counted;
 requests refused before the key is known (401) count under ``api_key="-"``.
@@ -7,9 +12,17 @@ requests refused before the key is known (401) count under ``api_key="-"``.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 
 # The `_created` series double the output for no use here (counters reset with the process).
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -53,16 +66,19 @@ class CollectorMetrics:
             "eventpipe_backlog_bytes",
             "Bytes of segments not yet processed (sealed and active).",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.free_disk_bytes = Gauge(
             "eventpipe_free_disk_bytes",
             "Free bytes on the data directory's filesystem.",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.backpressure = Gauge(
             "eventpipe_backpressure",
             "1 while the collector answers 503 to new events.",
             registry=r,
+            multiprocess_mode="livemax",
         )
         self.segments_sealed = Counter(
             "eventpipe_segments_sealed", "Segments sealed, by reason.", ["reason"], registry=r
@@ -72,6 +88,17 @@ class CollectorMetrics:
             "Torn lines found at start-up and moved to failed/.",
             registry=r,
         )
+
+    def exposition(self) -> bytes:
+        """The metrics page: this process's, or with workers the host's."""
+        directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+        if directory is None:
+            return generate_latest(self.registry)
+        from prometheus_client.multiprocess import MultiProcessCollector
+
+        registry = CollectorRegistry()
+        MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
+        return generate_latest(registry)
 
     def on_sealed(self, path: Path, size: int, reason: str) -> None:
         for part in reason.split(","):

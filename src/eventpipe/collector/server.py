@@ -2,13 +2,19 @@
 
 SIGTERM or Ctrl-C: uvicorn stops accepting connections and lets requests in flight finish
 (up to ``server.shutdown_grace_seconds``); then the lifespan shutdown writes what is queued,
-fsyncs, seals every active segment and releases the data directory.
+fsyncs, seals every active segment and releases the writer's lock.
+
+Several workers (processes, ``server.workers``; started and supervised by service.py)
+share one port: each listens on a socket of its own bound with ``SO_REUSEPORT``, and the
+kernel spreads new connections over them.
 """
 
 from __future__ import annotations
 
 import logging
+import socket
 import sys
+from collections.abc import Callable
 from types import FrameType
 
 import uvicorn
@@ -70,23 +76,34 @@ class _Server(uvicorn.Server):
         self._captured_signals.clear()
 
 
-def serve(loaded: LoadedConfig) -> None:
-    """Run the collector until SIGTERM/Ctrl-C."""
-    config, dev_key = prepare(loaded)
-    collector = Collector(config)
-    collector.open()
+def serve(
+    config: Config,
+    *,
+    source: str,
+    worker: int = 0,
+    shared: bool = False,
+    on_ready: Callable[[], None] | None = None,
+) -> None:
+    """Run one collector worker until SIGTERM/Ctrl-C; ``shared``: on a socket of its own
+    that shares the port with the other workers (``SO_REUSEPORT``). ``on_ready``: called
+    once it holds its writer id and its socket."""
+    collector = Collector(config, worker=worker)
+    # A worker may replace one still stopping (its requests get the grace period).
+    collector.open(config.server.shutdown_grace_seconds + 5 if shared else 0.0)
+    sockets = [shared_socket(config.server.host, config.server.port)] if shared else None
+    if on_ready is not None:
+        on_ready()
     log.info(
-        "eventpipe %s collector: config from %s, data in %s, %d key(s)",
+        "eventpipe %s collector: config from %s, data in %s, %d key(s), writer %s",
         __version__,
-        loaded.source,
+        source,
         config.data_dir.resolve(),
         len(config.api_keys),
+        collector.segment_log.writer,
     )
-    if dev_key is not None:
-        _announce_dev_key(config, dev_key)
     server = _Server(uvicorn_config(collector))
     try:
-        server.run()
+        server.run(sockets=sockets)
     finally:
         if collector.segment_log.started is False:
             collector.segment_log.close_sync()
@@ -94,7 +111,23 @@ def serve(loaded: LoadedConfig) -> None:
         sys.exit(1)
 
 
-def _announce_dev_key(config: Config, key: ApiKey) -> None:
+def shared_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
+    """A TCP socket on ``host:port`` in the port's ``SO_REUSEPORT`` group (``listen``
+    False: bound only, which keeps the port without taking connections)."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+    sock.bind(address)
+    if listen:
+        sock.listen(2048)
+        sock.set_inheritable(True)
+    return sock
+
+
+def announce_dev_key(config: Config, key: ApiKey) -> None:
     assert key.js is not None
     assert key.server is not None
     url = f"http://{config.server.host}:{config.server.port}{BROWSER_PATH}"

@@ -37,6 +37,14 @@ class ServerConfig(Section):
     """Address to listen on. Use 0.0.0.0 to accept events from other machines."""
     port: int = Field(default=8001, ge=0, le=65535)
     """TCP port (0: any free port, printed at start-up)."""
+    workers: int | None = Field(default=None, ge=1, le=256)
+    """Collector processes sharing the port (the kernel spreads connections over them);
+    each is a writer of the log with an id of its own. Absent: one per core."""
+    writer_id: SafeKeyId | None = None
+    """The start of this collector's writer ids (its workers are ``<writer_id>-0``,
+    ``-1``...). Absent: this host's name. Collectors on several hosts sharing a data
+    directory need ids that differ (host names do); keep it stable across restarts, so
+    that a restarted collector recovers what it left."""
     trusted_proxies: tuple[Network, ...] = ()
     """Networks (CIDR) of reverse proxies whose X-Forwarded-For is believed. Empty: none."""
     anonymize_ip: bool = False
@@ -78,6 +86,10 @@ class IncomingConfig(Section):
     """Below this much free disk under data_dir, answer 503 instead of accepting."""
     retry_after_seconds: int = Field(default=5, ge=1)
     """The Retry-After sent with 503 answers."""
+    writer_timeout_seconds: float = Field(default=600.0, ge=10)
+    """A writer on another host whose heartbeat is older than this is taken as dead: the
+    pipeline seals what it left (one on this host is known dead at once). Longer than
+    any pause a live collector may have."""
     fsync: bool = True
     """Answer 200 only after fsync. Turn off only for throwaway benchmarks: 200 then no longer
     means the events survive a power cut."""

@@ -51,7 +51,7 @@ class Segment:
     archived: bool
 
     @property
-    def order(self) -> tuple[str, str]:
+    def order(self) -> tuple[str, str, str]:
         return _order(self.id)
 
     def lines(self, start: int = 0) -> Iterator[tuple[int, bytes]]:
@@ -66,12 +66,12 @@ class Segment:
                     yield number, line
 
 
-def _order(segment: str) -> tuple[str, str]:
-    """A segment id's place in the log: by seal stamp, then key."""
+def _order(segment: str) -> tuple[str, str, str]:
+    """A segment id's place in the log: by seal stamp, then key, then writer."""
     parsed = SegmentName.parse(f"{_PREFIX}{segment}.log")
     if parsed is None or parsed.sealed is None:
         raise ValueError(f"{segment!r} is not a sealed segment's id")
-    return parsed.sealed, parsed.key_id
+    return parsed.sealed, parsed.key_id, parsed.writer or ""
 
 
 def segment_id(name: str) -> str:

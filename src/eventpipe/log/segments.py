@@ -5,20 +5,26 @@ Guarantees (what the collector's 200 means):
 * ``await log.append(...)`` returns only after the bytes are written *and* fsynced. Appends
   that arrive while an fsync runs wait together for the next one (group commit), so the
   number of fsyncs per second stays bounded however many requests arrive.
-* A segment is sealed by an atomic rename of ``incoming.tok=K.log`` to
-  ``incoming.tok=K-<UTC seal time>.log`` followed by an fsync of the directory. Readers
-  only look at sealed names, so they never see a partial segment.
+* A segment is sealed by an atomic rename of ``incoming.tok=K|w=W.log`` to
+  ``incoming.tok=K|w=W-<UTC seal time>.log`` followed by an fsync of the directory.
+  Readers only look at sealed names, so they never see a partial segment.
 * A write that fails (disk full) is cut back to the last fsynced size, so nothing already
   acknowledged is damaged and no half line is left behind.
 * If the process dies in the middle of a write, the active segment may end with a torn
   line. :meth:`SegmentLog.open` finds it, moves it aside as an EventError in ``failed/``,
   and seals what precedes it.
-* One process writes a data directory's log at a time: the writer holds an exclusive
-  ``flock`` on ``incoming/collector.lock`` (which also holds its pid, for ``eventpipe
-  rotate``).
+* Many processes write one data directory's log, each as a writer with an id of its
+  own (log/writers.py) in the name of every file it writes: no two write one file. A
+  writer holds an exclusive ``flock`` on ``incoming/writer.w=<id>.lock`` (its pid and
+  host inside) and touches it as a heartbeat; a second process with the same id on the
+  same host is refused. At start a writer seals what its id left (and what a data
+  directory from before writer ids left).
 
 One writer task runs rounds in order: page-cache writes on the event loop thread, then the
 fsync (and any sealing) on one dedicated I/O thread, never overlapping.
+
+Length (over 500 lines): appending, sealing and recovery share the rules of a segment's
+life (names, torn tails, seal order) that no reader may see half done.
 """
 
 from __future__ import annotations
@@ -27,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -36,9 +41,11 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from eventpipe import locks
+from eventpipe.config import Config
 from eventpipe.errors import DataDirLockedError, TransientError
 from eventpipe.events import Stage, event_error_line
 from eventpipe.files import fsync_directory
+from eventpipe.log import writers
 from eventpipe.paths import DataLayout, SegmentName, seal_stamp
 
 log = logging.getLogger("eventpipe.log")
@@ -58,11 +65,23 @@ class LogClosedError(TransientError):
     name = "log_closed"
 
 
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
 @dataclass(frozen=True)
 class LogSettings:
     rotate_seconds: float = 300.0
     max_segment_bytes: int = 100_000_000
     fsync: bool = True
+    writer_timeout_seconds: float = 600.0
+    """A writer whose heartbeat is older than this, on another host, is taken as dead."""
+
+    @classmethod
+    def of(cls, config: Config) -> LogSettings:
+        incoming = config.incoming
+        return cls(incoming.rotate_seconds, incoming.max_segment_bytes, incoming.fsync,
+                   incoming.writer_timeout_seconds)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -116,18 +135,22 @@ class _Pending:
 
 
 class SegmentLog:
-    """Single-writer append-only log under ``data/incoming`` (see module docstring)."""
+    """One writer's part of the append-only log under ``data/incoming`` (see the
+    module's docstring)."""
 
     def __init__(
         self,
         layout: DataLayout,
         settings: LogSettings,
         *,
+        writer: str | None = None,
         hooks: LogHooks | None = None,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        clock: Callable[[], datetime] = _now,
     ) -> None:
         self.layout = layout
         self.settings = settings
+        self.writer = writer or writers.host_writer(0)
+        """This writer's id, in the names of its files."""
         self.hooks = hooks or LogHooks()
         self._clock = clock
         self._lock_fd: int | None = None
@@ -142,36 +165,39 @@ class SegmentLog:
         self._closing = False
         self._flusher: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
-        self._last_sealed_stamp: dict[str, str] = {}
+        self._sealer = _Sealer(layout, self.writer, clock)
+        self._rotation_seen = _mtime(layout.rotate_request)
+        self._heartbeat_at = 0.0
+        self._abandoned = False
         self.started = False
 
     # ----------------------------------------------------------------- start and stop
 
-    def open(self) -> RecoveryReport:
-        """Take the directory lock, repair torn tails, seal what a previous run left.
+    def open(self, wait_seconds: float = 0.0) -> RecoveryReport:
+        """Take the writer's lock, repair torn tails, seal what an earlier process with
+        this writer's id left (and a data directory's from before writer ids).
 
         Synchronous: call before serving. Raises DataDirLockedError if another process
-        holds the log.
+        holds the writer's id for longer than ``wait_seconds`` (a restarted worker waits
+        for the one it replaces to finish stopping).
         """
         self.layout.incoming.mkdir(parents=True, exist_ok=True)
         self.layout.failed.mkdir(parents=True, exist_ok=True)
-        self._take_lock()
-        torn: list[TornTail] = []
-        sealed: list[Path] = []
-        removed: list[str] = []
-        for path in self.layout.active_segments():
-            key_id = SegmentName.parse(path.name).key_id  # type: ignore[union-attr]
-            tail = self._cut_torn_tail(path, key_id)
-            if tail is not None:
-                torn.append(tail)
-            if path.stat().st_size == 0:
-                path.unlink()
-                removed.append(path.name)
-                continue
-            sealed.append(self._rename_sealed(path, key_id, reason="startup"))
-        if sealed or torn or removed:
-            fsync_directory(self.layout.incoming)
-        return RecoveryReport(tuple(sealed), tuple(torn), tuple(removed))
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            try:
+                self._take_lock()
+                break
+            except DataDirLockedError:
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.1)
+        report = self._sealer.recover()
+        legacy = recover_legacy(self.layout, self._clock)
+        return RecoveryReport(
+            report.sealed + legacy.sealed, report.torn + legacy.torn,
+            report.removed_empty + legacy.removed_empty,
+        )  # fmt: skip
 
     async def start(self) -> None:
         """Start the group-commit writer and the rotation timer on the running loop."""
@@ -282,11 +308,20 @@ class SegmentLog:
                 return
 
     async def _tick_loop(self) -> None:
-        """Wake the writer when an active segment is due for time-based rotation."""
+        """Wake the writer when an active segment is due for time-based rotation or
+        ``eventpipe rotate`` asked (rotate.request touched); touch the heartbeat."""
         interval = min(1.0, self.settings.rotate_seconds / 4)
+        loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
+            if now - self._heartbeat_at >= writers.heartbeat_seconds(self.settings):
+                self._heartbeat_at = now
+                await loop.run_in_executor(self._io, self._heartbeat)
+            requested = _mtime(self.layout.rotate_request)
+            if requested != self._rotation_seen:
+                self._rotation_seen = requested
+                self.request_rotation("command")
             if any(
                 a.is_segment and a.size > 0 and now - a.opened_at >= self.settings.rotate_seconds
                 for a in list(self._files.values())
@@ -312,9 +347,8 @@ class SegmentLog:
                 by_path.setdefault(path, []).append(item.events)
                 segment_keys[path] = item.key_id
             if item.rejected:
-                by_path.setdefault(self.layout.failed_receiving(item.key_id), []).append(
-                    item.rejected
-                )
+                failed = self.layout.failed_receiving(item.key_id, self.writer)
+                by_path.setdefault(failed, []).append(item.rejected)
         written = _Round(segment_keys=segment_keys)
         try:
             for path, chunks in by_path.items():
@@ -354,8 +388,23 @@ class SegmentLog:
     def _segment_path(self, key_id: str) -> Path:
         path = self._segment_paths.get(key_id)
         if path is None:
-            path = self._segment_paths[key_id] = self.layout.active_segment(key_id)
+            path = self._segment_paths[key_id] = self.layout.active_segment(key_id, self.writer)
         return path
+
+    def _heartbeat(self) -> None:
+        """Touch the lock file (I/O thread). A writer whose id was taken over (by the
+        pipeline, after ``writer_timeout_seconds`` without a heartbeat) stops taking
+        events and leaves its files as they are: they were sealed by the one that took
+        it over, and what it appended now could go to a segment already read."""
+        try:
+            writers.heartbeat(self.layout, self.writer)
+        except writers.TakenOverError as exc:
+            log.critical("%s; this collector takes no more events (restart it)", exc)
+            self._abandoned = True
+            self._closing = True
+            self._wake.set()
+        except OSError as exc:
+            log.error("could not touch %s: %s", self.layout.writer_lock(self.writer), exc)
 
     def _cut_back(self, touched: list[_Active]) -> None:
         """Undo a failed group: truncate each file to its last durable size."""
@@ -375,6 +424,8 @@ class SegmentLog:
         return active
 
     def _seal_all_sync(self, reason: str) -> list[Path]:
+        if self._abandoned:  # another process sealed them when it took this writer over
+            return []
         sealed = []
         for path, active in list(self._files.items()):
             if active.is_segment and active.size > 0:
@@ -399,27 +450,73 @@ class SegmentLog:
     def _seal_sync(self, path: Path, key_id: str, *, reason: str) -> Path:
         active = self._files.pop(path)
         os.close(active.fd)
-        sealed = self._rename_sealed(path, key_id, reason=reason)
+        sealed = self._sealer.rename(path, key_id, reason=reason)
         fsync_directory(self.layout.incoming)
         self.hooks.on_sealed(sealed, active.size, reason)
         log.info("sealed %s (%d bytes, %s)", sealed.name, active.size, reason)
         return sealed
 
-    def _rename_sealed(self, path: Path, key_id: str, *, reason: str) -> Path:
+    def _take_lock(self) -> None:
+        try:
+            self._lock_fd = locks.acquire(
+                self.layout.writer_lock(self.writer), writers.lock_details()
+            )
+        except locks.LockHeldError as held:
+            raise DataDirLockedError(
+                f"another eventpipe process (pid {held.pid}) writes {self.layout.incoming} "
+                f"as writer {self.writer}",
+                fix="stop it, or give this one another server.writer_id",
+                pid=held.pid,
+            ) from None
+
+
+class _Sealer:
+    """Seals one writer's segments (``writer`` None: the names from before writer
+    ids), each under a name that is new and sorts after every earlier seal of its key."""
+
+    def __init__(
+        self, layout: DataLayout, writer: str | None, clock: Callable[[], datetime]
+    ) -> None:
+        self.layout = layout
+        self.writer = writer
+        self.clock = clock
+        self._last_stamp: dict[str, str] = {}
+
+    def recover(self) -> RecoveryReport:
+        """Cut torn tails off the writer's active segments and seal them (the caller
+        holds the writer's lock)."""
+        torn: list[TornTail] = []
+        sealed: list[Path] = []
+        removed: list[str] = []
+        for path in self.layout.writer_segments(self.writer):
+            key_id = SegmentName.parse(path.name).key_id  # type: ignore[union-attr]
+            tail = self._cut_torn_tail(path, key_id)
+            if tail is not None:
+                torn.append(tail)
+            if path.stat().st_size == 0:
+                path.unlink()
+                removed.append(path.name)
+                continue
+            sealed.append(self.rename(path, key_id, reason="startup"))
+        if sealed or torn or removed:
+            fsync_directory(self.layout.incoming)
+        return RecoveryReport(tuple(sealed), tuple(torn), tuple(removed))
+
+    def rename(self, path: Path, key_id: str, *, reason: str) -> Path:
         """Rename to a sealed name that is new and sorts after every earlier seal of the key."""
-        when = self._clock()
+        when = self.clock()
         stamp = seal_stamp(when)
-        previous = self._last_sealed_stamp.get(key_id)
+        previous = self._last_stamp.get(key_id)
         while (previous is not None and stamp <= previous) or self.layout.sealed_segment(
-            key_id, stamp
+            key_id, self.writer, stamp
         ).exists():
             when += timedelta(milliseconds=1)
             stamp = seal_stamp(when)
-        target = self.layout.sealed_segment(key_id, stamp)
+        target = self.layout.sealed_segment(key_id, self.writer, stamp)
         os.rename(path, target)
-        self._last_sealed_stamp[key_id] = stamp
+        self._last_stamp[key_id] = stamp
         if reason == "startup":
-            log.info("sealed %s left by a previous run", target.name)
+            log.info("sealed %s left by an earlier process", target.name)
         return target
 
     def _cut_torn_tail(self, path: Path, key_id: str) -> TornTail | None:
@@ -450,11 +547,11 @@ class SegmentLog:
                     "never acknowledged"
                 ),
                 stage=Stage.RECEIVING,
-                when=self._clock(),
+                when=self.clock(),
                 api_key=key_id,
                 raw=tail.decode("utf-8", errors="backslashreplace"),
             )
-            failed = self.layout.failed_receiving(key_id)
+            failed = self.layout.failed_receiving(key_id, self.writer)
             with failed.open("ab") as out:
                 out.write(record)
                 out.flush()
@@ -465,15 +562,12 @@ class SegmentLog:
         log.warning("moved a torn line (%d bytes) from %s to %s", len(tail), path.name, failed.name)
         return TornTail(path.name, keep, len(tail))
 
-    def _take_lock(self) -> None:
-        try:
-            self._lock_fd = locks.acquire(self.layout.collector_lock)
-        except locks.LockHeldError as held:
-            raise DataDirLockedError(
-                f"another eventpipe process (pid {held.pid}) is writing {self.layout.incoming}",
-                fix="stop it, or give this one its own data_dir",
-                pid=held.pid,
-            ) from None
+
+def _mtime(path: Path) -> float | None:
+    try:
+        return path.stat().st_mtime
+    except FileNotFoundError:
+        return None
 
 
 def _write_all(fd: int, data: bytes) -> None:
@@ -483,35 +577,73 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def recover_legacy(layout: DataLayout, clock: Callable[[], datetime] = _now) -> RecoveryReport:
+    """Seal the active segments of a data directory from before writer ids, unless an
+    eventpipe of that time still writes them (it holds ``incoming/collector.lock``)."""
+    if not layout.writer_segments(None):
+        return RecoveryReport((), (), ())
+    try:
+        fd = locks.acquire(layout.incoming / "collector.lock")
+    except locks.LockHeldError:
+        return RecoveryReport((), (), ())
+    try:
+        return _Sealer(layout, None, clock).recover()
+    finally:
+        os.close(fd)
+
+
+def recover_dead(
+    layout: DataLayout, settings: LogSettings, clock: Callable[[], datetime] = _now
+) -> list[Path]:
+    """Seal the active segments of every writer that is not alive (log/writers.py):
+    the pipeline's and ``eventpipe rotate``'s part of recovery. A writer is taken over
+    by taking its lock, which then names this process."""
+    sealed = list(recover_legacy(layout, clock).sealed)
+    with_segments = {SegmentName.parse(p.name).writer for p in layout.active_segments()}  # type: ignore[union-attr]
+    for writer in sorted(w for w in with_segments if w is not None):
+        found = writers.state(layout, writer, settings.writer_timeout_seconds)
+        if found.alive:
+            continue
+        try:
+            fd = locks.acquire(layout.writer_lock(writer), writers.lock_details())
+        except locks.LockHeldError:
+            continue  # it started again meanwhile
+        try:
+            report = _Sealer(layout, writer, clock).recover()
+        finally:
+            os.close(fd)
+        if report.sealed:
+            log.warning("writer %s (pid %s on %s) is gone: sealed %d segment(s) it left",
+                        writer, found.pid, found.host or "?", len(report.sealed))  # fmt: skip
+        sealed += report.sealed
+    return sealed
+
+
 def rotate_now(
     layout: DataLayout, settings: LogSettings, *, timeout_seconds: float = 30.0
 ) -> list[Path]:
-    """Seal the active segments of ``layout``, whoever writes them (``eventpipe rotate``).
+    """Seal every active segment of ``layout``, whoever writes it (``eventpipe rotate``).
 
-    With a collector running, it is asked by SIGUSR1 and this waits until every segment
-    that was active has been renamed. With none, this process takes the lock and seals.
+    Writers that are gone are recovered here; the others, on this host or any other,
+    see ``incoming/rotate.request`` touched within a second and seal. This waits until
+    every segment that was active has been renamed.
     """
     before = {p: p.stat().st_ino for p in layout.active_segments() if p.stat().st_size > 0}
     sealed_before = set(layout.sealed_segments())
-    if not locks.is_held(layout.collector_lock):
-        segment_log = SegmentLog(layout, settings)
-        try:
-            report = segment_log.open()
-        except DataDirLockedError:
-            pass  # a collector started meanwhile: ask it instead
-        else:
-            segment_log.close_sync()
-            return list(report.sealed)
-    pid = locks.holder(layout.collector_lock)
-    if pid is None:
-        raise TransientError(f"{layout.collector_lock} names no process", fix="try again")
-    os.kill(pid, signal.SIGUSR1)
+    recover_dead(layout, settings)
+    layout.incoming.mkdir(parents=True, exist_ok=True)
+    layout.rotate_request.touch()
+    os.utime(layout.rotate_request)  # a new mtime even if it existed
     deadline = time.monotonic() + timeout_seconds
-    while time.monotonic() < deadline:
-        if all(not p.exists() or p.stat().st_ino != ino for p, ino in before.items()):
+    while True:
+        left = [p for p, ino in before.items() if p.exists() and p.stat().st_ino == ino]
+        if not left:
             return sorted(set(layout.sealed_segments()) - sealed_before)
+        if time.monotonic() >= deadline:
+            break
         time.sleep(0.05)
+    names = sorted({str(SegmentName.parse(p.name).writer) for p in left})  # type: ignore[union-attr]
     raise TransientError(
-        f"the collector (pid {pid}) did not seal its segments within {timeout_seconds:.0f} s",
-        fix="check its log for errors",
+        f"writer(s) {', '.join(names)} did not seal their segments within {timeout_seconds:.0f} s",
+        fix="check their logs for errors (eventpipe status lists the writers)",
     )

@@ -13,6 +13,7 @@ from pyspark.sql import functions as F
 
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.files import append_file, write_file
+from eventpipe.log.writers import PIPELINE_WRITER
 from eventpipe.paths import DataLayout
 from eventpipe.processing.run import COUNTS, RunContext
 from eventpipe.reserved import (
@@ -105,7 +106,8 @@ def rebuild_failures(layout: DataLayout, run_id: str, dest_id: str) -> Path:
 
 
 def fail_corrupt(raw: DataFrame, layout: DataLayout) -> int:
-    """Lines Spark could not parse: EventErrors in failed/failed.tok=<key>.log, raw kept."""
+    """Lines Spark could not parse: EventErrors in failed/failed.tok=<key>|w=pipeline.log,
+    raw kept."""
     from pyspark.sql import functions as F
 
     from eventpipe.paths import SegmentName
@@ -123,7 +125,7 @@ def fail_corrupt(raw: DataFrame, layout: DataLayout) -> int:
             )
         )  # fmt: skip
     for key, lines in by_key.items():
-        append_failed(layout.failed_receiving(key), b"".join(lines))
+        append_failed(layout.failed_receiving(key, PIPELINE_WRITER), b"".join(lines))
     return sum(len(lines) for lines in by_key.values())
 
 

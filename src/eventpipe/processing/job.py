@@ -38,6 +38,7 @@ from eventpipe.config import Config
 from eventpipe.destinations.base import Destination
 from eventpipe.errors import TransientError
 from eventpipe.events import Stage
+from eventpipe.log.segments import LogSettings, recover_dead
 from eventpipe.paths import DataLayout, count_lines
 from eventpipe.processing import shutdown, transforms
 from eventpipe.processing.archiving import ArchiveAhead, archive_segments
@@ -135,6 +136,8 @@ def _run_pending(
         if todo:
             reports.append(execute_run(spark, config, state, run, todo, failing, ahead))
         close_run(layout, state, run, plan, failing)
+    # What writers that are gone left active: sealed, so that this run takes it.
+    recover_dead(layout, LogSettings.of(config))
     sealed = [p.name for p in layout.sealed_segments()]
     plan = {}
     for dest_id in batch:

@@ -225,7 +225,8 @@ def read_events(
         schema = StructType(fields)
     raw = reader().schema(schema).json(list(paths))
     # Read from the scan itself: an event's own "_metadata" key hides the plain name.
-    path = raw.metadataColumn("_metadata").getField("file_path")
+    # A URI: the "|" of a writer's segment name comes as %7C.
+    path = F.url_decode(raw.metadataColumn("_metadata").getField("file_path"))
     columns = [ref(c).alias(reserved.escape(c)) for c in raw.columns if c != corrupt]
     if corrupt in raw.columns:
         columns.append(F.col(corrupt).alias(CORRUPT))
