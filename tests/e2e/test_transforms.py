@@ -113,6 +113,31 @@ def test_python_transforms_on_arrow_and_pandas(tmp_path: Path, spark: Any) -> No
     assert report.filtered == {"warehouse": 3}
 
 
+def test_a_python_transform_takes_lookups_that_found_nothing(
+    tmp_path: Path, spark: Any, geo_database: Path
+) -> None:
+    """A lookup's result is a struct no event's own field declares nullable; an address
+    the database lacks makes it null. The transform's output schema, learnt from a
+    sample, must allow that null in any batch (it was a NullPointerException in a
+    Spark task, then every event isolated)."""
+    data = tmp_path / "data"
+    _segment(data, "2026-11-21T10-00-00.000", [
+        {"event_type": "visit", "n": n, "source_ip": ip,
+         "eventn_ctx": {"event_id": f"e{n}", "user_agent": "Mozilla/5.0 (X11; Linux x86_64; "
+                        "rv:133.0) Gecko/20100101 Firefox/133.0"}}
+        for n, ip in enumerate(["81.2.69.10", "192.0.2.1", "192.0.2.2", "81.2.69.11"])
+    ])  # fmt: skip
+    config = make_config(data, enrichment={"ip_database": str(geo_database)}, destinations={
+        "warehouse": {"type": "duckdb", "path": str(data / "warehouse.duckdb"),
+                      "transforms": [{"python": f"{FUNCTIONS}:keep_even"}]},
+    })  # fmt: skip
+    [report] = process_pending(config, spark)
+    rows = _query(config, "warehouse", "SELECT n, eventn_ctx_location_city, "
+                  "eventn_ctx_parsed_ua_ua_family FROM events ORDER BY n")  # fmt: skip
+    assert rows == [(0, "London", "Firefox"), (2, None, "Firefox")]
+    assert report.failed == {"warehouse": 0}
+
+
 def test_a_python_transform_that_raises_sends_its_batch_to_failed(
     tmp_path: Path, spark: Any
 ) -> None:

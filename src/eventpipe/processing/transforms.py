@@ -259,12 +259,31 @@ def _python(frame: DataFrame, spec: str, where: str) -> DataFrame:
         log.warning("%s: on a sample of %d events: %s; its input columns are assumed",
                     where, sample.num_rows, _summary(spec, exc))  # fmt: skip
         fields = [f for f in given if f.name != ROW]
+    # Every field nullable, nested ones too: a non-nullable struct field the sample
+    # showed (a lookup's result) may be null in other batches, and Spark would write the
+    # null into a field it was told never holds one (a NullPointerException in a task).
+    fields = [_nullable(f) for f in fields]
     schema = pa.schema([*fields, pa.field(ROW, pa.int64()), pa.field(TABLE, pa.string()),
                         pa.field(ERROR, pa.string())])  # fmt: skip
     run = functools.partial(_run_batches, function=function, pandas=pandas, spec=spec,
                             schema=schema)  # fmt: skip
     out = bound.select(*inputs, TABLE).mapInArrow(run, from_arrow_schema(schema))
     return out.unionByName(rest, allowMissingColumns=True)
+
+
+def _nullable(field: pa.Field) -> pa.Field:
+    """``field`` nullable, and every field nested in it."""
+    import pyarrow as pa
+
+    kind = field.type
+    if pa.types.is_struct(kind):
+        kind = pa.struct([_nullable(kind.field(i)) for i in range(kind.num_fields)])
+    elif pa.types.is_list(kind) or pa.types.is_large_list(kind):
+        item = _nullable(kind.value_field)
+        kind = pa.list_(item) if pa.types.is_list(kind) else pa.large_list(item)
+    elif pa.types.is_map(kind):
+        kind = pa.map_(kind.key_field, _nullable(kind.item_field))
+    return pa.field(field.name, kind, nullable=True, metadata=field.metadata)
 
 
 def _as_given(batch: pa.RecordBatch, pandas: bool) -> Any:
