@@ -12,7 +12,9 @@ parses per worker, not a million.
   ``as_org``; a field the database lacks is null. An address that is not in the database,
   or not an address, gives null. Default database: GeoLite2 City as packaged by
   ``maxminddb-geolite2`` (a 2018 snapshot, offline, CC BY-SA 4.0 by MaxMind); point
-  ``enrichment.ip_database`` at a current one for real use.
+  ``enrichment.ip_database`` at a current one for real use. On a cluster the database
+  file goes to every executor with the job (``SparkContext.addFile``): only the driver
+  needs it on its disk.
 * ``user_agent_parse`` uses ``ua-parser`` (the maintained Python port of uap-core, with its
   Rust accelerator). ``bot`` is true when uap-core calls the device a ``Spider``.
 
@@ -23,6 +25,7 @@ The Python workers import this module, so eventpipe must be installed where exec
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -359,10 +362,12 @@ def lookup_distinct(
 
 
 def _ip_udf(database: str) -> Callable[[Column], Column]:
+    shipped = ship_file(database)
+
     def ip_lookup(ips: pa.Array) -> pa.Array:
         if isinstance(ips, pa.ChunkedArray):
             ips = ips.combine_chunks()
-        return geo_lookup(database, ips)
+        return geo_lookup(local_file(database, shipped), ips)
 
     return arrow_udf(ip_lookup, GEO_TYPE)  # type: ignore[no-any-return]
 
@@ -383,6 +388,35 @@ TEXT_FIELDS = {
     "user_agent_parse": tuple(n for n, t, _ in UA_FIELDS if isinstance(t, T.StringType)),
 }
 """The text fields of each rule's result: never timestamps, so typing need not test them."""
+
+
+def ship_file(path: str) -> str | None:
+    """Send a file of the driver's to every executor with the job (``addFile``), when
+    the session runs on a cluster, where executors may not see the driver's disk; the
+    name it has there (``SparkFiles.get``), or None in local mode."""
+    from pyspark import SparkContext
+
+    context = SparkContext._active_spark_context
+    if context is None or (context.master or "local").startswith("local"):
+        return None
+    name = os.path.basename(path)
+    if (context.applicationId, path) not in _SHIPPED:
+        context.addFile(path)
+        _SHIPPED.add((context.applicationId, path))
+    return name
+
+
+_SHIPPED: set[tuple[str, str]] = set()
+
+
+def local_file(path: str, shipped: str | None) -> str:
+    """On an executor: ``path`` where it exists (a shared disk, the packaged database),
+    else the copy :func:`ship_file` sent."""
+    if shipped is None or os.path.exists(path):
+        return path
+    from pyspark import SparkFiles
+
+    return SparkFiles.get(shipped)
 
 
 def rule_function(name: str, ip_database: str) -> Callable[[Column], Column]:
