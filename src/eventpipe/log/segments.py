@@ -582,12 +582,22 @@ def recover_legacy(layout: DataLayout, clock: Callable[[], datetime] = _now) -> 
     eventpipe of that time still writes them (it holds ``incoming/collector.lock``)."""
     if not layout.writer_segments(None):
         return RecoveryReport((), (), ())
+    report = _recover_holding(layout, None, layout.incoming / "collector.lock", "", clock)
+    return report or RecoveryReport((), (), ())
+
+
+def _recover_holding(
+    layout: DataLayout, writer: str | None, lock: Path, details: str,
+    clock: Callable[[], datetime],
+) -> RecoveryReport | None:  # fmt: skip
+    """Seal ``writer``'s active segments holding ``lock``; None when another process
+    holds it (it writes them)."""
     try:
-        fd = locks.acquire(layout.incoming / "collector.lock")
+        fd = locks.acquire(lock, details)
     except locks.LockHeldError:
-        return RecoveryReport((), (), ())
+        return None
     try:
-        return _Sealer(layout, None, clock).recover()
+        return _Sealer(layout, writer, clock).recover()
     finally:
         os.close(fd)
 
@@ -604,14 +614,10 @@ def recover_dead(
         found = writers.state(layout, writer, settings.writer_timeout_seconds)
         if found.alive:
             continue
-        try:
-            fd = locks.acquire(layout.writer_lock(writer), writers.lock_details())
-        except locks.LockHeldError:
+        lock = layout.writer_lock(writer)
+        report = _recover_holding(layout, writer, lock, writers.lock_details(), clock)
+        if report is None:
             continue  # it started again meanwhile
-        try:
-            report = _Sealer(layout, writer, clock).recover()
-        finally:
-            os.close(fd)
         if report.sealed:
             log.warning("writer %s (pid %s on %s) is gone: sealed %d segment(s) it left",
                         writer, found.pid, found.host or "?", len(report.sealed))  # fmt: skip
@@ -632,8 +638,7 @@ def rotate_now(
     sealed_before = set(layout.sealed_segments())
     recover_dead(layout, settings)
     layout.incoming.mkdir(parents=True, exist_ok=True)
-    layout.rotate_request.touch()
-    os.utime(layout.rotate_request)  # a new mtime even if it existed
+    layout.rotate_request.touch()  # a new mtime, whether it existed or not
     deadline = time.monotonic() + timeout_seconds
     while True:
         left = [p for p, ino in before.items() if p.exists() and p.stat().st_ino == ino]
