@@ -8,6 +8,12 @@
 
 The kernel drops a lock when its holder dies, however it dies, so a stale pid in the file
 never blocks anyone; the pid is only there to be reported.
+
+The pipeline's locks (one pipeline, one stream query per destination, one patch per
+table) are named, and taken through a :class:`Locks`: :class:`FileLocks` in the data
+directory, or the state store's PostgreSQL advisory locks when hosts share the data
+directory (eventpipe.state.locks), since ``flock`` on a network file system is not to
+be trusted.
 """
 
 from __future__ import annotations
@@ -15,8 +21,9 @@ from __future__ import annotations
 import fcntl
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
+from typing import Protocol
 
 
 class LockHeldError(Exception):
@@ -26,6 +33,44 @@ class LockHeldError(Exception):
         super().__init__(f"{path} is held by pid {pid}")
         self.path = path
         self.pid = pid
+
+
+Busy = Callable[[str], Exception]
+"""Makes the error raised when a lock is held elsewhere, from who holds it (``pid 42``,
+``pid 42 on host b``, or ``?``)."""
+
+
+class Locks(Protocol):
+    """Named locks of one data directory, held across the processes (and hosts) that
+    share it. Names are file-name safe: ``pipeline``, ``stream.dst=web``."""
+
+    def holding(self, name: str, busy: Busy) -> AbstractContextManager[None]:
+        """The lock for the length of the block, without waiting: ``busy(holder)`` is
+        raised when another process holds it."""
+        ...
+
+    def waiting(self, name: str) -> AbstractContextManager[None]:
+        """The lock for the length of the block, waiting until the holder lets it go."""
+        ...
+
+
+class FileLocks:
+    """:class:`Locks` as ``flock``s on ``<directory>/<name>.lock``: for one host, or a
+    shared file system whose locks hold across hosts."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+
+    def path(self, name: str) -> Path:
+        return self.directory / f"{name}.lock"
+
+    @contextmanager
+    def holding(self, name: str, busy: Busy) -> Iterator[None]:
+        with holding(self.path(name), lambda pid: busy(f"pid {pid}" if pid else "?")):
+            yield
+
+    def waiting(self, name: str) -> AbstractContextManager[None]:
+        return waiting(self.path(name))
 
 
 def acquire(path: Path, details: str = "") -> int:

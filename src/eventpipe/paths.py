@@ -23,6 +23,7 @@ Layout (``data_dir`` defaults to ``./data``)::
                        .manifest.json; eventpipe.archive)
     state.sqlite                                                runs and statuses
     tmp/<run id>/                                               a run's staging files
+                                    (processing.work_dir, if set, holds them instead)
     locks/                                                      per destination x table locks
     warehouse.duckdb                                            the embedded warehouse
     dev_keys.json                                               generated keys (no config file)
@@ -102,6 +103,8 @@ class DataLayout:
     """Paths under one data directory. Creating the object touches nothing on disk."""
 
     root: Path
+    work: Path | None = None
+    """Where runs stage their files, if not ``<root>/tmp`` (``processing.work_dir``)."""
 
     @property
     def incoming(self) -> Path:
@@ -142,7 +145,9 @@ class DataLayout:
 
     @property
     def tmp(self) -> Path:
-        return self.root / "tmp"
+        """Runs' staging files: the Spark executors write here and the driver reads, so
+        on a cluster every node sees it (docs/deploy.md)."""
+        return self.work if self.work is not None else self.root / "tmp"
 
     @property
     def locks(self) -> Path:

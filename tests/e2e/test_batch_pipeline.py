@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from eventpipe.archive.files import ArchivedSegment
 from eventpipe.archive.read import lines
 from eventpipe.archive.verify import verify
 from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.locks import FileLocks
 from eventpipe.processing.job import process_once
 from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
 
@@ -38,7 +40,8 @@ def _seal(c: RunningCollector) -> None:
 
 
 def _query(c: RunningCollector, sql: str) -> list[tuple[Any, ...]]:
-    return DuckDBDestination("warehouse", c.layout.warehouse, c.layout.locks).query(sql)[1]
+    warehouse = DuckDBDestination("warehouse", c.layout.warehouse, FileLocks(c.layout.locks))
+    return warehouse.query(sql)[1]
 
 
 def test_http_post_to_rows_in_duckdb(start_collector: Any, spark: Any) -> None:
@@ -154,7 +157,7 @@ def test_one_pipeline_per_data_directory(start_collector: Any, spark: Any) -> No
     _post(c, [{"event_id": "x"}], server=True)
     _seal(c)
     # e.g. `eventpipe run` is processing
-    with pipeline_lock(c.layout), pytest.raises(PipelineBusyError, match="another pipeline"):
+    with pipeline_lock(c.config), pytest.raises(PipelineBusyError, match="another pipeline"):
         process_once(c.config, spark)
     assert c.layout.sealed_segments() != []  # untouched
     report = process_once(c.config, spark)
@@ -290,3 +293,28 @@ def test_a_runs_segments_are_compressed_once_ahead_and_moved_into_the_archive(
     assert not any((config.layout.tmp / "archive-ahead").iterdir())
     assert verify(config.layout).ok
     assert not any(config.layout.incoming.glob("*.log"))
+
+
+def test_runs_stage_their_files_in_the_work_dir(
+    start_collector: Any, spark: Any, tmp_path: Path
+) -> None:
+    work = tmp_path / "work"
+    c = start_collector(processing={"work_dir": str(work)})
+    staged: list[str] = []
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:  # a run's files, as it ends
+        if Path(path).is_relative_to(work):
+            staged.extend(str(p.relative_to(work)) for p in Path(path).rglob("*.parquet"))
+        real_rmtree(path, *args, **kwargs)
+
+    _post(c, [{"event_id": "w", "n": 1}], server=True)
+    _seal(c)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shutil, "rmtree", rmtree)
+        report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("warehouse", "events"): 1}
+    runs = {p.split("/")[1] for p in staged}  # the read step's events, the destination's rows
+    assert runs == {"events", "dst=warehouse"}, staged
+    assert not c.layout.root.joinpath("tmp").exists()

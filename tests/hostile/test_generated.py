@@ -31,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from eventpipe.locks import FileLocks
 from eventpipe.processing.job import process_once
 from tests.conftest import WEB_SERVER, RunningCollector, make_config
 from tests.e2e.test_batch_pipeline import _seal
@@ -140,7 +141,7 @@ class Pipeline:
 
         layout = self.collector.layout
         found = {"warehouse": "", "pg": ""}
-        duck = DuckDBDestination("warehouse", layout.warehouse, layout.locks)
+        duck = DuckDBDestination("warehouse", layout.warehouse, FileLocks(layout.locks))
         for table in duck.tables():
             found["warehouse"] += repr(duck.query(f'SELECT * FROM "{table}"')[1])
         with psycopg.connect(self.dsn) as db:

@@ -5,6 +5,7 @@ answered from it."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from eventpipe.config import (
     TYPES,
@@ -15,7 +16,21 @@ from eventpipe.config import (
     PostgresConfig,
 )
 from eventpipe.destinations.http import HttpSink
-from eventpipe.destinations.registry import KINDS, REPLACES_DAYS, kind, open_destination
+from eventpipe.destinations.registry import (
+    KINDS,
+    REPLACES_DAYS,
+    Resources,
+    kind,
+    open_destination,
+)
+from eventpipe.locks import FileLocks
+
+
+def _lent(config: Config) -> Resources:
+    def no_spark() -> Any:
+        raise AssertionError("a destination not written by Spark started a session")
+
+    return Resources(locks=FileLocks(config.layout.locks), spark=no_spark)
 
 
 def test_every_configurable_type_is_registered_with_its_settings_model() -> None:
@@ -43,7 +58,7 @@ def test_what_each_type_can_do() -> None:
 def test_a_duckdb_destination_opens_on_its_file(tmp_path: Path) -> None:
     config = Config(data_dir=tmp_path)
     dest = DuckDBConfig()
-    opened = open_destination("warehouse", dest, config, spark=lambda: None)  # type: ignore[arg-type,return-value]
+    opened = open_destination("warehouse", dest, config, _lent(config))
     found = kind(dest).file
     assert found is not None
     assert found(dest, config) == config.layout.warehouse
@@ -54,7 +69,7 @@ def test_a_sink_opens_as_a_sink_with_the_settings_its_tasks_take(tmp_path: Path)
     config = Config(data_dir=tmp_path)
     dest = HttpConfig(url="https://api.example.com/events", max_parallel_requests=8,
                       retry_max_elapsed_seconds=2.0)  # fmt: skip
-    sink = open_destination("api", dest, config, spark=lambda: None)  # type: ignore[arg-type,return-value]
+    sink = open_destination("api", dest, config, _lent(config))
     assert isinstance(sink, HttpSink)
     settings = sink.settings(progress="p", run="r1", tasks=4, hold_seconds=5.0)
     assert (settings.destination, settings.url, settings.parallel) == ("api", dest.url, 2)

@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from eventpipe.config.base import Section, sql_name
+from eventpipe.paths import is_uri
 
 _SPARK_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 
@@ -51,6 +52,20 @@ class ProcessingConfig(Section):
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """On SIGTERM, loads under way get this long to finish and record their progress
     (nothing new starts); then the process stops anyway (the next run resumes)."""
+    work_dir: Path | None = None
+    """Where runs stage their files (Spark writes, the driver reads them back). Absent:
+    ``<data_dir>/tmp``. On a cluster, a directory every node mounts at this path, like
+    the data directory: e.g. a faster shared disk than the one that keeps the log. A
+    URI (``s3a://``) is not accepted: the driver reads staged files as local files."""
+
+    @field_validator("work_dir", mode="before")
+    @classmethod
+    def _a_path(cls, value: object) -> object:
+        if isinstance(value, str) and is_uri(value):
+            raise ValueError(
+                "work_dir is a directory every node mounts; URIs are not supported yet"
+            )
+        return value
 
 
 class ArchiveConfig(Section):

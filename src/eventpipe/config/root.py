@@ -92,7 +92,7 @@ class Config(Section):
 
     @property
     def layout(self) -> DataLayout:
-        return DataLayout(self.data_dir)
+        return DataLayout(self.data_dir, self.processing.work_dir)
 
     def destination(self, destination_id: str) -> DestinationConfig:
         """The destination ``destination_id``; ConfigError naming the configured ones."""

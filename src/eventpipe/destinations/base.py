@@ -25,8 +25,8 @@ from datetime import date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Protocol
 
-from eventpipe import locks
 from eventpipe.errors import TerminalError
+from eventpipe.locks import Locks
 from eventpipe.paths import check_safe_id
 from eventpipe.schema.dialects import Dialect
 from eventpipe.schema.diff import Table, TablePatch
@@ -212,13 +212,14 @@ class Metered(Destination, Protocol):
 
 
 @contextmanager
-def table_lock(lock_dir: Path, destination_id: str, table: str) -> Iterator[None]:
-    """An exclusive lock keyed by destination and table, held across processes (flock).
+def table_lock(locks: Locks, destination_id: str, table: str) -> Iterator[None]:
+    """An exclusive lock keyed by destination and table, held across processes (and the
+    hosts of one state store: eventpipe.state.locks).
 
     For destinations without a lock of their own (files, DuckDB); PostgreSQL uses its
-    advisory locks instead, which also hold across machines.
+    advisory locks instead.
     """
     check_safe_id(destination_id, "destination id")
     # Table names are sanitised ([a-z0-9_], at most 63 characters) before they get here.
-    with locks.waiting(lock_dir / f"patch.dst={destination_id}.table={table}.lock"):
+    with locks.waiting(f"patch.dst={destination_id}.table={table}"):
         yield

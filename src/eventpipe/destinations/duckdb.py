@@ -37,6 +37,7 @@ from eventpipe.destinations.base import (
     table_lock,
 )
 from eventpipe.errors import QueryError, TerminalError, TransientError, first_line
+from eventpipe.locks import Locks
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -79,10 +80,10 @@ class DuckDBDestination:
     dialect = DUCKDB
     parallel_loads = 1  # DuckDB takes one writing process at a time
 
-    def __init__(self, destination_id: str, path: Path, lock_dir: Path) -> None:
+    def __init__(self, destination_id: str, path: Path, locks: Locks) -> None:
         self.id = destination_id
         self.path = path
-        self.lock_dir = lock_dir
+        self.locks = locks
 
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -103,7 +104,7 @@ class DuckDBDestination:
         if patch.empty:
             return
         d = self.dialect
-        with table_lock(self.lock_dir, self.id, patch.table), self._connect() as db:
+        with table_lock(self.locks, self.id, patch.table), self._connect() as db:
             current = _describe(db, patch.table)  # again, under the lock
             db.execute("BEGIN")
             if current is None:
@@ -116,7 +117,7 @@ class DuckDBDestination:
 
     def load(self, request: LoadRequest) -> LoadResult:
         files = [str(f) for f in request.files]
-        with table_lock(self.lock_dir, self.id, request.table), self._connect() as db:
+        with table_lock(self.locks, self.id, request.table), self._connect() as db:
             _ensure_loads_table(db)
             try:
                 return self._load_once(db, request, files, ())
@@ -197,10 +198,10 @@ class DuckDBDestination:
         rows in (an upsert with a primary key), in one transaction recorded under
         ``swap.swap_id``; the rows moved in per table."""
         q = self.dialect.quote
-        with contextlib.ExitStack() as locks:
+        with contextlib.ExitStack() as held:
             for table in sorted({*swap.tables, *swap.shadows}):
-                locks.enter_context(table_lock(self.lock_dir, self.id, table))
-            db = locks.enter_context(self._connect())
+                held.enter_context(table_lock(self.locks, self.id, table))
+            db = held.enter_context(self._connect())
             _ensure_loads_table(db)
             db.execute("BEGIN")
             try:
@@ -243,10 +244,10 @@ class DuckDBDestination:
         """Metering: of each key in the window, only its newest version's rows stay
         (destinations/base.py newest_only), in one transaction; the rows removed."""
         q = self.dialect.quote
-        with contextlib.ExitStack() as locks:
+        with contextlib.ExitStack() as held:
             for table in sorted(tables):
-                locks.enter_context(table_lock(self.lock_dir, self.id, table))
-            db = locks.enter_context(self._connect())
+                held.enter_context(table_lock(self.locks, self.id, table))
+            db = held.enter_context(self._connect())
             found = [t for t in tables if _describe(db, t) is not None]
             if not found:
                 return 0

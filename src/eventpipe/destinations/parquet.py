@@ -29,8 +29,8 @@ Readers skip the ``_eventpipe`` directory (Spark and Hive ignore names starting 
 * Local directories are written by DuckDB (in memory) and queried through DuckDB views;
   URIs are written by Spark's own Parquet writer and queried with Spark SQL, through the
   Hadoop FileSystem (eventpipe.destinations.storage). The layout is the same.
-* No primary key: plain files cannot upsert. Table locks are flocks in the data
-  directory: one eventpipe data directory writes a given lake.
+* No primary key: plain files cannot upsert. Table locks are the data directory's locks
+  (eventpipe.state.locks): one eventpipe data directory writes a given lake.
 * ``eventpipe reprocess`` (local directories partitioned by day) replaces day partitions:
   the rebuilt rows are loaded into shadow tables (directories of their own), then each
   ``day=D`` directory of every table is renamed aside and the shadow's renamed in. A
@@ -65,6 +65,7 @@ from eventpipe.destinations.duckdb import (
 )
 from eventpipe.destinations.storage import HadoopStorage, LocalStorage, Storage, join
 from eventpipe.errors import QueryError, TerminalError, TransientError, first_line
+from eventpipe.locks import Locks
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -83,11 +84,11 @@ class ParquetDestination:
     parallel_loads = 2
 
     def __init__(
-        self, destination_id: str, root: Path, lock_dir: Path, partition_by: str = "day"
+        self, destination_id: str, root: Path, locks: Locks, partition_by: str = "day"
     ) -> None:
         self.id = destination_id
         self.root = root
-        self.lock_dir = lock_dir
+        self.locks = locks
         self.partition_by = partition_by
 
     @cached_property
@@ -115,7 +116,7 @@ class ParquetDestination:
     def patch(self, patch: TablePatch) -> None:
         if patch.empty:
             return
-        with table_lock(self.lock_dir, self.id, patch.table):
+        with table_lock(self.locks, self.id, patch.table):
             schemas = self._schemas(patch.table)  # again, under the lock
             current = self._described(patch.table, schemas)
             columns = {**(current.columns if current else {}), **dict(patch.add_columns)}
@@ -133,7 +134,7 @@ class ParquetDestination:
         record = self._meta(request.table, "loads", f"{key}.json")
         # Outside every table directory, so that no reader's glob finds half a batch.
         staging = join(storage.root, ".staging", f"{request.table}-{key}")
-        with table_lock(self.lock_dir, self.id, request.table):
+        with table_lock(self.locks, self.id, request.table):
             done = storage.read_text(record)
             if done is not None:
                 loaded = json.loads(done)
@@ -219,9 +220,9 @@ class ParquetDestination:
         journal = join(root, META, "swaps", f"{key}.json")
         aside = join(root, ".staging", f"swap-{key}")  # outside every table
         tables = sorted({*swap.tables, *swap.shadows})
-        with contextlib.ExitStack() as locks:
+        with contextlib.ExitStack() as held:
             for table in tables:
-                locks.enter_context(table_lock(self.lock_dir, self.id, table))
+                held.enter_context(table_lock(self.locks, self.id, table))
             text = storage.read_text(journal)
             if text is None:  # the plan, from the shadows as they are before any move
                 moves = [
@@ -326,13 +327,13 @@ class SparkParquetDestination(ParquetDestination):
         self,
         destination_id: str,
         uri: str,
-        lock_dir: Path,
+        locks: Locks,
         spark: Callable[[], SparkSession],
         partition_by: str = "day",
     ) -> None:
         self.id = destination_id
         self.uri = uri
-        self.lock_dir = lock_dir
+        self.locks = locks
         self.partition_by = partition_by
         self._session = spark
 

@@ -27,6 +27,7 @@ from eventpipe.config import (
     PostgresConfig,
     TableDestinationConfig,
 )
+from eventpipe.locks import Locks
 from eventpipe.paths import is_uri
 
 if TYPE_CHECKING:
@@ -39,11 +40,23 @@ SparkFactory = Callable[[], "SparkSession"]
 
 
 @dataclass(frozen=True)
+class Resources:
+    """What the pipeline lends a destination it opens."""
+
+    locks: Locks
+    """The data directory's locks (eventpipe.state.locks), for types without locks of
+    their own: one patch of a table at a time."""
+    spark: SparkFactory
+    """The Spark session, for types written by Spark."""
+
+
+@dataclass(frozen=True)
 class Kind:
     settings: type[DestinationConfig]
     """The model of its keys in eventpipe.yaml."""
-    open: Callable[[str, Any, Config, SparkFactory], Opened]
-    """Opens one, given its id, its settings (of the model above) and the config."""
+    open: Callable[[str, Any, Config, Resources], Opened]
+    """Opens one, given its id, its settings (of the model above), the config and what
+    the pipeline lends it."""
     replaces_days: Callable[[Any], bool] | None = None
     """Whether reprocess can replace the rows of a day, as configured; None: never."""
     file: Callable[[Any, Config], Path] | None = None
@@ -78,33 +91,30 @@ def _duckdb_file(dest: DuckDBConfig, config: Config) -> Path:
     return Path(dest.path) if dest.path else config.layout.warehouse
 
 
-def _open_duckdb(dest_id: str, dest: DuckDBConfig, config: Config, spark: SparkFactory) -> Opened:
+def _open_duckdb(dest_id: str, dest: DuckDBConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.duckdb import DuckDBDestination
 
-    return DuckDBDestination(dest_id, _duckdb_file(dest, config), config.layout.locks)
+    return DuckDBDestination(dest_id, _duckdb_file(dest, config), lent.locks)
 
 
-def _open_postgres(
-    dest_id: str, dest: PostgresConfig, config: Config, spark: SparkFactory
-) -> Opened:
+def _open_postgres(dest_id: str, dest: PostgresConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.postgres import PostgresDestination
 
     return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
 
 
-def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, spark: SparkFactory) -> Opened:
+def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
-    locks = config.layout.locks
     if dest.path is not None and is_uri(dest.path):  # written by Spark's Hadoop client
         return SparkParquetDestination(
-            dest_id, dest.path, locks, spark, partition_by=dest.partition_by
+            dest_id, dest.path, lent.locks, lent.spark, partition_by=dest.partition_by
         )
     root = Path(dest.path) if dest.path else config.layout.root / "parquet"
-    return ParquetDestination(dest_id, root, locks, dest.partition_by)
+    return ParquetDestination(dest_id, root, lent.locks, dest.partition_by)
 
 
-def _open_http(dest_id: str, dest: HttpConfig, config: Config, spark: SparkFactory) -> Opened:
+def _open_http(dest_id: str, dest: HttpConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.http import HttpSink
 
     return HttpSink(dest_id, dest)
@@ -135,7 +145,7 @@ def kind(dest: DestinationConfig) -> Kind:
 
 
 def open_destination(
-    dest_id: str, dest: DestinationConfig, config: Config, spark: SparkFactory
+    dest_id: str, dest: DestinationConfig, config: Config, lent: Resources
 ) -> Opened:
     """The destination ``dest_id`` of ``config``, opened: its tables, or a sink."""
-    return kind(dest).open(dest_id, dest, config, spark)
+    return kind(dest).open(dest_id, dest, config, lent)

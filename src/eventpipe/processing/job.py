@@ -104,7 +104,7 @@ def process_pending(
     others finish and go on with new ones. Its unfinished runs are completed first,
     with their own segments and batch ids, when it works again. After the others are
     done, DestinationsFailingError names the ones that stopped (retry later)."""
-    with pipeline_lock(config.layout):
+    with pipeline_lock(config):
         return _process_pending(config, spark, trigger)
 
 

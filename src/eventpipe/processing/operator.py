@@ -76,7 +76,7 @@ def step(config: Config, spark: SparkSession, dest_id: str) -> Step | None:
     """Process ``dest_id``'s next pending event alone; None: nothing is pending."""
     layout = config.layout
     batch = _batch_destination(config, dest_id)
-    with pipeline_lock(layout):
+    with pipeline_lock(config):
         state = open_state(config)
         if runs := _open_runs(state, dest_id, batch):
             run, entries = runs[0]
@@ -114,7 +114,7 @@ def acknowledge(config: Config, dest_id: str, to: Position) -> list[str]:
     the segments (or ``segment:line`` for the last one, when partly) marked."""
     layout = config.layout
     batch = _batch_destination(config, dest_id)
-    with pipeline_lock(layout):
+    with pipeline_lock(config):
         state = open_state(config)
         target = segment_file(to.segment)
         sealed = [p.name for p in layout.sealed_segments()]

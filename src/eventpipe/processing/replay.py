@@ -35,7 +35,7 @@ def replay_failed(config: Config, spark: SparkSession, dest_id: str) -> RunRepor
     An interrupted replay resumes with the same file and run id, and loads nothing twice
     (loads are idempotent per run, destination and table). None: nothing to replay.
     """
-    with pipeline_lock(config.layout):
+    with pipeline_lock(config):
         return _replay(config, spark, dest_id)
 
 

@@ -372,7 +372,7 @@ def reprocess(
 ) -> tuple[Plan, list[DayResult]]:
     """Rebuild the days of ``first``..``last`` of one destination that need it (see the
     module's docstring), one run after the other; the plan and each run's result."""
-    with pipeline_lock(config.layout):
+    with pipeline_lock(config):
         state = open_state(config)
         _clean_tmp(config, state)
         todo = plan(config, state, destination_id, first, last, force)

@@ -13,7 +13,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-from eventpipe import locks
 from eventpipe.config import Config, DestinationConfig, TableDestinationConfig
 from eventpipe.destinations.base import Destination, Metered, Opened, Sink
 from eventpipe.errors import TransientError
@@ -24,6 +23,7 @@ from eventpipe.processing.fields import (
     reference,
 )
 from eventpipe.processing.schema_cache import SchemaCache
+from eventpipe.state.locks import open_locks
 from eventpipe.state.store import (
     StateStore,
 )
@@ -138,7 +138,8 @@ def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> O
 
         return start_session(config.spark.settings)
 
-    return registry.open_destination(dest_id, dest, config, spark)
+    lent = registry.Resources(locks=open_locks(config), spark=spark)
+    return registry.open_destination(dest_id, dest, config, lent)
 
 
 def read_catalogues(config: Config) -> dict[str, list[metering.Product]]:
@@ -171,16 +172,17 @@ class PipelineBusyError(TransientError):
 
 
 @contextmanager
-def pipeline_lock(layout: DataLayout) -> Iterator[None]:
-    """One pipeline per data directory: two would plan runs over the same segments."""
+def pipeline_lock(config: Config) -> Iterator[None]:
+    """One pipeline per data directory: two would plan runs over the same segments. Held
+    across hosts (eventpipe.state.locks)."""
 
-    def busy(pid: int | None) -> Exception:
+    def busy(holder: str) -> Exception:
         return PipelineBusyError(
-            f"another pipeline (pid {pid or '?'}) is processing {layout.root}",
+            f"another pipeline ({holder}) is processing {config.layout.root}",
             fix="wait for it, or stop it (eventpipe run includes one)",
         )
 
-    with locks.holding(layout.locks / "pipeline.lock", busy):
+    with open_locks(config).holding("pipeline", busy):
         yield
 
 

@@ -44,13 +44,13 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from eventpipe import locks
 from eventpipe.config import Config
 from eventpipe.errors import retry_transient
 from eventpipe.events import utc_now
 from eventpipe.log import tail
 from eventpipe.paths import DataLayout
 from eventpipe.retry import Backoff
+from eventpipe.state.locks import open_locks
 from eventpipe.state.store import micro_batch
 
 if TYPE_CHECKING:
@@ -287,18 +287,18 @@ def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
 
 
 @contextmanager
-def stream_lock(layout: DataLayout, dest_id: str) -> Iterator[None]:
+def stream_lock(config: Config, dest_id: str) -> Iterator[None]:
     """One streaming query per destination and data directory: two would share (and
-    corrupt) one checkpoint."""
+    corrupt) one checkpoint. Held across hosts (eventpipe.state.locks)."""
     from eventpipe.processing.run import PipelineBusyError
 
-    def busy(pid: int | None) -> Exception:
+    def busy(holder: str) -> Exception:
         return PipelineBusyError(
-            f"stream destination {dest_id} is already running (pid {pid or '?'})",
+            f"stream destination {dest_id} is already running ({holder})",
             fix="stop the other eventpipe process or run",
         )
 
-    with locks.holding(layout.locks / f"stream.dst={dest_id}.lock", busy):
+    with open_locks(config).holding(f"stream.dst={dest_id}", busy):
         yield
 
 
@@ -307,7 +307,7 @@ def run_once(spark: SparkSession, config: Config) -> None:
     from eventpipe.processing.run import stream_ids
 
     for dest_id in stream_ids(config):
-        with stream_lock(config.layout, dest_id):
+        with stream_lock(config, dest_id):
             start_stream(spark, config, dest_id, available_now=True).awaitTermination()
 
 
@@ -342,7 +342,7 @@ class StreamSupervisor:
         while not self._stop.is_set():
             started = time.monotonic()
             try:
-                with stream_lock(self.config.layout, dest_id):
+                with stream_lock(self.config, dest_id):
                     query = start_stream(self.spark, self.config, dest_id, stopping=self._stop)
                     self._queries[dest_id] = query
                     log.info("stream %s started", dest_id)

@@ -18,6 +18,7 @@ from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 from eventpipe.destinations.postgres import PostgresDestination
+from eventpipe.locks import FileLocks
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
 
@@ -28,13 +29,15 @@ H = DataType.INT128
 
 def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     if kind == "duckdb":
-        return DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+        return DuckDBDestination(
+            "warehouse", tmp_path / "warehouse.duckdb", FileLocks(tmp_path / "locks")
+        )
     if kind == "parquet":
-        return ParquetDestination("warehouse", tmp_path / "lake", tmp_path / "locks")
+        return ParquetDestination("warehouse", tmp_path / "lake", FileLocks(tmp_path / "locks"))
     if kind == "parquet-uri":  # Spark's writer through the Hadoop FileSystem (file://)
         spark = request.getfixturevalue("spark")
         return SparkParquetDestination(
-            "warehouse", (tmp_path / "lake").as_uri(), tmp_path / "locks", lambda: spark
+            "warehouse", (tmp_path / "lake").as_uri(), FileLocks(tmp_path / "locks"), lambda: spark
         )
     dsn = request.getfixturevalue("postgres_dsn")
     return PostgresDestination("warehouse", dsn, request.getfixturevalue("postgres_schema"))
@@ -232,11 +235,12 @@ import sys, time
 from pathlib import Path
 from eventpipe.destinations import duckdb as duck, postgres as pg
 from eventpipe.destinations.base import LoadRequest
+from eventpipe.locks import FileLocks
 from eventpipe.schema.types import DataType
 kind, where, extra, file = sys.argv[1:5]
 module = duck if kind == "duckdb" else pg
 if kind == "duckdb":
-    dest = duck.DuckDBDestination("warehouse", Path(where), Path(extra))
+    dest = duck.DuckDBDestination("warehouse", Path(where), FileLocks(Path(extra)))
     original = duck._upsert
     def upsert(*args, **kwargs):
         rows = original(*args, **kwargs)
@@ -271,7 +275,7 @@ def test_a_load_killed_midway_then_run_again_gives_the_clean_result(
     big = tmp_path / "big.parquet"
     pq.write_table(pa.table({"id": [f"e{i}" for i in range(rows)], "n": list(range(rows))}), big)
     if isinstance(dest, DuckDBDestination):
-        args = ["duckdb", str(dest.path), str(dest.lock_dir)]
+        args = ["duckdb", str(dest.path), str(dest.locks.directory)]
     else:
         assert isinstance(dest, PostgresDestination)
         args = ["postgres", dest.dsn, dest.schema]
@@ -295,9 +299,10 @@ import sys, time
 from pathlib import Path
 from eventpipe.destinations import parquet, storage
 from eventpipe.destinations.base import LoadRequest
+from eventpipe.locks import FileLocks
 from eventpipe.schema.types import DataType
 root, locks, file, where = sys.argv[1:5]
-dest = parquet.ParquetDestination("warehouse", Path(root), Path(locks))
+dest = parquet.ParquetDestination("warehouse", Path(root), FileLocks(Path(locks)))
 if where == "staged":  # rows written to .staging, nothing renamed
     original = parquet.ParquetDestination._write
     def write(self, *args):
@@ -324,7 +329,7 @@ def test_a_parquet_load_killed_midway_then_run_again_gives_the_clean_result(
     import subprocess
     import sys
 
-    dest = ParquetDestination("warehouse", tmp_path / "lake", tmp_path / "locks")
+    dest = ParquetDestination("warehouse", tmp_path / "lake", FileLocks(tmp_path / "locks"))
     columns = {"id": S, "n": N, "_timestamp": T}
     _ensure(dest, Table("events", columns))
     rows = 20_000
@@ -333,7 +338,7 @@ def test_a_parquet_load_killed_midway_then_run_again_gives_the_clean_result(
     pq.write_table(pa.table({"id": [f"e{i}" for i in range(rows)], "n": list(range(rows)),
                              "_timestamp": days}), big)  # fmt: skip
     child = subprocess.Popen(
-        [sys.executable, "-c", _PARQUET_CHILD, str(dest.root), str(dest.lock_dir), str(big),
+        [sys.executable, "-c", _PARQUET_CHILD, str(dest.root), str(dest.locks.directory), str(big),
          where], stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert child.stdout is not None
@@ -359,7 +364,7 @@ def test_a_spark_parquet_load_interrupted_before_its_record_then_run_again_equal
     from eventpipe.destinations import storage
 
     dest = SparkParquetDestination(
-        "warehouse", (tmp_path / "lake").as_uri(), tmp_path / "locks", lambda: spark
+        "warehouse", (tmp_path / "lake").as_uri(), FileLocks(tmp_path / "locks"), lambda: spark
     )
     columns = {"id": S, "n": N, "_timestamp": T}
     _ensure(dest, Table("events", columns))
@@ -396,7 +401,7 @@ def test_a_spark_parquet_lake_that_cannot_be_written_is_a_transient_error(
     blocked = tmp_path / "blocked"
     blocked.write_text("a file where the lake's directory should be")
     dest = SparkParquetDestination(
-        "warehouse", (blocked / "lake").as_uri(), tmp_path / "locks", lambda: spark
+        "warehouse", (blocked / "lake").as_uri(), FileLocks(tmp_path / "locks"), lambda: spark
     )
     with pytest.raises(TransientError, match="parquet file:"):
         _ensure(dest, Table("events", {"id": S}))

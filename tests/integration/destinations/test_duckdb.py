@@ -13,12 +13,15 @@ import pytest
 from eventpipe.destinations import duckdb as duckdb_destination
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import TransientError
+from eventpipe.locks import FileLocks
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
 
 
 def test_the_file_is_free_between_calls(tmp_path: Path) -> None:
-    dest = DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+    dest = DuckDBDestination(
+        "warehouse", tmp_path / "warehouse.duckdb", FileLocks(tmp_path / "locks")
+    )
     dest.patch(diff(None, Table("events", {"id": DataType.STRING})))
     other = duckdb.connect(str(dest.path))  # a user's own writing session
     other.execute("CREATE TABLE mine AS SELECT 1 AS x")
@@ -44,7 +47,9 @@ def _hold_read_only(path: Path, seconds: float) -> subprocess.Popen[bytes]:
 
 
 def test_a_writer_waits_for_a_reader_to_let_go_of_the_file(tmp_path: Path) -> None:
-    dest = DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+    dest = DuckDBDestination(
+        "warehouse", tmp_path / "warehouse.duckdb", FileLocks(tmp_path / "locks")
+    )
     dest.patch(diff(None, Table("events", {"id": DataType.STRING})))
     holder = _hold_read_only(dest.path, 1.5)
     try:
@@ -65,7 +70,9 @@ def test_a_writer_waits_for_a_reader_to_let_go_of_the_file(tmp_path: Path) -> No
 def test_a_reader_that_holds_on_makes_the_write_fail_as_transient(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    dest = DuckDBDestination("warehouse", tmp_path / "warehouse.duckdb", tmp_path / "locks")
+    dest = DuckDBDestination(
+        "warehouse", tmp_path / "warehouse.duckdb", FileLocks(tmp_path / "locks")
+    )
     dest.patch(diff(None, Table("events", {"id": DataType.STRING})))
     monkeypatch.setattr(duckdb_destination, "LOCK_WAIT_SECONDS", 0.3)
     holder = _hold_read_only(dest.path, 30)
