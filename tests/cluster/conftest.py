@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -26,6 +27,7 @@ import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyspark
 import pytest
@@ -62,9 +64,38 @@ class Cluster:
             "spark.shuffle.readHostLocalDisk": False,
         }
 
-    def alive_workers(self) -> int:
+    def _state(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.ui + "/json/", timeout=5) as answer:
-            return int(json.load(answer).get("aliveworkers", 0))
+            return dict(json.load(answer))
+
+    def alive_workers(self) -> int:
+        return int(self._state().get("aliveworkers", 0))
+
+    def wait_for_workers(self, count: int, timeout: float = 90) -> None:
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                if self.alive_workers() == count:
+                    return
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, (
+                f"{count} workers did not come up: {(self.logs / 'master.log').read_text()[-2000:]}"
+            )
+            time.sleep(0.5)
+
+    def kill_worker(self, n: int) -> None:
+        """SIGKILL to worker ``n`` and its executors (one process group), as a machine
+        that dies."""
+        os.killpg(self.workers[n].pid, signal.SIGKILL)
+        self.workers[n].wait()
+
+    def restart_worker(self, n: int) -> None:
+        self.workers[n] = start_worker(self.master, self.logs, n)
+
+    def finished_apps(self) -> list[str]:
+        """The names of the applications that ran on the cluster and ended."""
+        return [app["name"] for app in self._state().get("completedapps", [])]
 
 
 def _env() -> dict[str, str]:
@@ -112,17 +143,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     found = Cluster(url, f"http://127.0.0.1:{ui_port}", [], logs)
     try:
         found.workers = [start_worker(url, logs, n) for n in range(2)]
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                if found.alive_workers() == 2:
-                    break
-            except OSError:
-                pass
-            assert time.monotonic() < deadline, (
-                f"the cluster did not start: {(logs / 'master.log').read_text()[-2000:]}"
-            )
-            time.sleep(0.5)
+        found.wait_for_workers(2)
         yield found
     finally:
         for process in [*found.workers, master]:

@@ -189,11 +189,30 @@ def test_spark_settings_pass_through_with_the_spark_prefix() -> None:
         "spark.sql.shuffle.partitions": "8",
         "spark.sql.adaptive.enabled": "false",
     }
+    # Without a master, none is set: spark-submit's --master, or the local default.
+    assert (
+        "spark.master" not in parse_config({"spark": {"cores.max": 2}}, source="t").spark.settings
+    )
 
 
 def test_spark_settings_must_be_scalars_with_sane_names() -> None:
     assert "expected a string, number or boolean" in _error({"spark": {"x.y": [1]}})
     assert "not a Spark setting name" in _error({"spark": {"bad key": 1}})
+
+
+def test_spark_connect_takes_what_a_client_can_run() -> None:
+    remote = {"remote": "sc://spark.internal:15002"}
+    config = parse_config({"spark": remote}, source="t", env={})
+    assert config.spark.settings == {"spark.remote": "sc://spark.internal:15002"}
+    assert "master and remote exclude each other" in _error(
+        {"spark": {**remote, "master": "local[2]"}}
+    )
+    live = {"live": {"type": "duckdb", "mode": "stream"}}
+    assert "'live': mode stream needs a classic Spark session" in _error(
+        {"spark": remote, "destinations": live}
+    )
+    lake = {"lake": {"type": "parquet", "path": "s3a://bucket/lake"}}
+    assert "'lake': a parquet path that is a URI" in _error({"spark": remote, "destinations": lake})
 
 
 def test_a_parquet_path_may_be_a_uri_and_a_duckdb_path_may_not() -> None:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import lz4.frame
 
 from eventpipe.archive.files import ArchivedSegment, Index, events_of
+from eventpipe.sessions import parallelism
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -42,7 +43,7 @@ def read_archive(spark: SparkSession, segments: Sequence[ArchivedSegment]) -> Da
     frames = spark.createDataFrame(
         units, "path string, offset long, size long, first long, segment string"
     )
-    tasks = max(1, min(len(units), spark.sparkContext.defaultParallelism * 4))
+    tasks = max(1, min(len(units), parallelism(spark) * 4))
     return frames.repartition(tasks).mapInArrow(_decompress, LINES_SCHEMA)
 
 

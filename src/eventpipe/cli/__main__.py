@@ -1,5 +1,7 @@
-"""``python -m eventpipe.cli``."""
+"""``python -m eventpipe.cli``, and the file ``spark-submit`` runs (``eventpipe spark-entry``
+prints its path): ``spark-submit --master URL <this file> process --once``."""
 
-from eventpipe.cli import main
+if __name__ == "__main__":
+    from eventpipe.cli import main
 
-main()
+    main()

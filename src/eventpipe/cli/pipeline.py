@@ -1,4 +1,5 @@
-"""Commands of the pipeline: ``process``, ``replay failed``, ``reprocess``."""
+"""Commands of the pipeline: ``process``, ``replay failed``, ``reprocess``, and
+``spark-entry`` (the file ``spark-submit`` runs to launch any of them)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,15 @@ def process(config_path: Path | None, once: bool) -> None:
         click.echo("nothing to process: no sealed segment")
 
     service.process(load(config_path).config, once=once, report=print_report, idle=idle)
+
+
+@cli.command("spark-entry")
+def spark_entry() -> None:
+    """Print the Python file spark-submit runs to launch eventpipe's commands:
+    spark-submit --master URL "$(eventpipe spark-entry)" process --once -c eventpipe.yaml"""
+    from eventpipe.cli import __main__ as entry
+
+    click.echo(entry.__file__)
 
 
 @cli.group()

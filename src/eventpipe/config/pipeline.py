@@ -36,8 +36,9 @@ class SparkConfig(Section):
 
     @property
     def settings(self) -> dict[str, str]:
-        """Every configured setting as ``spark.*`` keys and string values."""
-        settings = {"spark.master": self.master}
+        """Every configured setting as ``spark.*`` keys and string values; ``master``
+        only if set (unset, ``spark-submit --master`` decides, or the default)."""
+        settings = {"spark.master": self.master} if "master" in self.model_fields_set else {}
         for key, value in (self.model_extra or {}).items():
             name = key if key.startswith("spark.") else f"spark.{key}"
             settings[name] = str(value).lower() if isinstance(value, bool) else str(value)

@@ -12,6 +12,7 @@ from eventpipe.config.destinations import (
     AnyDestination,
     DestinationConfig,
     DuckDBConfig,
+    ParquetConfig,
     PostgresConfig,
 )
 from eventpipe.config.pipeline import (
@@ -23,7 +24,7 @@ from eventpipe.config.pipeline import (
     StateConfig,
 )
 from eventpipe.errors import ConfigError, redacted
-from eventpipe.paths import DataLayout
+from eventpipe.paths import DataLayout, is_uri
 
 
 def _warehouse() -> dict[str, AnyDestination]:
@@ -71,6 +72,30 @@ class Config(Section):
                 if value in seen_secrets:
                     raise ValueError(f"key {key.id!r} reuses a secret of another key or kind")
                 seen_secrets.add(value)
+        return self
+
+    @model_validator(mode="after")
+    def _what_spark_connect_runs(self) -> Config:
+        """With ``spark.remote`` this process is a Spark Connect client: it has no JVM of
+        its own, and no driver to run a stream's micro-batches in."""
+        if "spark.remote" not in self.spark.settings:
+            return self
+        if "master" in self.spark.model_fields_set:
+            raise ValueError(
+                "spark: master and remote exclude each other (a Spark Connect server "
+                "has its own master)"
+            )
+        for dest_id, dest in self.destinations.items():
+            if dest.mode == "stream":
+                raise ValueError(
+                    f"destination {dest_id!r}: mode stream needs a classic Spark session "
+                    "(its micro-batches run in this process's driver), not spark.remote"
+                )
+            if isinstance(dest, ParquetConfig) and dest.path and is_uri(dest.path):
+                raise ValueError(
+                    f"destination {dest_id!r}: a parquet path that is a URI is written "
+                    "through this process's JVM, which a Spark Connect client has not"
+                )
         return self
 
     @model_validator(mode="after")

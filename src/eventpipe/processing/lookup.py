@@ -391,15 +391,24 @@ TEXT_FIELDS = {
 
 
 def ship_file(path: str) -> str | None:
-    """Send a file of the driver's to every executor with the job (``addFile``), when
-    the session runs on a cluster, where executors may not see the driver's disk; the
-    name it has there (``SparkFiles.get``), or None in local mode."""
+    """Send a file of the driver's to every executor with the job, when the session
+    runs on a cluster, where executors may not see the driver's disk: ``addFile``, or
+    for a Spark Connect client an artifact of its session. The name it has there
+    (``SparkFiles.get``), or None in local mode."""
     from pyspark import SparkContext
+    from pyspark.sql import SparkSession
+    from pyspark.sql.utils import is_remote
 
+    name = os.path.basename(path)
+    if is_remote():  # this process is a Spark Connect client
+        session: Any = SparkSession.active()  # the thread's, or the process's
+        if (session.session_id, path) not in _SHIPPED:
+            session.addArtifacts(path, file=True)
+            _SHIPPED.add((session.session_id, path))
+        return name
     context = SparkContext._active_spark_context
     if context is None or (context.master or "local").startswith("local"):
         return None
-    name = os.path.basename(path)
     if (context.applicationId, path) not in _SHIPPED:
         context.addFile(path)
         _SHIPPED.add((context.applicationId, path))

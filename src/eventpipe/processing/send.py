@@ -23,6 +23,7 @@ from eventpipe.reserved import (
 )
 from eventpipe.retry import Backoff
 from eventpipe.schema.naming import column_name
+from eventpipe.sessions import parallelism
 from eventpipe.state.store import (
     SENT_TABLE,
 )
@@ -58,7 +59,7 @@ def send(
     group = [c for c in (_group_column(g) for g in dest.group_by) if c in present]
     attrs = [c for c in columns if c not in group]
     spark = staged.sparkSession
-    tasks = max(1, spark.sparkContext.defaultParallelism)
+    tasks = parallelism(spark)
     ts = (
         F.unix_micros(F.col("_timestamp").cast("timestamp")) * F.lit(1000)
         if "_timestamp" in present

@@ -6,7 +6,9 @@ YARN or Kubernetes settings): nothing here assumes local mode except the default
 Defaults, and why:
 
 * ``spark.master: local[*]``: embedded, all cores.
-* driver bound to 127.0.0.1, UI off: nothing listens beyond loopback unless asked.
+* in local mode, the driver bound to 127.0.0.1: nothing listens beyond loopback unless
+  asked (with a cluster's master, executors must reach the driver: Spark's own default,
+  the host's address, stays). The UI is off.
 * ``spark.sql.shuffle.partitions: 4``: batches here are small; 200 partitions measured
   slower on 2 cores.
 * ``spark.sql.session.timeZone: UTC``: timestamps are UTC everywhere in eventpipe.
@@ -16,6 +18,14 @@ Defaults, and why:
 * partition column type inference off: staged tables are partitioned by table name, and
   a table named ``true`` or ``2024`` must stay a string.
 * ``spark.pyspark.python``: this interpreter, so Python workers have eventpipe's packages.
+
+With ``spark: {remote: sc://host:15002}`` the session is a Spark Connect client: the
+server has its own master and settings, and only the ``spark.sql.*`` settings above (and
+configured ones) are set, per session. docs/deploy.md says what runs that way.
+
+Launched by ``spark-submit`` (docs/deploy.md), the launcher's settings (``--master``,
+``--conf``, ``spark-defaults.conf``) win over these defaults; the ``spark:`` keys of
+eventpipe.yaml win over both, as settings made in code do in Spark.
 
 Spark 4 runs ANSI SQL by default, and eventpipe keeps it: a bad cast raises instead of
 quietly becoming null. Steps that expect bad values use the ``try_`` functions
@@ -39,8 +49,6 @@ if TYPE_CHECKING:
 DEFAULTS: Mapping[str, str] = {
     "spark.master": "local[*]",
     "spark.app.name": "eventpipe",
-    "spark.driver.host": "127.0.0.1",
-    "spark.driver.bindAddress": "127.0.0.1",
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     "spark.sql.shuffle.partitions": "4",
@@ -61,17 +69,48 @@ DEFAULTS: Mapping[str, str] = {
 }
 
 
+LOCAL_DEFAULTS: Mapping[str, str] = {
+    "spark.driver.host": "127.0.0.1",
+    "spark.driver.bindAddress": "127.0.0.1",
+}
+"""For a ``local`` master only: executors on other hosts could not reach 127.0.0.1."""
+
+
 class JavaMissingError(EventpipeError):
     name = "java_missing"
 
 
-def spark_settings(overrides: Mapping[str, str]) -> dict[str, str]:
-    """Eventpipe's defaults with the configured settings on top (config wins)."""
-    settings = dict(DEFAULTS)
-    settings["spark.pyspark.python"] = sys.executable
-    settings["spark.pyspark.driver.python"] = sys.executable
+def spark_settings(
+    overrides: Mapping[str, str], launcher: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """The settings to give the session: eventpipe's defaults, except where the launcher
+    (``spark-submit``'s settings, None if not launched by it) set a key, then the
+    configured settings on top (config wins)."""
+    if "spark.remote" in overrides:  # a Connect server: only session settings are ours
+        return {k: v for k, v in {**DEFAULTS, **overrides}.items()
+                if k.startswith("spark.sql.") or k == "spark.remote"}  # fmt: skip
+    launched = launcher or {}
+    defaults = {**DEFAULTS, "spark.pyspark.python": sys.executable,
+                "spark.pyspark.driver.python": sys.executable}  # fmt: skip
+    settings = {k: v for k, v in defaults.items() if k not in launched}
+    master = (
+        overrides.get("spark.master") or launched.get("spark.master") or DEFAULTS["spark.master"]
+    )
+    if master.startswith("local"):
+        settings.update({k: v for k, v in LOCAL_DEFAULTS.items() if k not in launched})
     settings.update(overrides)
     return settings
+
+
+def launcher_settings() -> dict[str, str] | None:
+    """The settings ``spark-submit`` started this process with (its JVM's ``spark.*``
+    system properties), or None when this process was not launched by it."""
+    if "PYSPARK_GATEWAY_PORT" not in os.environ:  # set by spark-submit's PythonRunner
+        return None
+    from pyspark import SparkConf, SparkContext
+
+    SparkContext._ensure_initialized()  # connects to the launcher's JVM
+    return dict(SparkConf().getAll())
 
 
 def check_java() -> None:
@@ -98,8 +137,11 @@ def start_session(overrides: Mapping[str, str]) -> SparkSession:
     check_java()
     from pyspark.sql import SparkSession
 
-    settings = spark_settings(overrides)
-    os.environ.setdefault("PYSPARK_PYTHON", settings["spark.pyspark.python"])
+    if "spark.remote" in overrides:
+        return _connect(spark_settings(overrides))
+    settings = spark_settings(overrides, launcher_settings())
+    if python := settings.get("spark.pyspark.python"):
+        os.environ.setdefault("PYSPARK_PYTHON", python)
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
@@ -114,6 +156,28 @@ def start_session(overrides: Mapping[str, str]) -> SparkSession:
             "org.apache.parquet.hadoop.MemoryManager", jvm.org.apache.logging.log4j.Level.ERROR
         )
     return session
+
+
+class ConnectMissingError(EventpipeError):
+    name = "connect_missing"
+
+
+def _connect(settings: Mapping[str, str]) -> SparkSession:
+    """A Spark Connect session to ``spark.remote``, with the session settings."""
+    import importlib.util
+
+    if importlib.util.find_spec("grpc") is None:  # the client's transport (connect extra)
+        raise ConnectMissingError(
+            "spark.remote needs the Spark Connect client, which is not installed",
+            fix="pip install 'eventpipe[connect]' (pyspark's connect extra: grpcio...)",
+        )
+    from pyspark.sql import SparkSession
+
+    builder = SparkSession.builder.remote(settings["spark.remote"])
+    for key, value in settings.items():
+        if key != "spark.remote":
+            builder = builder.config(key, value)
+    return builder.getOrCreate()
 
 
 def _make_query_context_loggers() -> None:

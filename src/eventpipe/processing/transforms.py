@@ -54,18 +54,20 @@ _LENIENT = threading.Lock()
 def check(spark: SparkSession, config: Config) -> None:
     """ConfigError naming the step of any filter or set expression Spark cannot parse,
     or python function that cannot be imported: before anything is loaded."""
-    from pyspark.errors import ParseException
+    from pyspark.errors import AnalysisException, ParseException
 
-    parser = spark._jsparkSession.sessionState().sqlParser()
+    nothing = spark.range(0)
     for dest_id, dest in config.destinations.items():
         for index, step in enumerate(dest.transforms):
             where = _where(dest_id, index, step)
             texts = [step.filter] if step.filter else list((step.assign or {}).values())
             for text in texts:
-                try:  # the syntax alone (the fields are the batch's)
-                    parser.parseExpression(text)
+                try:  # the syntax alone: the fields are the batch's, unknown here
+                    _ = nothing.select(F.expr(text)).schema
                 except ParseException as exc:
                     raise ConfigError(f"{where}: {text!r}: {first_line(exc)}") from None
+                except AnalysisException:
+                    pass
             if step.python:
                 user_function(step.python)
 

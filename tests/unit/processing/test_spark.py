@@ -16,8 +16,25 @@ def test_config_wins_over_the_defaults() -> None:
     settings = spark_settings({"spark.master": "yarn", "spark.sql.shuffle.partitions": "16"})
     assert settings["spark.master"] == "yarn"
     assert settings["spark.sql.shuffle.partitions"] == "16"
-    assert settings["spark.driver.bindAddress"] == "127.0.0.1"
     assert settings["spark.pyspark.python"] == sys.executable
+    # Executors on other hosts must reach the driver: loopback is for local mode only.
+    assert "spark.driver.bindAddress" not in settings
+    assert spark_settings({})["spark.driver.bindAddress"] == "127.0.0.1"
+    assert spark_settings({"spark.master": "local[2]"})["spark.driver.host"] == "127.0.0.1"
+
+
+def test_a_launchers_settings_win_over_the_defaults_and_config_over_both() -> None:
+    launcher = {"spark.master": "spark://10.0.0.1:7077", "spark.app.name": "nightly",
+                "spark.pyspark.python": "/opt/venv/bin/python"}  # fmt: skip
+    settings = spark_settings({"spark.sql.shuffle.partitions": "16"}, launcher)
+    # What spark-submit set is kept by not setting it again; defaults fill the rest.
+    assert not {"spark.master", "spark.app.name", "spark.pyspark.python"} & set(settings)
+    assert "spark.driver.host" not in settings  # a cluster's master: Spark's own default
+    assert settings["spark.sql.session.timeZone"] == "UTC"
+    assert settings["spark.sql.shuffle.partitions"] == "16"
+    local = spark_settings({}, {"spark.master": "local[3]"})
+    assert local["spark.driver.host"] == "127.0.0.1"
+    assert spark_settings({"spark.master": "local[1]"}, launcher)["spark.master"] == "local[1]"
 
 
 def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,3 +67,12 @@ def test_segments_are_read_by_sparks_json_reader(spark: Any, tmp_path: Path) -> 
     rows = sorted(frame.collect(), key=lambda r: r.event_type)
     assert rows[0].user.id == 7
     assert rows[1].user.name == "x"
+
+
+def test_a_spark_connect_session_takes_only_session_settings() -> None:
+    settings = spark_settings({"spark.remote": "sc://h:15002", "spark.sql.shuffle.partitions": "8"})
+    assert settings["spark.remote"] == "sc://h:15002"
+    assert settings["spark.sql.shuffle.partitions"] == "8"
+    assert settings["spark.sql.session.timeZone"] == "UTC"
+    # The server's own: its master, its Python, where its driver listens.
+    assert not [k for k in settings if not k.startswith("spark.sql.") and k != "spark.remote"]
