@@ -23,6 +23,7 @@ from typing import Any
 import duckdb
 import orjson
 import psycopg
+import pytest
 import yaml
 
 from eventpipe.config import parse_config
@@ -30,8 +31,8 @@ from eventpipe.processing import stream
 from eventpipe.processing.job import process_pending
 from eventpipe.processing.replay import replay_failed
 from eventpipe.processing.reprocess import reprocess
-from tests.cluster.conftest import SPARK_HOME, Cluster
 from tests.process import EVENTPIPE, _env, free_port
+from tests.standalone import SPARK_HOME, Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 AGENTS = [
@@ -174,6 +175,7 @@ def _cli(*args: str, timeout: float = 600) -> str:
     return done.stdout
 
 
+@pytest.mark.timeout(900)  # about 150 s alone; runs of the cluster's apps are slow
 def test_a_standalone_cluster_loads_what_local_mode_loads(
     cluster: Cluster, shared_dir: Path, tmp_path: Path, spark: Any, geo_database: Path,
     postgres_dsn: str, postgres_schema: str,
@@ -200,7 +202,7 @@ def test_a_standalone_cluster_loads_what_local_mode_loads(
             assert "error" in output, output[-4000:]
             _cli("process", "--once", "-c", str(config_path))
         assert "Telling app of lost executor" in (cluster.logs / "master.log").read_text()
-        cluster.restart_worker(0)
+        cluster.start_worker(0)
         in_local_mode = parse_config(local_config, source="t", env={})
         stream.run_once(spark, in_local_mode)  # as process --once does: streams, then batch
         process_pending(in_local_mode, spark)
@@ -259,6 +261,7 @@ def _entry() -> str:
     return _cli("spark-entry").strip()
 
 
+@pytest.mark.timeout(600)
 def test_spark_connect_runs_the_batch_pipeline_on_the_cluster(
     cluster: Cluster, shared_dir: Path, tmp_path: Path, spark: Any, geo_database: Path,
     postgres_dsn: str, postgres_schema: str,
