@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,7 +16,7 @@ import yaml
 from eventpipe.config import load_config
 from eventpipe.paths import DataLayout
 from tests.conftest import read_lines
-from tests.process import CollectorProcess, free_port, run, write_config
+from tests.process import CollectorProcess, _env, free_port, run, write_config
 
 
 def test_help_lists_the_commands_that_exist() -> None:
@@ -34,6 +36,7 @@ def test_help_lists_the_commands_that_exist() -> None:
         "reprocess",
         "rotate",
         "run",
+        "spark-entry",
         "status",
     }
 
@@ -239,3 +242,15 @@ def test_query_on_an_http_sink_says_it_has_no_tables(tmp_path: Path) -> None:
     result = run("query", "-c", str(config), "--destination", "api", "SELECT 1")
     assert result.returncode != 0
     assert "api is an http sink: it has no tables to query" in result.stderr
+
+
+def test_spark_entry_prints_the_file_spark_submit_runs() -> None:
+    result = run("spark-entry")
+    assert result.returncode == 0
+    entry = result.stdout.strip()
+    assert entry.endswith("eventpipe/cli/__main__.py")
+    # Run as a script, as spark-submit runs it, the file is eventpipe's command line.
+    as_script = subprocess.run([sys.executable, entry, "--version"], capture_output=True,
+                               text=True, env=_env())  # fmt: skip
+    assert as_script.returncode == 0, as_script.stderr
+    assert as_script.stdout.startswith("eventpipe, version ")

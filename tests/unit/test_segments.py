@@ -14,7 +14,8 @@ import pytest
 
 from eventpipe.errors import DataDirLockedError
 from eventpipe.log import segments
-from eventpipe.log.segments import LogHooks, LogSettings, LogWriteError, SegmentLog, rotate_now
+from eventpipe.log.recovery import rotate_now
+from eventpipe.log.segments import LogHooks, LogSettings, LogWriteError, SegmentLog
 from eventpipe.paths import DataLayout, SegmentName
 
 W = "w-0"

@@ -15,7 +15,8 @@ import pytest
 
 from eventpipe import locks
 from eventpipe.log import writers
-from eventpipe.log.segments import LogSettings, SegmentLog, recover_dead, rotate_now
+from eventpipe.log.recovery import recover_dead, rotate_now
+from eventpipe.log.segments import LogSettings, SegmentLog
 from eventpipe.paths import DataLayout, SegmentName
 
 

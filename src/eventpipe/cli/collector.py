@@ -61,7 +61,8 @@ def run_command(config_path: Path | None) -> None:
 @config_option
 def rotate(config_path: Path | None) -> None:
     """Seal the active segments now (asks a running collector, or seals them itself)."""
-    from eventpipe.log.segments import LogSettings, rotate_now
+    from eventpipe.log.recovery import rotate_now
+    from eventpipe.log.segments import LogSettings
 
     config = load(config_path).config
     sealed = rotate_now(config.layout, LogSettings.of(config))

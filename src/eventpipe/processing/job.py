@@ -38,7 +38,8 @@ from eventpipe.config import Config
 from eventpipe.destinations.base import Destination
 from eventpipe.errors import TransientError
 from eventpipe.events import Stage
-from eventpipe.log.segments import LogSettings, recover_dead
+from eventpipe.log.recovery import recover_dead
+from eventpipe.log.segments import LogSettings
 from eventpipe.paths import DataLayout, count_lines
 from eventpipe.processing import shutdown, transforms
 from eventpipe.processing.archiving import ArchiveAhead, archive_segments
