@@ -2,6 +2,8 @@
 
 ``POST /api/v1/event``      browser events; js key in ``?token=`` or ``X-Auth-Token``
 ``POST /api/v1/s2s/event``  server events; server key only
+``POST /v1/<type|batch>``   the Segment API (collector/segment.py)
+``GET  /v1/pixel/<type>``   the same, answered with a 1x1 GIF
 ``GET  /health``            200 while accepting, 503 under backpressure
 ``GET  /metrics``           Prometheus text format
 
@@ -26,14 +28,23 @@ from typing import Any
 import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
+from eventpipe.collector import segment
 from eventpipe.collector.auth import KeyKind, KeyRing
 from eventpipe.collector.backpressure import Backpressure, Limits
-from eventpipe.collector.body import BodyError, check_declared_length, parse_events, read_limited
+from eventpipe.collector.body import (
+    BodyError,
+    check_declared_length,
+    gunzip_limited,
+    parse_events,
+    read_limited,
+)
 from eventpipe.collector.enrich import (
+    EnrichedBatch,
     EnrichSettings,
     RequestContext,
     anonymize,
@@ -42,7 +53,7 @@ from eventpipe.collector.enrich import (
     summary_line,
 )
 from eventpipe.collector.metrics import CollectorMetrics
-from eventpipe.config import Config
+from eventpipe.config import ApiKey, Config
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.log.segments import LogClosedError, LogHooks, LogSettings, LogWriteError, SegmentLog
 from eventpipe.log.writers import host_writer
@@ -64,6 +75,14 @@ class _Endpoint:
 
 _BROWSER = _Endpoint(BROWSER_PATH, browser=True, label="event")
 _SERVER = _Endpoint(SERVER_PATH, browser=False, label="s2s_event")
+
+
+@dataclass
+class _Prepared:
+    events: bytes
+    failed: bytes
+    batch: EnrichedBatch
+    accepted: int
 
 
 def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
@@ -154,79 +173,23 @@ class Collector:
                     f"{endpoint.path} takes {wanted} keys only (post to {other})",
                 },
             )
-
-        cors: dict[str, str] = {}
-        if endpoint.browser:
-            origin = headers.get("origin")
-            if key.origins and (origin is None or not origin_allowed(origin, key.origins)):
-                self.metrics.events_rejected.labels(api_key=key.id, reason="origin").inc()
-                return _json(
-                    403,
-                    {
-                        "status": "error",
-                        "error": f"origin {origin!r} is not allowed for key {key.id!r}",
-                    },
-                )
-            if origin is not None:
-                cors = {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
-
+        cors = self._cors(key, headers) if endpoint.browser else {}
+        if isinstance(cors, Response):
+            return cors
         if self.backpressure.reason is not None:
             return self._busy(key.id, self.backpressure.reason, cors)
-
         try:
-            encoding = headers.get("content-encoding", "").strip().lower()
-            if encoding not in _ALLOWED_ENCODINGS:
-                raise BodyError(
-                    415,
-                    "unsupported_encoding",
-                    f"Content-Encoding {encoding!r} is not supported; send the body uncompressed",
-                )
-            max_body = self.config.server.max_body_bytes
-            check_declared_length(headers.get("content-length"), max_body)
-            body = await read_limited(
-                request.stream(), max_body, self.config.server.body_timeout_seconds
-            )
-            self.metrics.request_bytes.labels(endpoint=endpoint.label).inc(len(body))
+            body = await self._body(request, endpoint.label, gzip=False)
             items, in_array = parse_events(body)
         except BodyError as exc:
-            self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
-            extra = {"Connection": "close"} if exc.status in (408, 413) else {}
-            return _json(exc.status, {"status": "error", "error": exc.message}, {**cors, **extra})
-
-        peer = request.client.host if request.client else "0.0.0.0"
-        source_ip = client_address(peer, headers.get("x-forwarded-for"), self.trusted)
-        if self.config.server.anonymize_ip:
-            source_ip = anonymize(source_ip)
-        now = utc_now()
-        ctx = RequestContext(
-            key_id=key.id,
-            browser=endpoint.browser,
-            source_ip=source_ip,
-            user_agent=headers.get("user-agent"),
-            received_at=now,
-            timestamp=format_timestamp(now),
-        )
-        batch = enrich_batch(items, ctx, self.enrich_settings, in_array=in_array)
-        accepted = len(batch.lines)
-        if batch.unrecorded:
-            batch.failed_lines.append(summary_line(batch, ctx, body))
-        events, failed = b"".join(batch.lines), b"".join(batch.failed_lines)
-        # Free the parsed events and the body before waiting for the fsync round: with
-        # many requests waiting at once, keeping them alive measurably slowed parsing of
-        # the next requests (cache churn; see docs/collector.md, Performance).
-        del items, body, batch.lines, batch.failed_lines
-        try:
-            await self.segment_log.append(key.id, events, failed)
-        except (LogWriteError, LogClosedError) as exc:
-            self.backpressure.note_write_error(exc.fields.get("errno"))
-            log.error("could not append %d events for %s: %s", accepted, key.id, exc)
-            return self._busy(key.id, exc.message, cors)
-        del events, failed
-
-        if accepted:
-            self.metrics.events_accepted.labels(api_key=key.id).inc(accepted)
-        for reason, count in batch.rejected.items():
-            self.metrics.events_rejected.labels(api_key=key.id, reason=reason).inc(count)
+            return self._refused_body(key.id, exc, cors)
+        ctx = self._context(request, key.id, browser=endpoint.browser)
+        prepared = self._prepare(ctx, items, body, in_array=in_array)
+        del items, body  # see _prepare
+        stored = await self._append(ctx, prepared, cors)
+        if isinstance(stored, Response):
+            return stored
+        accepted, batch = stored
         if not batch.rejections:
             return _json(200, {"status": "ok", "accepted": accepted}, cors)
         answer: dict[str, Any] = {"accepted": accepted}
@@ -237,14 +200,211 @@ class Collector:
             return _json(400, {"status": "error", "error": "no event was accepted", **answer}, cors)
         return _json(200, {"status": "partial", **answer}, cors)
 
-    def _busy(self, key_id: str, reason: str, cors: dict[str, str]) -> Response:
+    # The Segment API (collector/segment.py)
+
+    async def segment(self, request: Request) -> Response:
+        kind = segment.path_type(request.path_params["name"])
+        if kind is None:
+            response = _json(404, {"success": False, "error": "no such Segment API path"})
+        else:
+            response = await self._segment(request, kind, None)
+        self.metrics.requests.labels(endpoint="segment", status=str(response.status_code)).inc()
+        return response
+
+    async def pixel(self, request: Request) -> Response:
+        """A message in ``?data=``, answered with a 1x1 GIF whatever happened to it (the
+        status says), never cached: e-mail opens, pages without JavaScript."""
+        kind = request.path_params["name"]
+        if kind not in segment.TYPES:
+            answer = _json(404, {"success": False, "error": "no such pixel path"})
+        else:
+            try:
+                data = segment.pixel_body(request.query_params.get("data"))
+                answer = await self._segment(request, kind, data)
+            except segment.MessageError as exc:
+                self.metrics.events_rejected.labels(api_key="-", reason=exc.reason).inc()
+                answer = _json(400, {"success": False, "error": str(exc)})
+        self.metrics.requests.labels(endpoint="pixel", status=str(answer.status_code)).inc()
+        no_store = "no-store, no-cache, must-revalidate, max-age=0"
+        return Response(segment.PIXEL_GIF, status_code=answer.status_code, media_type="image/gif",
+                        headers={"Cache-Control": no_store, "Pragma": "no-cache",
+                                 "Expires": "0"})  # fmt: skip
+
+    async def _segment(self, request: Request, kind: str, pixel: bytes | None) -> Response:
+        headers = request.headers
+        written = segment.basic_user(headers.get("authorization"))
+        match = self.keyring.match(written)
+        if written is not None and match is None:
+            return self._no_write_key()
+        if self.backpressure.reason is not None:
+            key_id = match.key.id if match else "-"
+            return self._busy(key_id, self.backpressure.reason, {}, segment_api=True)
+        try:
+            body = pixel if pixel is not None else await self._body(request, "segment", gzip=True)
+            items, in_array = parse_events(body)
+            if in_array:
+                raise BodyError(400, "not_an_object", "a Segment API body is a JSON object")
+            document = items[0]
+        except BodyError as exc:
+            return self._refused_body(match.key.id if match else "-", exc, {}, segment_api=True)
+        if match is None:
+            match = self.keyring.match(segment.body_write_key(document))
+            if match is None:
+                return self._no_write_key()
+        key, browser = match.key, match.kind is KeyKind.JS
+        cors = self._cors(key, headers) if browser else {}
+        if isinstance(cors, Response):
+            return cors
+        try:
+            messages = segment.messages(document, kind)
+        except segment.MessageError as exc:
+            self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
+            return _json(400, {"success": False, "error": str(exc)}, cors)
+        ctx = self._context(request, key.id, browser=browser)
+        refused: dict[int, tuple[str, str]] = {}
+        for index, message in enumerate(messages):
+            try:
+                segment.to_event(message, ctx.received_at, server=not browser)
+            except segment.MessageError as exc:
+                refused[index] = (exc.reason, str(exc))
+        prepared = self._prepare(ctx, messages, body, in_array=kind == segment.BATCH,
+                                 refused=refused)  # fmt: skip
+        count = len(messages)
+        del messages, document, items, body  # see _prepare
+        stored = await self._append(ctx, prepared, cors)
+        if isinstance(stored, Response):
+            return stored
+        accepted, batch = stored
+        answer: dict[str, Any] = {"success": accepted > 0 or count == 0, "accepted": accepted}
+        if batch.rejections:
+            answer["rejected"] = [{"index": r.index, "error": r.message} for r in batch.rejections]
+            answer["rejected_count"] = batch.rejected.total()
+        # 400 only when nothing was taken: SDKs retry 5xx and 429, and drop what got a 4xx.
+        return _json(200 if answer["success"] else 400, answer, cors)
+
+    def _no_write_key(self) -> Response:
+        self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
+        error = ("missing or unknown write key: send it as the user name of HTTP Basic auth, "
+                 "or as writeKey in the body")  # fmt: skip
+        return _json(401, {"success": False, "error": error})
+
+    # Steps shared by the endpoints
+
+    def _cors(self, key: ApiKey, headers: Headers) -> dict[str, str] | Response:
+        """A browser request's CORS answer headers, or the 403 of an origin the key does
+        not allow."""
+        origin = headers.get("origin")
+        if key.origins and (origin is None or not origin_allowed(origin, key.origins)):
+            self.metrics.events_rejected.labels(api_key=key.id, reason="origin").inc()
+            return _json(
+                403,
+                {
+                    "status": "error",
+                    "error": f"origin {origin!r} is not allowed for key {key.id!r}",
+                },
+            )
+        if origin is None:
+            return {}
+        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+
+    async def _body(self, request: Request, label: str, *, gzip: bool) -> bytes:
+        """The request's body within the limits (BodyError otherwise); gzip decoded if
+        ``gzip`` allows it."""
+        headers = request.headers
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding not in _ALLOWED_ENCODINGS and not (gzip and encoding == "gzip"):
+            takes = "uncompressed or gzip" if gzip else "uncompressed"
+            raise BodyError(
+                415,
+                "unsupported_encoding",
+                f"Content-Encoding {encoding!r} is not supported; send the body {takes}",
+            )
+        max_body = self.config.server.max_body_bytes
+        check_declared_length(headers.get("content-length"), max_body)
+        body = await read_limited(
+            request.stream(), max_body, self.config.server.body_timeout_seconds
+        )
+        self.metrics.request_bytes.labels(endpoint=label).inc(len(body))
+        return gunzip_limited(body, max_body) if encoding == "gzip" else body
+
+    def _refused_body(
+        self, key_id: str, exc: BodyError, cors: dict[str, str], *, segment_api: bool = False
+    ) -> Response:
+        self.metrics.events_rejected.labels(api_key=key_id, reason=exc.reason).inc()
+        extra = {"Connection": "close"} if exc.status in (408, 413) else {}
+        payload: dict[str, Any] = {"status": "error", "error": exc.message}
+        if segment_api:
+            payload = {"success": False, "error": exc.message}
+        return _json(exc.status, payload, {**cors, **extra})
+
+    def _context(self, request: Request, key_id: str, *, browser: bool) -> RequestContext:
+        headers = request.headers
+        peer = request.client.host if request.client else "0.0.0.0"
+        source_ip = client_address(peer, headers.get("x-forwarded-for"), self.trusted)
+        if self.config.server.anonymize_ip:
+            source_ip = anonymize(source_ip)
+        now = utc_now()
+        return RequestContext(
+            key_id=key_id,
+            browser=browser,
+            source_ip=source_ip,
+            user_agent=headers.get("user-agent"),
+            received_at=now,
+            timestamp=format_timestamp(now),
+        )
+
+    def _prepare(
+        self,
+        ctx: RequestContext,
+        items: list[Any],
+        body: bytes,
+        *,
+        in_array: bool,
+        refused: dict[int, tuple[str, str]] | None = None,
+    ) -> _Prepared:
+        """The items enriched into log lines, and the rejected ones' records.
+
+        The caller drops its parsed items and body before awaiting :meth:`_append`: with
+        many requests waiting for one fsync round, keeping them alive measurably slowed
+        parsing of the next requests (cache churn; docs/collector.md, Performance)."""
+        batch = enrich_batch(items, ctx, self.enrich_settings, in_array=in_array,
+                             refused=refused)  # fmt: skip
+        if batch.unrecorded:
+            batch.failed_lines.append(summary_line(batch, ctx, body))
+        prepared = _Prepared(b"".join(batch.lines), b"".join(batch.failed_lines), batch,
+                             len(batch.lines))  # fmt: skip
+        del batch.lines, batch.failed_lines
+        return prepared
+
+    async def _append(
+        self, ctx: RequestContext, prepared: _Prepared, cors: dict[str, str]
+    ) -> tuple[int, EnrichedBatch] | Response:
+        """Append (fsynced) what :meth:`_prepare` made: the accepted count and the batch,
+        or the 503 of a log that cannot take them."""
+        events, failed = prepared.events, prepared.failed
+        prepared.events = prepared.failed = b""
+        accepted, batch = prepared.accepted, prepared.batch
+        try:
+            await self.segment_log.append(ctx.key_id, events, failed)
+        except (LogWriteError, LogClosedError) as exc:
+            self.backpressure.note_write_error(exc.fields.get("errno"))
+            log.error("could not append %d events for %s: %s", accepted, ctx.key_id, exc)
+            return self._busy(ctx.key_id, exc.message, cors)
+        del events, failed
+        if accepted:
+            self.metrics.events_accepted.labels(api_key=ctx.key_id).inc(accepted)
+        for reason, count in batch.rejected.items():
+            self.metrics.events_rejected.labels(api_key=ctx.key_id, reason=reason).inc(count)
+        return accepted, batch
+
+    def _busy(
+        self, key_id: str, reason: str, cors: dict[str, str], *, segment_api: bool = False
+    ) -> Response:
         self.metrics.events_rejected.labels(api_key=key_id, reason="backpressure").inc()
         retry = str(self.config.incoming.retry_after_seconds)
-        return _json(
-            503,
-            {"status": "error", "error": f"not accepting events now: {reason}; retry later"},
-            {**cors, "Retry-After": retry},
-        )
+        error = f"not accepting events now: {reason}; retry later"
+        payload: dict[str, Any] = {"success": False} if segment_api else {"status": "error"}
+        return _json(503, {**payload, "error": error}, {**cors, "Retry-After": retry})
 
     async def preflight(self, request: Request) -> Response:
         """CORS preflight for the browser endpoint.
@@ -269,7 +429,7 @@ class Collector:
             headers={
                 "Access-Control-Allow-Origin": origin,
                 "Access-Control-Allow-Methods": "POST, OPTIONS",
-                "Access-Control-Allow-Headers": "Content-Type, X-Auth-Token",
+                "Access-Control-Allow-Headers": "Content-Type, X-Auth-Token, Authorization",
                 "Access-Control-Max-Age": str(self.config.server.cors_max_age_seconds),
                 "Vary": "Origin",
             },
@@ -316,6 +476,9 @@ def create_app(collector: Collector) -> Starlette:
         Route(BROWSER_PATH, collector.ingest_browser, methods=["POST"]),
         Route(BROWSER_PATH, collector.preflight, methods=["OPTIONS"]),
         Route(SERVER_PATH, collector.ingest_server, methods=["POST"]),
+        Route("/v1/pixel/{name}", collector.pixel, methods=["GET"]),
+        Route("/v1/{name}", collector.segment, methods=["POST"]),
+        Route("/v1/{name}", collector.preflight, methods=["OPTIONS"]),
         Route("/health", collector.health, methods=["GET"]),
         Route("/metrics", collector.metrics_page, methods=["GET"]),
     ]

@@ -17,6 +17,9 @@
   64 bits is written to the log as the digits it was sent as (an ``orjson.Fragment``), up
   to 38 digits, the most a destination's DECIMAL(38,0) holds; an item with a longer one
   is rejected alone (:class:`IntegerTooLong`), as no destination could store it exactly.
+* gzip (the Segment API's SDKs send it): decompressed in one pass bounded by the same
+  ``max_body_bytes``, so a small body that inflates to gigabytes (a zip bomb) is refused
+  once the limit is passed, having cost that much memory at most.
 * Depth: orjson stops at 1,024 levels by itself (a 400 for the whole body);
   ``max_json_depth`` is checked per event by :mod:`eventpipe.collector.enrich` with
   :func:`deeper_than`, so that one deep item in an array is rejected alone.
@@ -27,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import zlib
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -94,6 +98,23 @@ async def read_limited(chunks: AsyncIterator[bytes], max_bytes: int, timeout: fl
             f"body not received within body_timeout_seconds ({timeout:g} s); got {total} bytes",
         ) from None
     return b"".join(parts)
+
+
+def gunzip_limited(data: bytes, max_bytes: int) -> bytes:
+    """``data`` (a gzip stream) decompressed, refused (413) once it passes ``max_bytes``,
+    or (400) when it is not gzip."""
+    inflater = zlib.decompressobj(wbits=31)
+    try:
+        out = inflater.decompress(data, max_bytes + 1)
+    except zlib.error as exc:
+        raise BodyError(400, "bad_encoding", f"body is not valid gzip: {exc}") from None
+    if len(out) > max_bytes:
+        raise BodyError(
+            413, "body_too_large", f"body is over max_body_bytes ({max_bytes} bytes) unzipped"
+        )
+    if not inflater.eof:
+        raise BodyError(400, "bad_encoding", "body is not valid gzip: it ends early")
+    return out
 
 
 def parse_events(body: bytes) -> tuple[list[Any], bool]:

@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -135,11 +135,18 @@ def _in_networks(address: str, networks: Sequence[IPNetwork]) -> bool:
 
 
 def enrich_batch(
-    items: list[Any], ctx: RequestContext, settings: EnrichSettings, *, in_array: bool = True
+    items: list[Any],
+    ctx: RequestContext,
+    settings: EnrichSettings,
+    *,
+    in_array: bool = True,
+    refused: Mapping[int, tuple[str, str]] | None = None,
 ) -> EnrichedBatch:
     """Enrich each item; reject the ones that cannot be stored, each with its reason.
 
     ``in_array``: the items came in a JSON array, so each starts at nesting level 2.
+    ``refused``: items already found unfit by the endpoint's own rules (index -> reason
+    and message), rejected as the others are.
 
     This loop runs for every event on the collector's one event loop thread, so it is
     written flat, with names bound once (measured: about 1.6 us of Python per event before,
@@ -155,6 +162,9 @@ def enrich_batch(
     source_ip, timestamp, key_id = ctx.source_ip, ctx.timestamp, ctx.key_id
     browser, user_agent = ctx.browser, ctx.user_agent
     for index, item in enumerate(items):
+        if refused and index in refused:
+            _reject(out, ctx, index, item, refused[index])
+            continue
         if type(item) is not dict:
             _reject(out, ctx, index, item, _not_an_object(item))
             continue

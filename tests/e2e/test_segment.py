@@ -1,0 +1,211 @@
+"""The Segment API with the real SDKs (``segment-analytics-python``, ``rudder-sdk-python``,
+pinned in the dev dependencies), and by hand: what they send lands in the warehouse as
+sent, an SDK's retry after the collector died is one row, the pixel answers a GIF.
+"""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import random
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from eventpipe.processing.job import process_once
+from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
+from tests.e2e.test_batch_pipeline import _query, _seal
+from tests.process import CollectorProcess, free_port, write_config
+
+WAREHOUSE = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}",
+                           "primary_key": ["eventn_ctx_event_id"]}}  # fmt: skip
+
+
+def _send_everything(client: Any) -> None:
+    """One message of each type, as a tracking plan would."""
+    client.identify("u1", {"email": "ada@example.com", "plan": "pro"})
+    client.track("u1", "Order Completed", {"revenue": 42.5, "currency": "EUR"})
+    client.page("u1", "Docs", "Install", {"url": "https://example.com/docs"})
+    client.screen("u1", "App", "Home", {"tab": 2})
+    client.group("u1", "g1", {"name": "Acme"})
+    client.alias("anon-1", "u1")
+    client.flush()
+
+
+@pytest.mark.parametrize("sdk", ["segment", "rudderstack"])
+def test_an_sdk_pointed_at_the_collector_loads_every_type(
+    sdk: str, start_collector: Any, spark: Any
+) -> None:
+    c = start_collector(destinations=WAREHOUSE)
+    if sdk == "segment":
+        from segment.analytics import Client
+    else:
+        from rudderstack.analytics import Client  # type: ignore[no-redef]
+    errors: list[Any] = []
+    client = Client(WEB_SERVER, host=c.url, sync_mode=True, max_retries=1,
+                    on_error=lambda error, items: errors.append(error))  # fmt: skip
+    _send_everything(client)
+    assert errors == []
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert sum(report.failed.values()) == 0
+    loaded = {table: rows for (_, table), rows in report.loaded.items()}
+    assert loaded == {t: 1 for t in ("identify", "track", "page", "screen", "group", "alias")}
+    [(event, revenue, currency, src, key)] = _query(
+        c, "SELECT event, properties_revenue, properties_currency, src, api_key FROM track"
+    )
+    assert (event, revenue, currency, src, key) == (
+        "Order Completed",
+        42.5,
+        "EUR",
+        "segment",
+        "web",
+    )
+    traits = "traits" if sdk == "segment" else "context_traits"  # where each SDK puts them
+    [(email, plan)] = _query(c, f"SELECT {traits}_email, {traits}_plan FROM identify")
+    assert (email, plan) == ("ada@example.com", "pro")
+    [(name, category)] = _query(c, "SELECT name, category FROM page")
+    assert (name, category) == ("Install", "Docs")
+    [(previous, user)] = _query(c, 'SELECT "previousId", "userId" FROM alias')
+    assert (previous, user) == ("anon-1", "u1")
+    # The SDK's messageId is the event id; its library is in the context.
+    [(event_id, message_id, library)] = _query(
+        c, 'SELECT eventn_ctx_event_id, "messageId", context_library_name FROM "group"'
+    )
+    assert event_id == message_id
+    assert library == "analytics-python"  # both SDKs name their library so
+
+
+def test_an_sdk_retry_after_the_collector_died_is_one_row(tmp_path: Path, spark: Any) -> None:
+    """The collector is killed with SIGKILL at random moments while the SDK sends (and
+    started again): the SDK retries what got no answer, and what was logged twice (fsynced,
+    then killed before the answer) is one row by its messageId."""
+    from segment.analytics import Client
+
+    port = free_port()
+    config = write_config(tmp_path / "eventpipe.yaml", tmp_path / "data", port,
+                          destinations=WAREHOUSE)  # fmt: skip
+    log_path = tmp_path / "collector.log"
+    running = [CollectorProcess(config, port, log_path)]
+    running[0].wait_ready()
+    errors: list[Any] = []
+    client = Client(WEB_SERVER, host=f"http://127.0.0.1:{port}", max_retries=20,
+                    upload_size=50, on_error=lambda error, items: errors.append(error))  # fmt: skip
+    stop = threading.Event()
+
+    def killer() -> None:
+        rng = random.Random(3)
+        while not stop.wait(rng.uniform(0.2, 0.6)):
+            running[-1].kill()
+            running.append(CollectorProcess(config, port, log_path))
+            running[-1].wait_ready()
+
+    thread = threading.Thread(target=killer)
+    thread.start()
+    try:
+        for n in range(3000):
+            client.track(f"u{n % 7}", "Tick", {"n": n})
+            if n % 500 == 0:
+                time.sleep(0.05)
+        time.sleep(1.0)  # a kill or two while the queue drains
+        stop.set()
+        thread.join()
+        client.flush()
+        client.join()
+    finally:
+        stop.set()
+        thread.join()
+        running[-1].signal(signal.SIGTERM)
+        running[-1].wait()
+    assert errors == []
+    assert len(running) >= 3, "the collector was not killed while the SDK sent"
+    from eventpipe.config import load_config
+
+    loaded = load_config(config).config
+    process_once(loaded, spark)
+    rows = _query_config(loaded, "SELECT count(*), count(DISTINCT properties_n) FROM track")
+    assert rows == [(3000, 3000)]
+
+
+def _query_config(config: Any, sql: str) -> list[tuple[Any, ...]]:
+    from eventpipe.destinations.duckdb import DuckDBDestination
+    from eventpipe.locks import FileLocks
+
+    warehouse = DuckDBDestination("warehouse", config.layout.warehouse,
+                                  FileLocks(config.layout.locks))  # fmt: skip
+    return warehouse.query(sql)[1]
+
+
+def _basic(key: str) -> dict[str, str]:
+    return {"Authorization": "Basic " + base64.b64encode(f"{key}:".encode()).decode()}
+
+
+def test_the_api_answers_as_the_sdks_expect(start_collector: Any) -> None:
+    c: RunningCollector = start_collector()
+    message = {"userId": "u", "event": "E", "properties": {"a": 1}}
+    ok = httpx.post(c.url + "/v1/track", json=message, headers=_basic(WEB_SERVER))
+    assert (ok.status_code, ok.json()) == (200, {"success": True, "accepted": 1})
+    # gzip, as rudder-sdk-python sends by default
+    zipped = gzip.compress(orjson.dumps({"batch": [{**message, "type": "track"}] * 3}))
+    answer = httpx.post(c.url + "/v1/batch", content=zipped,
+                        headers={**_basic(WEB_SERVER), "Content-Encoding": "gzip"})  # fmt: skip
+    assert answer.json()["accepted"] == 3
+    # 4xx is not retried by the SDKs: what can never be stored
+    unknown = httpx.post(c.url + "/v1/track", json=message, headers=_basic("nope"))
+    assert unknown.status_code == 401
+    assert "write key" in unknown.json()["error"]
+    nobody = httpx.post(c.url + "/v1/track", json={"event": "E"}, headers=_basic(WEB_SERVER))
+    assert nobody.status_code == 400
+    assert nobody.json()["rejected"][0]["error"] == "a message needs userId or anonymousId"
+    mixed = {"batch": [{**message, "type": "track"}, {"type": "track", "userId": "u"}]}
+    partly = httpx.post(c.url + "/v1/batch", json=mixed, headers=_basic(WEB_SERVER))
+    assert partly.status_code == 200
+    assert partly.json()["rejected"] == [{"index": 1, "error": "a track message needs event"}]
+    missing = httpx.post(c.url + "/v1/launch", json=message, headers=_basic(WEB_SERVER))
+    assert missing.status_code == 404
+    # A gzip bomb: 50 MB of zeros in 50 KB, refused past max_body_bytes.
+    bomb = gzip.compress(b"0" * 50_000_000)
+    refused = httpx.post(c.url + "/v1/batch", content=bomb,
+                         headers={**_basic(WEB_SERVER), "Content-Encoding": "gzip"})  # fmt: skip
+    assert refused.status_code == 413
+    # The write key in the body (analytics.js): the browser key, checked as a browser's.
+    browser = httpx.post(c.url + "/v1/t", content=orjson.dumps({**message, "writeKey": WEB_JS}),
+                         headers={"Content-Type": "text/plain",
+                                  "Origin": "https://a.example"})  # fmt: skip
+    assert browser.status_code == 200
+    assert browser.headers["access-control-allow-origin"] == "https://a.example"
+    _seal(c)
+    failed = read_lines(c.layout.failed_received("web"))
+    assert {line["error"] for line in failed} == {
+        "item 0: a message needs userId or anonymousId",
+        "item 1: a track message needs event",
+    }
+    logged = read_lines(c.layout.sealed_segments())
+    assert len(logged) == 6
+    assert all("writeKey" not in event for event in logged)  # the secret is never stored
+
+
+def test_the_pixel_answers_a_gif_that_is_never_cached(start_collector: Any) -> None:
+    c: RunningCollector = start_collector()
+    data = base64.b64encode(orjson.dumps(
+        {"writeKey": WEB_JS, "userId": "reader", "event": "Email Opened",
+         "properties": {"campaign": "nov"}})).decode()  # fmt: skip
+    answer = httpx.get(c.url + "/v1/pixel/track", params={"data": data})
+    assert answer.status_code == 200
+    assert answer.headers["content-type"] == "image/gif"
+    assert answer.content.startswith(b"GIF89a")
+    assert "no-store" in answer.headers["cache-control"]
+    wrong = httpx.get(c.url + "/v1/pixel/track", params={"data": "%%%"})
+    assert (wrong.status_code, wrong.headers["content-type"]) == (400, "image/gif")
+    _seal(c)
+    [event] = read_lines(c.layout.sealed_segments())
+    assert (event["event"], event["event_type"], event["src"]) == ("Email Opened", "Email Opened",
+                                                                    "segment")  # fmt: skip
+    assert "writeKey" not in event
