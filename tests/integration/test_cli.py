@@ -254,3 +254,21 @@ def test_spark_entry_prints_the_file_spark_submit_runs() -> None:
                                text=True, env=_env())  # fmt: skip
     assert as_script.returncode == 0, as_script.stderr
     assert as_script.stdout.startswith("eventpipe, version ")
+
+
+def test_the_config_may_come_before_the_command_or_from_the_environment(tmp_path: Path) -> None:
+    first = tmp_path / "first.yaml"
+    first.write_text("data_dir: [not, a, path]\n")
+    second = tmp_path / "second.yaml"
+    second.write_text("server: {port: -1}\n")
+    before = run("-c", str(first), "log", "status")
+    assert before.returncode == 2
+    assert "first.yaml" in before.stderr
+    # The command's own -c wins over the one before it.
+    after = run("-c", str(first), "log", "status", "-c", str(second))
+    assert "second.yaml" in after.stderr
+    environ = subprocess.run([sys.executable, "-m", "eventpipe.cli", "log", "status"],
+                             capture_output=True, text=True, cwd=tmp_path,
+                             env={**_env(), "EVENTPIPE_CONFIG": str(second)})  # fmt: skip
+    assert environ.returncode == 2
+    assert "second.yaml" in environ.stderr

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from eventpipe.cli.common import cli, config_option, load
+from eventpipe.cli.common import cli, config_option, config_path_of, load
 from eventpipe.config import DEFAULT_CONFIG_PATH
 from eventpipe.errors import ConfigError
 from eventpipe.files import write_file
@@ -20,7 +20,7 @@ from eventpipe.files import write_file
 @click.option("--force", is_flag=True, help="Overwrite an existing file.")
 def init(config_path: Path | None, force: bool) -> None:
     """Write a commented reference eventpipe.yaml with fresh random keys."""
-    target = config_path or DEFAULT_CONFIG_PATH
+    target = config_path_of(config_path) or DEFAULT_CONFIG_PATH
     if target.exists() and not force:
         raise ConfigError(f"{target} already exists", fix="pass --force to overwrite it")
     text = resources.files("eventpipe").joinpath("reference.yaml").read_text(encoding="utf-8")

@@ -30,15 +30,37 @@ def config_option(func: F) -> F:
     )(func)
 
 
+def config_path_of(config_path: Path | None) -> Path | None:
+    """The config file a command uses: its own ``-c``, else the one given before the
+    command (``eventpipe -c prod.yaml status``), else ``EVENTPIPE_CONFIG``, else None
+    (``./eventpipe.yaml`` if it exists, built-in defaults if not)."""
+    if config_path is not None:
+        return config_path
+    context = click.get_current_context(silent=True)
+    root = context.find_root() if context is not None else None
+    given = root.params.get("config_path") if root is not None else None
+    return Path(given) if given else None
+
+
 def load(config_path: Path | None) -> LoadedConfig:
-    loaded = load_config(config_path)
+    loaded = load_config(config_path_of(config_path))
     configure_logging(loaded.config.logging)
     return loaded
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, "-V", "--version", prog_name="eventpipe")
-def cli() -> None:
+@click.option(
+    "-c",
+    "--config",
+    "config_path",
+    type=click.Path(path_type=Path, dir_okay=False),
+    default=None,
+    envvar="EVENTPIPE_CONFIG",
+    show_envvar=True,
+    help="Config file for any command (also after the command's name).",
+)
+def cli(config_path: Path | None) -> None:
     """eventpipe: collect events over HTTP, keep them durably, load them into warehouses."""
 
 
