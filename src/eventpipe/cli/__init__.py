@@ -1,8 +1,9 @@
 """The ``eventpipe`` command: one subcommand per verb, each thin (parse, call, print).
 
-Every command takes ``-c/--config FILE`` (default ``./eventpipe.yaml``; built-in embedded
-defaults when that file does not exist). Errors print as ``error: ...`` with the fix, and
-exit with 2 for configuration errors, 1 for the rest.
+Every command takes ``-c/--config FILE`` (before or after its name, or
+``EVENTPIPE_CONFIG``; default ``./eventpipe.yaml``; built-in embedded defaults when that
+file does not exist). Errors print as ``error: ...`` with the fix, and exit with 2 for
+configuration errors, 1 for the rest.
 """
 
 from __future__ import annotations
