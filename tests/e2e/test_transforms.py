@@ -220,3 +220,65 @@ def test_a_runs_report_names_the_filtered_events(capsys: pytest.CaptureFixture[s
             "versions of a key)") in lines  # fmt: skip
     assert "  billing: 4 row(s) of earlier runs replaced by newer versions" in lines
     assert not any(line.startswith("  other:") for line in lines)
+
+
+SECRET = "a-secret-of-32-characters-length"
+
+
+def _hmac(value: str) -> str:
+    import hashlib
+    import hmac
+
+    return hmac.new(SECRET.encode(), value.encode(), hashlib.sha256).hexdigest()
+
+
+def test_hash_replaces_fields_by_their_keyed_hash(tmp_path: Path, spark: Any) -> None:
+    data = tmp_path / "data"
+    _segment(data, "2026-11-24T10-00-00.000", [
+        {"eventn_ctx": {"event_id": "a"}, "userId": "u-1", "n": 1,
+         "traits": {"email": "ada@example.com", "plan": "pro"}, "address": {"city": "Oslo"}},
+        {"eventn_ctx": {"event_id": "b"}, "userId": 42, "n": 2, "traits": {"plan": "free"}},
+        {"eventn_ctx": {"event_id": "c"}, "n": 3},
+    ])  # fmt: skip
+    hashing = {"hash": ["traits.email", "userId", "address", "nobody.has"], "secret": SECRET}
+    config = _config(data, warehouse={"transforms": [hashing]})
+    process_pending(config, spark)
+    rows = _query(config, "warehouse", "SELECT eventn_ctx_event_id, traits_email, traits_plan, "
+                  '"userId", address FROM events ORDER BY 1')  # fmt: skip
+    assert rows == [
+        ("a", _hmac("ada@example.com"), "pro", _hmac("u-1"), _hmac('{"city":"Oslo"}')),
+        ("b", None, "free", _hmac("42"), None),  # as Python's hmac module, value as text
+        ("c", None, None, None, None),
+    ]
+    other = _config(tmp_path / "other", warehouse={"transforms": [
+        {**hashing, "secret": "another-secret-32-characters-long"}]})  # fmt: skip
+    assert code_version(other, "warehouse") != code_version(config, "warehouse")
+
+
+def test_hash_takes_a_secret_and_only_with_hash() -> None:
+    from eventpipe.config import parse_config
+
+    def error(step: dict[str, Any]) -> str:
+        with pytest.raises(ConfigError) as refused:
+            parse_config({"destinations": {"w": {"type": "duckdb", "transforms": [step]}}},
+                         source="t", env={})  # fmt: skip
+        return str(refused.value)
+
+    assert "hash needs a secret" in error({"hash": ["userId"]})
+    assert "secret goes with hash" in error({"drop": ["x"], "secret": SECRET})
+    assert "at least 16 characters" in error({"hash": ["userId"], "secret": "short"})
+
+
+def test_the_bot_recipe_filters_crawlers(tmp_path: Path, spark: Any) -> None:
+    data = tmp_path / "data"
+    agents = {"bot": "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)",
+              "person": "Mozilla/5.0 (X11; Linux x86_64; rv:133.0) Gecko/20100101 Firefox/133.0",
+              "unknown": None}  # fmt: skip
+    _segment(data, "2026-11-24T10-00-00.000", [
+        {"eventn_ctx": {"event_id": who, "user_agent": agent}} for who, agent in agents.items()
+    ])  # fmt: skip
+    recipe = {"filter": "coalesce(eventn_ctx.parsed_ua.bot, false) = false"}
+    config = _config(data, warehouse={"transforms": [recipe]})
+    process_pending(config, spark)
+    kept = _query(config, "warehouse", "SELECT eventn_ctx_event_id FROM events ORDER BY 1")
+    assert kept == [("person",), ("unknown",)]

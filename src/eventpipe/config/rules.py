@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, SecretStr, model_validator
 
 from eventpipe.config.base import SQL_NAME, FieldPath, Pointer, Section, TypeName
 
@@ -63,7 +63,7 @@ class MappingConfig(Section):
 
 class TransformStep(Section):
     """One step of a destination's transforms (docs/transforms.md): exactly one of
-    ``filter``, ``set``, ``drop`` or ``python``."""
+    ``filter``, ``set``, ``drop``, ``hash`` or ``python``."""
 
     filter: str | None = None
     """A Spark SQL boolean expression on the event (``properties.plan = 'pro'``): events
@@ -73,6 +73,14 @@ class TransformStep(Section):
     a dotted name sets a field of an object the event has."""
     drop: tuple[FieldPath, ...] | None = None
     """Fields removed (names or dotted paths)."""
+    hash: tuple[FieldPath, ...] | None = None
+    """Fields replaced by their keyed hash (pseudonymisation): HMAC-SHA256 of the value's
+    text with ``secret``, as 64 hex digits; null stays null, objects and arrays are hashed
+    as their JSON. The same value hashes the same everywhere the secret is the same, so
+    hashed ids still join."""
+    secret: SecretStr | None = Field(default=None, repr=False)
+    """hash: the key, ``${PII_HASH_KEY}`` from the environment (never logged; a new one
+    changes the destination's code version, so reprocess rebuilds with it)."""
     python: str | None = None
     """``package.module:function``: called with each Arrow record batch of events (or a
     pandas DataFrame, when its parameter is annotated so); returns the events to keep,
@@ -80,19 +88,25 @@ class TransformStep(Section):
 
     @model_validator(mode="after")
     def _one_kind(self) -> TransformStep:
-        given = [k for k in ("filter", "assign", "drop", "python") if getattr(self, k)]
+        given = [k for k in ("filter", "assign", "drop", "hash", "python") if getattr(self, k)]
         if len(given) != 1:
             named = ", ".join("set" if k == "assign" else k for k in given) or "none"
             raise ValueError(
-                f"a transform step takes exactly one of filter, set, drop, python (got {named})"
+                "a transform step takes exactly one of filter, set, drop, hash, python "
+                f"(got {named})"
             )
         if self.python is not None and not _PYTHON_FUNCTION.match(self.python):
             raise ValueError(f"python {self.python!r}: write package.module:function")
+        if (self.secret is not None) != bool(self.hash):
+            raise ValueError("secret goes with hash, and hash needs a secret: "
+                             "secret: ${PII_HASH_KEY}")  # fmt: skip
+        if self.secret is not None and len(self.secret.get_secret_value()) < 16:
+            raise ValueError("hash: the secret must be at least 16 characters")
         return self
 
     @property
     def kind(self) -> str:
-        return next(k for k in ("filter", "set", "drop", "python")
+        return next(k for k in ("filter", "set", "drop", "hash", "python")
                     if getattr(self, "assign" if k == "set" else k))  # fmt: skip
 
 

@@ -20,6 +20,7 @@ like the pipeline's own failures, so the counts and failed/ work as for any even
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
 import logging
@@ -30,11 +31,11 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
-from pyspark.sql.types import StructType
+from pyspark.sql.types import ArrayType, MapType, StructType
 
 from eventpipe.config import Config, DestinationConfig, TransformStep
 from eventpipe.errors import ConfigError, first_line
-from eventpipe.processing.fields import assign
+from eventpipe.processing.fields import assign, field_type, reference
 from eventpipe.reserved import ERROR, FILTERED, ROW, TABLE
 
 if TYPE_CHECKING:
@@ -85,6 +86,9 @@ def apply(frame: DataFrame, dest_id: str, dest: DestinationConfig) -> DataFrame:
             frame = _assign(frame, step.assign, where)
         elif step.drop:
             frame = _drop(frame, step.drop)
+        elif step.hash:
+            assert step.secret is not None  # the config checked it
+            frame = _hash(frame, step.hash, step.secret.get_secret_value().encode())
         elif step.python:
             frame = _python(frame, step.python, where)
     return frame
@@ -177,6 +181,34 @@ def _assign(frame: DataFrame, fields: dict[str, str], where: str) -> DataFrame:
 
         frame = _with_expression(frame, text, f"{where} {name}", use)
     return frame
+
+
+def _hash(frame: DataFrame, fields: tuple[str, ...], secret: bytes) -> DataFrame:
+    """Each field the batch has replaced by its keyed hash (TransformStep.hash)."""
+    for name in fields:
+        path = tuple(name.split("."))
+        kind = field_type(frame.schema, path)
+        if kind is None or path[0] in (TABLE, ERROR, ROW):
+            continue
+        value = reference(path)
+        text = F.to_json(value) if isinstance(kind, StructType | ArrayType | MapType) else (
+            value.cast("string"))  # fmt: skip
+        frame = assign(frame, path, F.when(value.isNotNull(), hmac_sha256(text, secret)))
+    return frame
+
+
+def hmac_sha256(text: Column, key: bytes) -> Column:
+    """HMAC-SHA256 (RFC 2104) of ``text``'s UTF-8 bytes with ``key``, as lowercase hex:
+    built from Spark's own ``sha2``, with the padded keys as constants, so it runs in
+    the JVM on every executor (no Python worker)."""
+    block = 64
+    if len(key) > block:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(block, b"\0")
+    inner = F.lit(bytes(b ^ 0x36 for b in key))
+    outer = F.lit(bytes(b ^ 0x5C for b in key))
+    inner_hash = F.unhex(F.sha2(F.concat(inner, F.encode(text, "UTF-8")), 256))
+    return F.sha2(F.concat(outer, inner_hash), 256)
 
 
 def _drop(frame: DataFrame, fields: tuple[str, ...]) -> DataFrame:

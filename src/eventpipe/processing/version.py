@@ -28,6 +28,8 @@ PROCESSING_SETTINGS = frozenset({
 })  # fmt: skip
 ADDED_SETTINGS = ("namespace", "transforms")
 """Settings added after code versions were first recorded: left out at their defaults."""
+ADDED_STEP_KEYS = ("hash", "secret")
+"""Keys of a transform step added after transforms were: left out when absent."""
 OTHER_TYPES_SETTINGS = {"primary_key": [], "partition_by": "day", "format": "dataset",
                         "group_by": []}  # fmt: skip
 """Settings of some types only, as every destination's versions were made with them
@@ -42,6 +44,13 @@ def code_version(config: Config, destination: str) -> str:
     for name in ADDED_SETTINGS:  # at their defaults, versions stay what they were
         if getattr(dest, name) == DestinationConfig.model_fields[name].default:
             settings.pop(name, None)
+    for dumped, step in zip(settings.get("transforms", ()), dest.transforms, strict=True):
+        for name in ADDED_STEP_KEYS:  # absent, versions stay what they were
+            if dumped.get(name) is None:
+                dumped.pop(name, None)
+        if step.secret is not None:  # its digest: a new secret, a new version
+            secret = step.secret.get_secret_value().encode()
+            dumped["secret"] = hashlib.sha256(b"eventpipe-version:" + secret).hexdigest()[:16]
     what = {
         "eventpipe": __version__,
         "destination": settings,
