@@ -6,12 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: run test soak lint bench setup java postgres tools clean
+.PHONY: sdks run test soak lint bench setup java postgres tools clean
 
 run: $(STAMP) java
 	$(BIN)/eventpipe run
 
-test: $(STAMP) java postgres tools lint
+test: $(STAMP) java postgres tools sdks lint
 	$(BIN)/pytest
 
 # The fault suite, many more times (tens of minutes): SOAK_KILLS collector kills under
@@ -63,6 +63,14 @@ postgres:
 # The archive's tests check that the standard `lz4` tool reads eventpipe's archive files.
 tools:
 	@scripts/ensure-apt.sh lz4
+
+# The Node SDKs the collector's tests send with, pinned by tests/sdk/package-lock.json.
+sdks: tests/sdk/node_modules/.installed
+
+tests/sdk/node_modules/.installed: tests/sdk/package-lock.json
+	@command -v npm >/dev/null || scripts/ensure-apt.sh nodejs npm
+	cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error
+	@touch $@
 
 $(STAMP): pyproject.toml scripts/setup-venv.sh
 	PYTHON=$(PYTHON) scripts/setup-venv.sh $(VENV)

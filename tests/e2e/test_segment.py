@@ -9,6 +9,7 @@ import base64
 import gzip
 import random
 import signal
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
 from tests.e2e.test_batch_pipeline import _query, _seal
 from tests.process import CollectorProcess, free_port, write_config
 
+SDKS = Path(__file__).resolve().parents[1] / "sdk"
 WAREHOUSE = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}",
                            "primary_key": ["eventn_ctx_event_id"]}}  # fmt: skip
 
@@ -52,6 +54,26 @@ def test_an_sdk_pointed_at_the_collector_loads_every_type(
                     on_error=lambda error, items: errors.append(error))  # fmt: skip
     _send_everything(client)
     assert errors == []
+    _check_warehouse(c, spark, "analytics-python", rudder=sdk == "rudderstack")
+
+
+@pytest.mark.parametrize("sdk", ["segment", "rudderstack"])
+def test_a_node_sdk_pointed_at_the_collector_loads_every_type(
+    sdk: str, start_collector: Any, spark: Any
+) -> None:
+    """@segment/analytics-node 3.1.0 and @rudderstack/rudder-sdk-node 3.0.13 (gzip by
+    default), pinned in tests/sdk/package.json, installed by make test (npm ci)."""
+    c = start_collector(destinations=WAREHOUSE)
+    assert (SDKS / "node_modules").is_dir(), "the Node SDKs are not installed: run make test"
+    sent = subprocess.run(["node", str(SDKS / "send.mjs"), sdk, c.url, WEB_SERVER],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert sent.returncode == 0, sent.stderr[-2000:]
+    library = "@segment/analytics-node" if sdk == "segment" else "analytics-node"
+    _check_warehouse(c, spark, library, rudder=sdk == "rudderstack")
+
+
+def _check_warehouse(c: RunningCollector, spark: Any, library: str, *, rudder: bool) -> None:
+    """The six messages of _send_everything, one row each, as sent."""
     _seal(c)
     report = process_once(c.config, spark)
     assert report is not None
@@ -68,7 +90,7 @@ def test_an_sdk_pointed_at_the_collector_loads_every_type(
         "segment",
         "web",
     )
-    traits = "traits" if sdk == "segment" else "context_traits"  # where each SDK puts them
+    traits = "context_traits" if rudder else "traits"  # where each SDK puts them
     [(email, plan)] = _query(c, f"SELECT {traits}_email, {traits}_plan FROM identify")
     assert (email, plan) == ("ada@example.com", "pro")
     [(name, category)] = _query(c, "SELECT name, category FROM page")
@@ -76,11 +98,11 @@ def test_an_sdk_pointed_at_the_collector_loads_every_type(
     [(previous, user)] = _query(c, 'SELECT "previousId", "userId" FROM alias')
     assert (previous, user) == ("anon-1", "u1")
     # The SDK's messageId is the event id; its library is in the context.
-    [(event_id, message_id, library)] = _query(
+    [(event_id, message_id, found)] = _query(
         c, 'SELECT eventn_ctx_event_id, "messageId", context_library_name FROM "group"'
     )
     assert event_id == message_id
-    assert library == "analytics-python"  # both SDKs name their library so
+    assert found == library
 
 
 def test_an_sdk_retry_after_the_collector_died_is_one_row(tmp_path: Path, spark: Any) -> None:
