@@ -64,12 +64,14 @@ postgres:
 tools:
 	@scripts/ensure-apt.sh lz4
 
-# The Node SDKs the collector's tests send with, pinned by tests/sdk/package-lock.json.
+# The Node SDKs the collector's tests send with, pinned by tests/sdk/package-lock.json
+# (npm install, which keeps to the lock: npm ci refuses this lock over optional
+# platform packages, an npm bug).
 sdks: tests/sdk/node_modules/.installed
 
 tests/sdk/node_modules/.installed: tests/sdk/package-lock.json
 	@command -v npm >/dev/null || scripts/ensure-apt.sh nodejs npm
-	cd tests/sdk && npm ci --no-audit --no-fund --loglevel=error
+	cd tests/sdk && npm install --no-audit --no-fund --loglevel=error
 	@touch $@
 
 $(STAMP): pyproject.toml scripts/setup-venv.sh
