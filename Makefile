@@ -6,12 +6,12 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: sdks run test soak lint bench setup java postgres tools clean
+.PHONY: sdks browser run test soak lint bench setup java postgres tools clean
 
 run: $(STAMP) java
 	$(BIN)/eventpipe run
 
-test: $(STAMP) java postgres tools sdks lint
+test: $(STAMP) java postgres tools sdks browser lint
 	$(BIN)/pytest
 
 # The fault suite, many more times (tens of minutes): SOAK_KILLS collector kills under
@@ -63,6 +63,10 @@ postgres:
 # The archive's tests check that the standard `lz4` tool reads eventpipe's archive files.
 tools:
 	@scripts/ensure-apt.sh lz4
+
+# A real browser for tests/e2e/test_browser.py: Debian's Chromium and its driver.
+browser:
+	@scripts/ensure-apt.sh chromium chromium-driver
 
 # The Node SDKs the collector's tests send with, pinned by tests/sdk/package-lock.json
 # (npm install, which keeps to the lock: npm ci refuses this lock over optional

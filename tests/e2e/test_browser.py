@@ -1,0 +1,177 @@
+"""A real browser: Debian's Chromium, headless, driven by Selenium through Debian's
+chromedriver (nothing downloaded), opens a page served from one origin that loads
+``@jitsu/sdk-js``'s browser build (tests/sdk, pinned) and a tracking pixel, both sending
+to the collector on another origin. CORS preflights, the key's allowed origins, the user
+agent, the page's URL and a ``sendBeacon`` on leaving the page all arrive, and the
+events load with the parsed user agent.
+
+The beacon is sent by the page itself, as the SDK's beacon transport would send it
+(a text/plain Blob to the same URL): in @jitsu/sdk-js 3.1.5's browser build,
+``data-use-beacon-api`` has no effect, since ``init`` picks the transport before it reads
+the option (``this.transport = this.beaconApi ? A : R`` runs while ``beaconApi`` is
+still false), so the SDK itself never calls ``sendBeacon``."""
+
+from __future__ import annotations
+
+import base64
+import functools
+import http.server
+import shutil
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from eventpipe.processing.job import process_once
+from tests.conftest import WEB_JS, RunningCollector, read_lines
+from tests.e2e.test_batch_pipeline import _query, _seal
+
+SDK = Path(__file__).resolve().parents[1] / "sdk" / "node_modules" / "@jitsu" / "sdk-js"
+PAGE = """<!doctype html>
+<html><head><title>Pricing</title>
+<script src="/lib.js" data-key="{key}" data-tracking-host="{collector}"></script>
+</head><body>
+<p>Pricing</p>
+<img id="pixel" src="{collector}/v1/pixel/track?data={pixel}" alt="">
+<script>
+  window.jitsu("id", {{email: "ada@example.com", internal_id: "u-42"}});
+  window.jitsu("track", "plan_viewed", {{plan: "pro"}});
+  window.addEventListener("pagehide", () => {{
+    if ({beacon}) {{  // what the SDK's beacon transport sends: text/plain, to the same URL
+      const event = {{event_type: "page_left", url: location.href, eventn_ctx: {{}}}};
+      navigator.sendBeacon("{collector}/api/v1/event?token={key}",
+                           new Blob([JSON.stringify(event)], {{type: "text/plain"}}));
+    }} else {{
+      window.jitsu("track", "page_left", {{}});
+    }}
+  }});
+</script>
+</body></html>
+"""
+
+
+@pytest.fixture
+def site(tmp_path: Path) -> Iterator[tuple[str, Path]]:
+    """A static site on its own origin (http://127.0.0.1:<port>), serving ``root``."""
+    root = tmp_path / "site"
+    root.mkdir()
+    assert (SDK / "dist/web/lib.js").exists(), "the JS SDK is not installed: run make test"
+    shutil.copy(SDK / "dist/web/lib.js", root / "lib.js")
+    handler = functools.partial(_QuietHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", root
+    server.shutdown()
+    server.server_close()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def browser() -> Iterator[Any]:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver = shutil.which("chromium"), shutil.which("chromedriver")
+    missing = "Chromium is not installed: make test installs chromium and chromium-driver"
+    assert chromium, missing
+    assert driver, missing
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for argument in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage",
+                     "--disable-gpu", "--no-first-run"):  # fmt: skip
+        options.add_argument(argument)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})  # the page's console
+    session = webdriver.Chrome(service=Service(driver), options=options)
+    yield session
+    session.quit()
+
+
+def _logged(c: RunningCollector, count: int, timeout: float = 20) -> list[dict[str, Any]]:
+    """Wait until the collector logged ``count`` events (the browser sends on its own
+    time), then seal and return them."""
+    deadline = time.monotonic() + timeout
+    while sum(len(p.read_bytes().splitlines()) for p in c.layout.active_segments()) < count:
+        if time.monotonic() > deadline:
+            got = [e.get("event_type") or e.get("event") for e in read_lines(
+                c.layout.active_segments())]  # fmt: skip
+            failed = read_lines(c.layout.failed_received("web"))
+            pytest.fail(f"the browser's events did not all arrive: {got}; failed: {failed}")
+        time.sleep(0.1)
+    _seal(c)
+    return read_lines(c.layout.sealed_segments())
+
+
+@pytest.mark.parametrize("beacon", [False, True], ids=["fetch", "sendBeacon"])
+def test_a_real_browser_sends_from_another_origin(
+    beacon: bool, start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
+) -> None:
+    origin, root = site
+    by_type = {"warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"}}
+    c = start_collector(api_keys=[{"id": "web", "js": WEB_JS, "origins": [origin]}],
+                        destinations=by_type)  # fmt: skip
+    # The collector's origin differs from the page's: localhost, not 127.0.0.1.
+    collector = c.url.replace("127.0.0.1", "localhost")
+    pixel = base64.urlsafe_b64encode(orjson.dumps(
+        {"writeKey": WEB_JS, "anonymousId": "reader", "event": "Pixel Seen"})).decode()  # fmt: skip
+    (root / "index.html").write_text(PAGE.format(
+        key=WEB_JS, collector=collector, pixel=pixel,
+        beacon="true" if beacon else "false"))  # fmt: skip
+    browser.get(origin + "/index.html?utm_source=test")
+    _wait_for(lambda: browser.execute_script("return document.readyState") == "complete")
+    agent = browser.execute_script("return navigator.userAgent")
+    browser.get("about:blank")  # leaving the page: pagehide's event goes by beacon or fetch
+    # A request made while the page unloads is cancelled; a beacon is what outlives it.
+    sent = ["Pixel Seen", "pageview", "plan_viewed", "user_identify"]
+    events = _logged(c, 5 if beacon else 4)
+    kinds = sorted(e.get("event_type") or e.get("event") for e in events)
+    assert kinds == sorted([*sent, "page_left"] if beacon else sent)
+    jitsu = [e for e in events if e.get("src") != "segment"]
+    for event in jitsu:
+        assert event["eventn_ctx"]["user_agent"] == agent  # the browser's own header
+        assert event.get("src") != "api"  # a browser event: the lookups apply
+        assert event["source_ip"] == "127.0.0.1"  # the connection's, not the page's claim
+        assert event["api_key"] == "web"
+        assert event["url"].startswith(origin + "/index.html?utm_source=test")
+    viewed = next(e for e in jitsu if e["event_type"] == "plan_viewed")
+    assert viewed["plan"] == "pro"
+    assert viewed["user"]["email"] == "ada@example.com"
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert sum(report.failed.values()) == 0
+    [(family, bot)] = _query(c, "SELECT DISTINCT eventn_ctx_parsed_ua_ua_family, "
+                                "eventn_ctx_parsed_ua_bot FROM pageview")  # fmt: skip
+    assert family.startswith(("Chrome", "HeadlessChrome", "Chromium"))
+    assert bot is False
+
+
+def test_a_browser_on_an_origin_the_key_does_not_allow_delivers_nothing(
+    start_collector: Any, site: tuple[str, Path], browser: Any
+) -> None:
+    origin, root = site
+    c = start_collector(api_keys=[{"id": "web", "js": WEB_JS,
+                                   "origins": ["https://shop.example.com"]}])  # fmt: skip
+    (root / "index.html").write_text(PAGE.format(
+        key=WEB_JS, collector=c.url.replace("127.0.0.1", "localhost"), pixel="",
+        beacon="false"))  # fmt: skip
+    browser.get(origin + "/index.html")
+    _wait_for(lambda: browser.execute_script("return document.readyState") == "complete")
+    time.sleep(1.0)  # what the page sends, it has sent
+    # The browser asked first (a CORS preflight), was refused, and sent nothing.
+    console = " ".join(entry["message"] for entry in browser.get_log("browser"))
+    assert "blocked by CORS policy" in console
+    assert sum(len(p.read_bytes().splitlines()) for p in c.layout.active_segments()) == 0
+
+
+def _wait_for(condition: Any, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
