@@ -52,7 +52,7 @@ def run_side(
             source="bench", env={},
         )  # fmt: skip
 
-    side = work / name
+    side = work / name.partition("[")[0]  # Spark reads paths as globs: no brackets
     shutil.copytree(source, side / "data" / "incoming")
     generate(side / "warm" / "incoming", 20_000, seed=1)
     spark = timed(f"{name}: session start", results,

@@ -300,3 +300,9 @@ def test_a_postgres_state_store_needs_a_dsn_and_a_schema_of_its_own() -> None:
         },
     }
     parse_config(elsewhere, source="eventpipe.yaml", env={"PGPASSWORD": "pw"})  # other database
+
+
+def test_paths_spark_would_read_as_patterns_are_refused() -> None:
+    assert "has [ ] in it, which Spark reads as a pattern" in _error({"data_dir": "/srv/runs[2]"})
+    assert "processing.work_dir" in _error({"processing": {"work_dir": "/scratch/*"}})
+    assert parse_config({"data_dir": "/srv/events-2 (copy)"}, source="t", env={})

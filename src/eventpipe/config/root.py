@@ -26,6 +26,9 @@ from eventpipe.config.pipeline import (
 from eventpipe.errors import ConfigError, redacted
 from eventpipe.paths import DataLayout, is_uri
 
+GLOB_CHARACTERS = "*?[]{}\\"
+"""What Hadoop's file system globs treat as patterns in a path."""
+
 
 def _warehouse() -> dict[str, AnyDestination]:
     return {"warehouse": DuckDBConfig()}
@@ -35,7 +38,8 @@ class Config(Section):
     """The whole eventpipe configuration."""
 
     data_dir: Path = Path("data")
-    """Where eventpipe keeps everything: incoming/, failed/, archive/, the state store."""
+    """Where eventpipe keeps everything: incoming/, failed/, archive/, the state store.
+    Without * ? [ ] { } or \\ in it: Spark reads paths as patterns."""
     server: ServerConfig = ServerConfig()
     """The HTTP collector."""
     incoming: IncomingConfig = IncomingConfig()
@@ -56,6 +60,19 @@ class Config(Section):
     """The state store: run history, load statuses, code versions per day."""
     destinations: dict[DestinationId, AnyDestination] = Field(default_factory=_warehouse)
     """Destinations by id. Absent: one DuckDB warehouse at ``<data_dir>/warehouse.duckdb``."""
+
+    @model_validator(mode="after")
+    def _paths_spark_reads_as_written(self) -> Config:
+        """Spark reads the paths it is given as glob patterns: a data directory named
+        ``runs[2]`` would match ``runs2``, and its segments would not be found."""
+        for name, path in (("data_dir", self.data_dir), ("processing.work_dir",
+                                                          self.processing.work_dir)):  # fmt: skip
+            if path is not None and (found := set(str(path)) & set(GLOB_CHARACTERS)):
+                raise ValueError(
+                    f"{name} {str(path)!r} has {' '.join(sorted(found))} in it, which Spark "
+                    "reads as a pattern: choose a path without * ? [ ] { } \\"
+                )
+        return self
 
     @model_validator(mode="after")
     def _keys_are_distinct(self) -> Config:
