@@ -50,6 +50,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/state.py
 	$(BIN)/python bench/metering.py
 	$(BIN)/python bench/hostile.py
+	$(BIN)/python bench/cluster.py
 
 setup: $(STAMP) java
 
