@@ -1,5 +1,5 @@
 """Commands of the collector: ``init``, ``collect``, ``run`` (collector and pipeline),
-``rotate``."""
+``rotate``, ``import``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def run_command(config_path: Path | None) -> None:
     """Collector and batch pipeline together, supervised; Ctrl-C stops both cleanly."""
     from eventpipe.service import run
 
-    run(load(config_path), config_path)
+    run(load(config_path), config_path_of(config_path))  # the pipeline's child reads it too
 
 
 @cli.command()
@@ -70,3 +70,43 @@ def rotate(config_path: Path | None) -> None:
         click.echo("nothing to seal: no active segment has events")
     for path in sealed:
         click.echo(f"sealed {path}")
+
+
+@cli.command("import")
+@config_option
+@click.argument("paths", nargs=-1, required=True,
+                type=click.Path(exists=True, path_type=Path))  # fmt: skip
+@click.option("--key", "key_id", required=True, help="The api key id the events are of.")
+@click.option("--format", "fmt", type=click.Choice(["ndjson", "json", "csv"]), default=None,
+              help="Instead of choosing by the file name.")  # fmt: skip
+@click.option("--force", is_flag=True, help="Import files already imported (same SHA-256).")
+def import_command(
+    config_path: Path | None, paths: tuple[Path, ...], key_id: str, fmt: str | None, force: bool
+) -> None:
+    """Append events from files (NDJSON, JSON arrays, CSV; plain, .gz or .zst; files or
+    directories) to the log, through the collector's checks; bad lines go to failed/.
+    Importing a file twice adds nothing (docs/log.md, "Importing files")."""
+    import sys
+
+    from eventpipe.collector.imports import files_of, import_files
+
+    config = load(config_path).config
+    files = files_of(list(paths))
+    total = sum(f.stat().st_size for f in files)
+    with click.progressbar(length=total, label="importing", file=sys.stderr,
+                           show_pos=False) as bar:  # fmt: skip
+        reports = import_files(config, list(paths), key_id, fmt=fmt, force=force,
+                               progress=bar.update)  # fmt: skip
+    for report in reports:
+        if report.skipped:
+            click.echo(f"{report.path}: skipped, {report.skipped} (--force imports it again)")
+            continue
+        rejected = sum(report.rejected.values())
+        line = f"{report.path}: {report.events} events"
+        if rejected:
+            reasons = ", ".join(f"{n} {r}" for r, n in sorted(report.rejected.items()))
+            line += f", {rejected} rejected ({reasons}; in {config.layout.failed})"
+        click.echo(line)
+    events = sum(r.events for r in reports)
+    click.echo(f"imported {events} events from {len(reports)} file(s); "
+               "the pipeline's next run loads them")  # fmt: skip

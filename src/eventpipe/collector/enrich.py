@@ -87,6 +87,12 @@ its SHA-256 (oversized events, huge strings), not whole."""
 
 @dataclass
 class EnrichedBatch:
+    record_limit: int = MAX_RECORDED_REJECTIONS
+    """Rejected items recorded one by one (the rest are counted)."""
+    label: str = "item"
+    """What a rejected item is called in its record: ``item 3``, ``line 12``."""
+    numbers: Sequence[int] | None = None
+    """Each item's number in its record (its line), if not its index."""
     lines: list[bytes] = field(default_factory=list)
     rejections: list[Rejection] = field(default_factory=list)
     """The first :data:`MAX_RECORDED_REJECTIONS` rejected items, each with its reason."""
@@ -141,18 +147,20 @@ def enrich_batch(
     *,
     in_array: bool = True,
     refused: Mapping[int, tuple[str, str]] | None = None,
+    out: EnrichedBatch | None = None,
 ) -> EnrichedBatch:
     """Enrich each item; reject the ones that cannot be stored, each with its reason.
 
     ``in_array``: the items came in a JSON array, so each starts at nesting level 2.
     ``refused``: items already found unfit by the endpoint's own rules (index -> reason
-    and message), rejected as the others are.
+    and message), rejected as the others are. ``out``: an empty batch saying how
+    rejected items are recorded (``eventpipe import``: every one, by line number).
 
     This loop runs for every event on the collector's one event loop thread, so it is
     written flat, with names bound once (measured: about 1.6 us of Python per event before,
     see bench/ingest.py); the rare cases go to :func:`_slow_path`.
     """
-    out = EnrichedBatch()
+    out = out if out is not None else EnrichedBatch()
     lines = out.lines
     base = 2 if in_array else 1
     # Containers an item may hold: its own level counts, and enrichment may add eventn_ctx.
@@ -180,7 +188,8 @@ def enrich_batch(
                 context["user_agent"] = user_agent
         else:
             if item.get("source_ip") is None:
-                item["source_ip"] = source_ip
+                if source_ip:  # an import has no address to give
+                    item["source_ip"] = source_ip
             else:
                 problem = _own_source_ip(item, settings.anonymize_ip)
                 if problem is not None:
@@ -235,10 +244,11 @@ def _reject(
 ) -> None:
     reason, message = problem
     out.rejected[reason] += 1
-    if len(out.rejections) >= MAX_RECORDED_REJECTIONS:
+    if len(out.rejections) >= out.record_limit:
         return  # counted; summary_line records the body once
     out.rejections.append(Rejection(index, reason, message))
-    error = f"item {index}: {message}"
+    number = out.numbers[index] if out.numbers is not None else index
+    error = f"{out.label} {number}: {message}"
     try:
         text = orjson.dumps(item, default=str)
     except orjson.JSONEncodeError:

@@ -1,0 +1,291 @@
+"""``eventpipe import``: events from files into the log, through the checks and the
+enrichment of the HTTP collector, as the server events of one key.
+
+* **Formats**: NDJSON (one event per line), a JSON array, CSV (a header row; a cell is a
+  string, an empty cell is absent, a dotted header ``user.id`` makes a nested field);
+  each plain, gzip (``.gz``) or zstd (``.zst``). Chosen by the name (``.csv``,
+  ``.ndjson``/``.jsonl``, ``.json``: an array if it starts with ``[``, else NDJSON), or
+  by ``--format``.
+* **Bad input**: a line that is not JSON, not an object, too large or too deep is
+  rejected alone, counted, and written to ``failed/`` with its line number; the rest of
+  the file is imported.
+* **Durable**: appended to the log as a writer of its own (``<host>-import``, one import
+  per host at a time), fsynced every :data:`CHUNK` events; the segments are sealed when
+  the import ends, for the pipeline's next run.
+* **Idempotent**: an event without an id of its own gets one derived from its content
+  (a UUIDv5 of the key, the event's canonical JSON and how many identical events came
+  before it in the file), so the same file imported twice gives the same ids, which a
+  destination with ``primary_key: [eventn_ctx_event_id]`` keeps once. And each file
+  imported is recorded by its SHA-256 in ``data_dir/imports/``: importing it again is
+  skipped at once (``--force`` imports it anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import gzip
+import hashlib
+import io
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+from eventpipe.collector.body import BodyError, parse_events
+from eventpipe.collector.enrich import EnrichedBatch, EnrichSettings, RequestContext, enrich_batch
+from eventpipe.config import Config
+from eventpipe.errors import ConfigError
+from eventpipe.events import format_timestamp, utc_now
+from eventpipe.files import write_file
+from eventpipe.log.segments import LogSettings, SegmentLog
+from eventpipe.log.writers import host_id
+
+FORMATS = ("ndjson", "json", "csv")
+CHUNK = 10_000
+"""Events enriched and appended (one fsync) at a time."""
+IDS = uuid.UUID("5b3f0a52-0c1e-4f47-9a43-6f0d6c2a9e1d")
+"""The namespace of the ids derived from events' content."""
+
+
+@dataclass
+class FileReport:
+    path: Path
+    events: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    skipped: str | None = None
+    """Why the file was not imported (already imported, when), if it was not."""
+
+
+@dataclass(frozen=True)
+class _Refused:
+    reason: str
+    message: str
+    raw: str
+
+
+def files_of(paths: list[Path]) -> list[Path]:
+    """The files named, and the files under the directories named (sorted, hidden ones
+    left out)."""
+    found: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            found += sorted(p for p in path.rglob("*") if p.is_file() and not _hidden(p, path))
+        elif path.is_file():
+            found.append(path)
+        else:
+            raise ConfigError(f"{path}: no such file or directory")
+    return found
+
+
+def _hidden(path: Path, under: Path) -> bool:
+    return any(part.startswith(".") for part in path.relative_to(under).parts)
+
+
+def format_of(path: Path, stream: io.BufferedReader) -> str:
+    """The format of ``path`` by its name (its first bytes for ``.json``)."""
+    name = path.name.lower().removesuffix(".gz").removesuffix(".zst")
+    if name.endswith(".csv"):
+        return "csv"
+    if name.endswith(".json"):
+        return "json" if stream.peek(64).lstrip()[:1] == b"[" else "ndjson"
+    return "ndjson"
+
+
+def decompressed(raw: IO[bytes], name: str) -> io.BufferedReader:
+    """``raw`` (the file ``name``) decompressed as it is read: gzip, zstd, or plain.
+    ``raw.tell()`` keeps saying how much of the file was read."""
+    lowered = name.lower()
+    if lowered.endswith(".gz"):
+        return io.BufferedReader(gzip.GzipFile(fileobj=raw, mode="rb"))
+    if lowered.endswith(".zst"):
+        import zstandard  # zstd's reference binding (python-zstandard)
+
+        reader = zstandard.ZstdDecompressor().stream_reader(raw, read_across_frames=True)
+        return io.BufferedReader(reader)
+    return io.BufferedReader(raw)  # type: ignore[arg-type]
+
+
+def records(stream: IO[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
+    """(line or item number, event or _Refused) of each record of the stream."""
+    if fmt == "ndjson":
+        for number, line in enumerate(stream, 1):
+            if line.strip():
+                yield number, _parsed(line, f"line {number}")
+    elif fmt == "json":
+        try:
+            items, _ = parse_events(stream.read())
+        except BodyError as exc:
+            yield 1, _Refused(exc.reason, f"the file is not a JSON array: {exc.message}", "")
+            return
+        yield from enumerate(items, 1)
+    else:
+        text = io.TextIOWrapper(stream, "utf-8", errors="replace", newline="")
+        reader = csv.DictReader(text)
+        for row in reader:
+            yield reader.line_num, _nested({k: v for k, v in row.items() if k and v})
+        text.detach()  # the file stays open: its position is the import's progress
+
+
+def _parsed(line: bytes, where: str) -> Any:
+    try:
+        items, in_array = parse_events(line)
+    except BodyError as exc:
+        message = exc.message.replace("body is ", "", 1)
+        return _Refused(exc.reason, message, line.decode("utf-8", errors="replace")[:4096])
+    if in_array:
+        return _Refused("not_an_object", "is a JSON array, not an object", "")
+    return items[0]
+
+
+def _nested(row: dict[str, Any]) -> dict[str, Any]:
+    """A CSV row with dotted headers (``user.id``) made into nested fields."""
+    out: dict[str, Any] = {}
+    for key, value in row.items():
+        *parents, leaf = key.split(".")
+        node = out
+        for part in parents:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                break
+            node = child
+        else:
+            node[leaf] = value
+    return out
+
+
+def content_id(key_id: str, item: dict[str, Any], seen: Counter[bytes]) -> str:
+    """The id of an event without one: derived from the key, its content and how many
+    identical events came before it in the file (the module's docstring)."""
+    canonical = orjson.dumps(item, option=orjson.OPT_SORT_KEYS | orjson.OPT_NON_STR_KEYS,
+                             default=str)  # fmt: skip
+    digest = hashlib.sha256(canonical).digest()
+    occurrence = seen[digest]
+    seen[digest] += 1
+    return str(uuid.uuid5(IDS, f"{key_id}\0{occurrence}\0{digest.hex()}"))
+
+
+def _has_id(item: dict[str, Any]) -> bool:
+    context = item.get("eventn_ctx")
+    own = context.get("event_id") if isinstance(context, dict) else None
+    ids = (own, item.get("eventn_ctx_event_id"), item.get("event_id"), item.get("messageId"))
+    return any(isinstance(v, str | int) and v != "" for v in ids)
+
+
+def file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def imported_record(config: Config, digest: str) -> Path:
+    return config.layout.root / "imports" / f"sha256={digest}.json"
+
+
+def import_files(
+    config: Config,
+    paths: list[Path],
+    key_id: str,
+    *,
+    fmt: str | None = None,
+    force: bool = False,
+    progress: Callable[[int], None] = lambda size: None,
+) -> list[FileReport]:
+    """Import ``paths`` as events of key ``key_id`` (the module's docstring); a report
+    per file. ``progress(n)``: ``n`` more bytes of the files read."""
+    if key_id not in {key.id for key in config.api_keys}:
+        known = ", ".join(sorted(k.id for k in config.api_keys)) or "none"
+        raise ConfigError(f"no api key {key_id!r} (configured: {known})")
+    if fmt is not None and fmt not in FORMATS:
+        raise ConfigError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
+    return asyncio.run(_import(config, files_of(paths), key_id, fmt, force, progress))
+
+
+async def _import(
+    config: Config, files: list[Path], key_id: str, fmt: str | None, force: bool,
+    progress: Callable[[int], None],
+) -> list[FileReport]:  # fmt: skip
+    log = SegmentLog(config.layout, LogSettings.of(config), writer=f"{host_id()}-import")
+    log.open()
+    await log.start()
+    settings = EnrichSettings(max_event_bytes=config.server.max_event_bytes,
+                              anonymize_ip=config.server.anonymize_ip,
+                              max_json_depth=config.server.max_json_depth)  # fmt: skip
+    reports = []
+    try:
+        for path in files:
+            reports.append(await _import_file(log, config, path, key_id, fmt, force,
+                                              settings, progress))  # fmt: skip
+    finally:
+        await log.close()
+    return reports
+
+
+async def _import_file(
+    log: SegmentLog, config: Config, path: Path, key_id: str, fmt: str | None, force: bool,
+    settings: EnrichSettings, progress: Callable[[int], None],
+) -> FileReport:  # fmt: skip
+    report = FileReport(path)
+    digest = file_digest(path)
+    record = imported_record(config, digest)
+    if record.exists() and not force:
+        done = orjson.loads(record.read_bytes())
+        report.skipped = f"already imported at {done['finished_at']} ({done['events']} events)"
+        progress(path.stat().st_size)
+        return report
+    seen: Counter[bytes] = Counter()
+    with path.open("rb", buffering=0) as raw, decompressed(raw, path.name) as stream:
+        kind = fmt or format_of(path, stream)
+        chunk: list[tuple[int, Any]] = []
+        position = 0
+        for number, item in records(stream, kind):
+            if isinstance(item, dict) and not _has_id(item):
+                context = item.setdefault("eventn_ctx", {})
+                if isinstance(context, dict):
+                    context["event_id"] = content_id(key_id, item, seen)
+            chunk.append((number, item))
+            if len(chunk) >= CHUNK:
+                await _append(log, key_id, chunk, settings, report)
+                chunk = []
+                position = _advance(raw, position, progress)
+        await _append(log, key_id, chunk, settings, report)
+        _advance(raw, position, progress)
+    write_file(record, orjson.dumps({
+        "path": str(path.resolve()), "key": key_id, "format": kind, "events": report.events,
+        "rejected": sum(report.rejected.values()), "finished_at": format_timestamp(utc_now()),
+    }))  # fmt: skip
+    return report
+
+
+def _advance(raw: IO[bytes], position: int, progress: Callable[[int], None]) -> int:
+    """Report the file's bytes read since ``position``."""
+    now = raw.tell()
+    if now > position:
+        progress(now - position)
+    return now
+
+
+async def _append(
+    log: SegmentLog, key_id: str, chunk: list[tuple[int, Any]], settings: EnrichSettings,
+    report: FileReport,
+) -> None:  # fmt: skip
+    if not chunk:
+        return
+    numbers = [number for number, _ in chunk]
+    items = [item.raw if isinstance(item, _Refused) else item for _, item in chunk]
+    refused = {i: (item.reason, item.message) for i, (_, item) in enumerate(chunk)
+               if isinstance(item, _Refused)}  # fmt: skip
+    now = utc_now()
+    ctx = RequestContext(key_id=key_id, browser=False, source_ip="", user_agent=None,
+                         received_at=now, timestamp=format_timestamp(now))  # fmt: skip
+    out = EnrichedBatch(record_limit=len(chunk), label="line", numbers=numbers)
+    batch = enrich_batch(items, ctx, settings, in_array=False, refused=refused, out=out)
+    await log.append(key_id, b"".join(batch.lines), b"".join(batch.failed_lines))
+    report.events += len(batch.lines)
+    report.rejected.update(batch.rejected)
