@@ -51,6 +51,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/metering.py
 	$(BIN)/python bench/hostile.py
 	$(BIN)/python bench/cluster.py
+	$(BIN)/python bench/import.py
 
 setup: $(STAMP) java
 

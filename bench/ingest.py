@@ -11,12 +11,15 @@ machine: on 2 cores its thread takes part of the second core the second worker n
     make bench                         # or: .venv/bin/python bench/ingest.py --seconds 15
 
 Prints events/s, p50/p99 latency, peak RSS (all processes of a server), and the ratios:
-eventpipe to the baseline with as many workers, and N workers to one.
+eventpipe to the baseline with as many workers, and N workers to one. The Segment API
+(``segment-1w``: the same events as track messages in ``/v1/batch`` bodies, with HTTP
+Basic auth) runs on the one-worker eventpipe server, beside its native endpoint.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import os
 import random
@@ -110,12 +113,19 @@ def _ms(text: str) -> float:
 def run_wrk(
     url: str, body_path: Path, seconds: int, connections: int
 ) -> tuple[float, float, float, int]:
-    script = body_path.with_suffix(".lua")
+    """wrk against ``url``: the Segment API's paths (``/v1/...``) with the body's Segment
+    form (``<body>.segment``) and the key as HTTP Basic auth, as the SDKs send."""
+    segment = "/v1/" in url
+    if segment:
+        body_path = body_path.with_suffix(".segment")
+    auth = ("Authorization", "Basic " + base64.b64encode(f"{SERVER_KEY}:".encode()).decode())
+    header = auth if segment else ("X-Auth-Token", SERVER_KEY)
+    script = body_path.with_suffix(".lua" if not segment else ".segment.lua")
     script.write_text(
         f'wrk.method = "POST"\n'
         f'wrk.body = io.open("{body_path}", "rb"):read("*a")\n'
         f'wrk.headers["Content-Type"] = "application/json"\n'
-        f'wrk.headers["X-Auth-Token"] = "{SERVER_KEY}"\n'
+        f'wrk.headers["{header[0]}"] = "{header[1]}"\n'
     )
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
@@ -208,6 +218,17 @@ def main() -> None:
             body = work / f"body-{per_post}.json"
             body.write_bytes(json.dumps(events if per_post > 1 else events[0]).encode())
             bodies[per_post] = body
+            # The same events as Segment track messages, in a batch, for /v1/batch.
+            tracks = [
+                {
+                    "type": "track",
+                    "event": e["event_type"],
+                    "anonymousId": e["user"]["anonymous_id"],
+                    "properties": e,
+                }
+                for e in events
+            ]  # type: ignore[index]
+            body.with_suffix(".segment").write_bytes(json.dumps({"batch": tracks}).encode())
         servers: dict[str, tuple[list[subprocess.Popen[bytes]], str]] = {}
         for workers in counts:
             for kind, starter in (("baseline", start_baseline), ("eventpipe", start_eventpipe)):
@@ -219,6 +240,9 @@ def main() -> None:
                 for proc in procs:
                     wait_ready(url, proc)
                 servers[name] = (procs, url)
+                if kind == "eventpipe" and workers == counts[0]:  # the Segment API's cost
+                    servers[f"segment-{workers}w"] = (procs, url.replace("/api/v1/s2s/event",
+                                                                         "/v1/batch"))  # fmt: skip
         results: dict[tuple[str, int], list[Result]] = {}
         try:
             # Rounds alternate between the servers, so that drifts of this shared machine
@@ -236,7 +260,8 @@ def main() -> None:
         finally:
             for procs, _ in servers.values():
                 for proc in procs:
-                    proc.send_signal(signal.SIGTERM)
+                    if proc.poll() is None:
+                        proc.send_signal(signal.SIGTERM)
                 for proc in procs:
                     proc.wait(60)
         stored = sum(
@@ -285,6 +310,12 @@ def main() -> None:
                          / medians[(f"{kind}-{counts[0]}w", per_post)].events_per_s)  # fmt: skip
                 print(f"{per_post:>3} events/post, {kind}: {workers} workers / {counts[0]} = "
                       f"{scale:.2f}x events/s")  # fmt: skip
+        segment = medians.get((f"segment-{counts[0]}w", per_post))
+        if segment is not None:
+            native = medians[(f"eventpipe-{counts[0]}w", per_post)].events_per_s
+            cost = native / segment.events_per_s
+            print(f"{per_post:>3} events/post, {counts[0]} worker(s): Segment /v1/batch "
+                  f"costs {cost:.2f}x the native endpoint per event")  # fmt: skip
     print(f"eventpipe sealed {stored} segment file(s)")
     if args.json:
         args.json.write_text(
