@@ -2,6 +2,7 @@
 
 ``POST /api/v1/event``      browser events; js key in ``?token=`` or ``X-Auth-Token``
 ``POST /api/v1/s2s/event``  server events; server key only
+``POST /api/v1/s2s/bulk``   NDJSON of server events, stored as it streams
 ``POST /v1/<type|batch>``   the Segment API (collector/segment.py)
 ``GET  /v1/pixel/<type>``   the same, answered with a 1x1 GIF
 ``GET  /health``            200 while accepting, 503 under backpressure
@@ -20,6 +21,7 @@ import contextlib
 import ipaddress
 import logging
 import signal
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from eventpipe.collector import segment
+from eventpipe.collector import imports, segment
 from eventpipe.collector.auth import KeyKind, KeyRing
 from eventpipe.collector.backpressure import Backpressure, Limits
 from eventpipe.collector.body import (
@@ -44,6 +46,7 @@ from eventpipe.collector.body import (
     read_limited,
 )
 from eventpipe.collector.enrich import (
+    MAX_RECORDED_REJECTIONS,
     EnrichedBatch,
     EnrichSettings,
     RequestContext,
@@ -63,6 +66,7 @@ log = logging.getLogger("eventpipe.collector")
 
 BROWSER_PATH = "/api/v1/event"
 SERVER_PATH = "/api/v1/s2s/event"
+BULK_PATH = "/api/v1/s2s/bulk"
 _ALLOWED_ENCODINGS = {"", "identity"}
 
 
@@ -199,6 +203,88 @@ class Collector:
         if accepted == 0:
             return _json(400, {"status": "error", "error": "no event was accepted", **answer}, cors)
         return _json(200, {"status": "partial", **answer}, cors)
+
+    # Bulk uploads
+
+    async def bulk(self, request: Request) -> Response:
+        """``POST /api/v1/s2s/bulk``: NDJSON (or gzip of it) stored as it streams, up to
+        ``server.max_bulk_bytes``, in chunks of imports.CHUNK lines, each appended and
+        fsynced; ids derived from content as ``eventpipe import`` does, so a retried
+        upload adds nothing to a destination with a primary key on the event id."""
+        response = await self._bulk(request)
+        self.metrics.requests.labels(endpoint="bulk", status=str(response.status_code)).inc()
+        return response
+
+    async def _bulk(self, request: Request) -> Response:
+        headers = request.headers
+        match = self.keyring.match(request.query_params.get("token") or headers.get("x-auth-token"))
+        if match is None or match.kind is not KeyKind.SERVER:
+            reason = "unauthorized" if match is None else "wrong_key_kind"
+            self.metrics.events_rejected.labels(api_key="-", reason=reason).inc()
+            return _json(401 if match is None else 403, {"status": "error", "error":
+                         "bulk uploads take a server key (X-Auth-Token or ?token=)"})  # fmt: skip
+        key_id = match.key.id
+        if self.backpressure.reason is not None:
+            return self._busy(key_id, self.backpressure.reason, {})
+        encoding = headers.get("content-encoding", "").strip().lower()
+        if encoding not in (*_ALLOWED_ENCODINGS, "gzip"):
+            return self._refused_body(key_id, BodyError(415, "unsupported_encoding",
+                                      f"Content-Encoding {encoding!r}: send NDJSON, plain "
+                                      "or gzip"), {})  # fmt: skip
+        ctx = self._context(request, key_id, browser=False)
+        server = self.config.server
+        lines = imports.ndjson_lines(request.stream(), gzip=encoding == "gzip",
+                                     limit=server.max_bulk_bytes,
+                                     idle_seconds=server.body_timeout_seconds)  # fmt: skip
+        seen: Counter[bytes] = Counter()
+        rejected: Counter[str] = Counter()
+        first: list[dict[str, Any]] = []
+        accepted = 0
+        chunk: list[tuple[int, Any]] = []
+        stopped: BodyError | None = None
+        try:
+            async for number, line in lines:
+                chunk.append((number, imports.with_id(key_id, imports.parsed_line(line), seen)))
+                if len(chunk) >= imports.CHUNK:
+                    done = await self._bulk_chunk(ctx, chunk, rejected, first)
+                    if isinstance(done, Response):
+                        return done
+                    accepted, chunk = accepted + done, []
+        except BodyError as exc:  # what arrived whole before it is kept, and said so
+            stopped = exc
+        done = await self._bulk_chunk(ctx, chunk, rejected, first)
+        if isinstance(done, Response):
+            return done
+        accepted += done
+        answer: dict[str, Any] = {"accepted": accepted}
+        if rejected:
+            answer["rejected_count"] = rejected.total()
+            answer["rejected"] = first
+        if stopped is not None:
+            self.metrics.events_rejected.labels(api_key=key_id, reason=stopped.reason).inc()
+            return _json(stopped.status, {"status": "error", "error": stopped.message, **answer},
+                         {"Connection": "close"})  # fmt: skip
+        return _json(200, {"status": "partial" if rejected else "ok", **answer})
+
+    async def _bulk_chunk(
+        self, ctx: RequestContext, chunk: list[tuple[int, Any]], rejected: Counter[str],
+        first: list[dict[str, Any]],
+    ) -> int | Response:  # fmt: skip
+        """Store one chunk of a bulk upload; the events accepted, or the 503 of a log
+        that cannot take them."""
+        if not chunk:
+            return 0
+        batch = imports.prepare_chunk(ctx.key_id, chunk, self.enrich_settings, ctx)
+        prepared = _Prepared(b"".join(batch.lines), b"".join(batch.failed_lines), batch,
+                             len(batch.lines))  # fmt: skip
+        stored = await self._append(ctx, prepared, {})
+        if isinstance(stored, Response):
+            return stored
+        rejected.update(batch.rejected)
+        numbers = batch.numbers or []
+        for r in batch.rejections[: max(0, MAX_RECORDED_REJECTIONS - len(first))]:
+            first.append({"line": numbers[r.index], "error": r.message})
+        return stored[0]
 
     # The Segment API (collector/segment.py)
 
@@ -479,6 +565,7 @@ def create_app(collector: Collector) -> Starlette:
         Route(BROWSER_PATH, collector.ingest_browser, methods=["POST"]),
         Route(BROWSER_PATH, collector.preflight, methods=["OPTIONS"]),
         Route(SERVER_PATH, collector.ingest_server, methods=["POST"]),
+        Route(BULK_PATH, collector.bulk, methods=["POST"]),
         Route("/v1/pixel/{name}", collector.pixel, methods=["GET"]),
         Route("/v1/{name}", collector.segment, methods=["POST"]),
         Route("/v1/{name}", collector.preflight, methods=["OPTIONS"]),

@@ -28,8 +28,9 @@ import gzip
 import hashlib
 import io
 import uuid
+import zlib
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -129,6 +130,71 @@ def records(stream: IO[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
         for row in reader:
             yield reader.line_num, _nested({k: v for k, v in row.items() if k and v})
         text.detach()  # the file stays open: its position is the import's progress
+
+
+async def ndjson_lines(
+    chunks: AsyncIterator[bytes], *, gzip: bool, limit: int, idle_seconds: float
+) -> AsyncIterator[tuple[int, bytes]]:
+    """The numbered non-empty lines of a streamed NDJSON body (gzip decoded), as they
+    arrive. BodyError 413 once past ``limit`` bytes (unzipped), 408 when nothing comes
+    for ``idle_seconds``, 400 for gzip that is not."""
+    inflater = zlib.decompressobj(wbits=31) if gzip else None
+    rest, total, number = b"", 0, 0
+    iterator = chunks.__aiter__()
+    while True:
+        try:
+            data = await asyncio.wait_for(iterator.__anext__(), idle_seconds)
+        except StopAsyncIteration:
+            break
+        except TimeoutError:
+            raise BodyError(408, "body_timeout", f"nothing received for {idle_seconds:g} s "
+                            f"after line {number}") from None  # fmt: skip
+        if inflater is not None:
+            try:
+                data = inflater.decompress(data, limit + 1 - total)
+            except zlib.error as exc:
+                raise BodyError(400, "bad_encoding", f"body is not valid gzip: {exc}") from None
+        over = total + len(data) > limit
+        data = data[: limit - total]  # the lines that end before the limit are taken
+        total += len(data)
+        *lines, rest = (rest + data).split(b"\n")
+        for line in lines:
+            number += 1
+            if line.strip():
+                yield number, line
+        if over:
+            where = f"in line {number + 1}: the lines before it are kept"
+            raise BodyError(413, "body_too_large",
+                            f"body is over max_bulk_bytes ({limit} bytes) {where}")  # fmt: skip
+    if rest.strip():
+        yield number + 1, rest
+
+
+def parsed_line(line: bytes) -> Any:
+    """One NDJSON line: its object, or a _Refused saying why not."""
+    return _parsed(line, "")
+
+
+def with_id(key_id: str, item: Any, seen: Counter[bytes]) -> Any:
+    """``item`` with an id derived from its content if it has none of its own."""
+    if isinstance(item, dict) and not _has_id(item):
+        context = item.setdefault("eventn_ctx", {})
+        if isinstance(context, dict):
+            context["event_id"] = content_id(key_id, item, seen)
+    return item
+
+
+def prepare_chunk(
+    key_id: str, chunk: list[tuple[int, Any]], settings: EnrichSettings, ctx: RequestContext
+) -> EnrichedBatch:
+    """A chunk of numbered records (events, or _Refused) enriched: lines to append, and
+    a record in failed/ for each rejected one, by its line number."""
+    numbers = [number for number, _ in chunk]
+    items = [item.raw if isinstance(item, _Refused) else item for _, item in chunk]
+    refused = {i: (item.reason, item.message) for i, (_, item) in enumerate(chunk)
+               if isinstance(item, _Refused)}  # fmt: skip
+    out = EnrichedBatch(record_limit=len(chunk), label="line", numbers=numbers)
+    return enrich_batch(items, ctx, settings, in_array=False, refused=refused, out=out)
 
 
 def _parsed(line: bytes, where: str) -> Any:
@@ -245,11 +311,7 @@ async def _import_file(
         chunk: list[tuple[int, Any]] = []
         position = 0
         for number, item in records(stream, kind):
-            if isinstance(item, dict) and not _has_id(item):
-                context = item.setdefault("eventn_ctx", {})
-                if isinstance(context, dict):
-                    context["event_id"] = content_id(key_id, item, seen)
-            chunk.append((number, item))
+            chunk.append((number, with_id(key_id, item, seen)))
             if len(chunk) >= CHUNK:
                 await _append(log, key_id, chunk, settings, report)
                 chunk = []
@@ -277,15 +339,10 @@ async def _append(
 ) -> None:  # fmt: skip
     if not chunk:
         return
-    numbers = [number for number, _ in chunk]
-    items = [item.raw if isinstance(item, _Refused) else item for _, item in chunk]
-    refused = {i: (item.reason, item.message) for i, (_, item) in enumerate(chunk)
-               if isinstance(item, _Refused)}  # fmt: skip
     now = utc_now()
     ctx = RequestContext(key_id=key_id, browser=False, source_ip="", user_agent=None,
                          received_at=now, timestamp=format_timestamp(now))  # fmt: skip
-    out = EnrichedBatch(record_limit=len(chunk), label="line", numbers=numbers)
-    batch = enrich_batch(items, ctx, settings, in_array=False, refused=refused, out=out)
+    batch = prepare_chunk(key_id, chunk, settings, ctx)
     await log.append(key_id, b"".join(batch.lines), b"".join(batch.failed_lines))
     report.events += len(batch.lines)
     report.rejected.update(batch.rejected)

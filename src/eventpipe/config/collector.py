@@ -53,6 +53,9 @@ class ServerConfig(Section):
     """Largest request line plus headers; larger gets 431 and the connection is closed."""
     max_body_bytes: int = Field(default=1_000_000, ge=1024)
     """Largest request body; larger gets 413 without the rest being read."""
+    max_bulk_bytes: int = Field(default=1_000_000_000, ge=1024)
+    """Largest body of ``POST /api/v1/s2s/bulk`` (NDJSON, read and stored as it streams;
+    counted unzipped); past it the upload stops with 413, what came before kept."""
     max_event_bytes: int = Field(default=51_200, ge=256)
     """Largest single event as stored (after enrichment); larger events are rejected alone."""
     # At most 200: orjson refuses to write documents nested deeper than 254 levels.
