@@ -34,7 +34,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 SAFE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$"
@@ -70,6 +70,13 @@ def seal_stamp(when: datetime) -> str:
     """The ``YYYY-MM-DDTHH-MM-SS.mmm`` part of a sealed segment's name (UTC)."""
     when = when.astimezone(UTC)
     return f"{when.strftime(_SEAL_TIME_FORMAT)}.{when.microsecond // 1000:03d}"
+
+
+def sealed_at(stamp: str) -> datetime:
+    """The time :func:`seal_stamp` wrote (UTC)."""
+    when, _, millis = stamp.partition(".")
+    parsed = datetime.strptime(when, _SEAL_TIME_FORMAT).replace(tzinfo=UTC)
+    return parsed + timedelta(milliseconds=int(millis or 0))
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, cast
 
@@ -17,16 +19,29 @@ from eventpipe.errors import ConfigError, EventpipeError, QueryError
 @config_option
 @click.option("--history", is_flag=True, help="The last runs instead: what each loaded.")
 @click.option("--limit", type=int, default=20, show_default=True, help="Runs --history shows.")
-def status(config_path: Path | None, history: bool, limit: int) -> None:
+@click.option("--watch", is_flag=True,
+              help="Redraw until Ctrl-C: per destination events/s loaded (with a sparkline "
+                   "of the last minute), backlog and lag; and events/s coming in.")  # fmt: skip
+@click.option("--interval", type=click.FloatRange(min=0.2), default=2.0, show_default=True,
+              help="Seconds between --watch's redraws.")  # fmt: skip
+@click.option("--count", type=int, default=None, hidden=True, help="Redraws, then stop.")
+def status(
+    config_path: Path | None, history: bool, limit: int, watch: bool, interval: float,
+    count: int | None,
+) -> None:  # fmt: skip
     """Per destination: backlog (stream: lag), last load, rows loaded, failed and skipped
     events. With --history: the last runs, per destination: tables and rows, events
-    skipped and failed, the code version the rows were built with."""
+    skipped and failed, the code version the rows were built with. With --watch: live."""
     from eventpipe.paths import count_lines
     from eventpipe.state.store import open_state
 
     config = load(config_path).config
     if history:
         _print_history(open_state(config), limit)
+        return
+    if watch:
+        with contextlib.suppress(KeyboardInterrupt):  # Ctrl-C is how it ends
+            _watch(config, interval, count)
         return
     layout = config.layout
     sealed = layout.sealed_segments()
@@ -51,6 +66,70 @@ def status(config_path: Path | None, history: bool, limit: int) -> None:
     if received:
         click.echo(f"failed/failed.tok=*.log: {received:,} event(s) refused at the collector "
                    "or unreadable in the log (docs/log.md)")  # fmt: skip
+
+
+SPARKS = "▁▂▃▄▅▆▇█"
+
+
+def sparkline(values: Sequence[float]) -> str:
+    """``values`` as bars from ▁ (zero) to █ (the largest)."""
+    top = max(values, default=0.0)
+    if top <= 0:
+        return SPARKS[0] * len(values)
+    return "".join(SPARKS[min(7, int(v / top * 7 + 0.5))] for v in values)
+
+
+def _watch(config: Any, interval: float, count: int | None) -> None:
+    """``status --watch``: redrawn every ``interval`` seconds (``count`` times, or until
+    Ctrl-C); on a terminal the screen is cleared first, otherwise each redraw follows."""
+    import sys
+    import time
+    from collections import deque
+    from datetime import UTC, datetime
+
+    from eventpipe.paths import SegmentName, sealed_at
+    from eventpipe.state.store import open_state
+
+    store = open_state(config)
+    layout = config.layout
+    width = max(2, int(60 / interval))  # about a minute of history
+    history: dict[str, deque[float]] = {d: deque(maxlen=width) for d in config.destinations}
+    last: dict[str, tuple[float, int]] = {}
+    incoming: tuple[float, int] | None = None
+    terminal = sys.stdout.isatty()
+    drawn = 0
+    while count is None or drawn < count:
+        now, wall = time.monotonic(), datetime.now(UTC)
+        sealed = layout.sealed_segments()
+        rows = []
+        for dest_id in config.destinations:
+            summary = store.summary(dest_id)
+            before = last.get(dest_id)
+            rate = (summary.rows_loaded - before[1]) / (now - before[0]) if before else 0.0
+            last[dest_id] = (now, summary.rows_loaded)
+            history[dest_id].append(max(rate, 0.0))
+            pending = [p for p in sealed if p.name not in summary.done_segments]
+            oldest = SegmentName.parse(pending[0].name) if pending else None
+            lag = "-"
+            if oldest is not None and oldest.sealed is not None:  # its oldest waiting event
+                lag = f"{(wall - sealed_at(oldest.sealed)).total_seconds():,.0f} s"
+            rows.append((dest_id, f"{rate:,.0f}", sparkline(history[dest_id]),
+                         backlog(config, dest_id, summary.done_segments, sealed), lag,
+                         summary.last_load or "never"))  # fmt: skip
+        written = sum(p.stat().st_size for p in (*sealed, *layout.active_segments())
+                      if p.exists())  # fmt: skip
+        if terminal:
+            click.clear()
+        click.echo(f"eventpipe status --watch, {wall:%Y-%m-%d %H:%M:%S} UTC (Ctrl-C stops)")
+        print_table(["destination", "events/s", "last minute", "backlog", "lag",
+                     "last load (UTC)"], rows)  # fmt: skip
+        if incoming is not None:
+            speed = (written - incoming[1]) / (now - incoming[0]) / 1e6
+            click.echo(f"incoming: {max(speed, 0):.2f} MB/s written to the log")
+        incoming = (now, written)
+        drawn += 1
+        if count is None or drawn < count:
+            time.sleep(interval)
 
 
 def _print_writers(config: Any) -> None:
