@@ -132,11 +132,10 @@ def test_an_sdk_retry_after_the_collector_died_is_one_row(tmp_path: Path, spark:
     thread = threading.Thread(target=killer)
     thread.start()
     try:
-        for n in range(3000):
+        for n in range(3000):  # over about 5 s: several kills while the SDK sends
             client.track(f"u{n % 7}", "Tick", {"n": n})
-            if n % 500 == 0:
-                time.sleep(0.05)
-        time.sleep(1.0)  # a kill or two while the queue drains
+            time.sleep(0.0015)
+        time.sleep(1.0)  # and while its queue drains
         stop.set()
         thread.join()
         client.flush()
