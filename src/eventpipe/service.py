@@ -282,9 +282,9 @@ def process(
     from eventpipe.processing import shutdown, stream
     from eventpipe.processing.job import process_pending
     from eventpipe.processing.run import PipelineBusyError
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.spark import on_terminal, start_session
 
-    spark = start_session(config.spark.settings)
+    spark = start_session(on_terminal(config.spark.settings))
     # SIGTERM (from `eventpipe run`, or an init system): nothing new starts, loads under
     # way get shutdown_grace_seconds to finish and record their progress (a second
     # SIGTERM, or Ctrl-C: at once). What is cut short resumes with its batch ids.

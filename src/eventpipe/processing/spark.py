@@ -102,6 +102,18 @@ def spark_settings(
     return settings
 
 
+def on_terminal(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` with Spark's console progress bar (stages, tasks done of all) when
+    standard error is a terminal, unless configured either way: a command run by hand
+    shows its progress; one run by cron or a service logs plain step lines."""
+    import sys
+
+    key = "spark.ui.showConsoleProgress"
+    if key in settings or not sys.stderr.isatty():
+        return dict(settings)
+    return {**settings, key: "true"}
+
+
 def launcher_settings() -> dict[str, str] | None:
     """The settings ``spark-submit`` started this process with (its JVM's ``spark.*``
     system properties), or None when this process was not launched by it."""

@@ -76,3 +76,16 @@ def test_a_spark_connect_session_takes_only_session_settings() -> None:
     assert settings["spark.sql.session.timeZone"] == "UTC"
     # The server's own: its master, its Python, where its driver listens.
     assert not [k for k in settings if not k.startswith("spark.sql.") and k != "spark.remote"]
+
+
+def test_a_terminal_gets_sparks_progress_bar_and_a_log_does_not(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eventpipe.processing.spark import on_terminal
+
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    assert on_terminal({})["spark.ui.showConsoleProgress"] == "true"
+    configured = {"spark.ui.showConsoleProgress": "false"}
+    assert on_terminal(configured) == configured  # configured either way: as configured
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
+    assert "spark.ui.showConsoleProgress" not in on_terminal({})
