@@ -31,6 +31,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,7 +116,7 @@ def run_wrk(
 ) -> tuple[float, float, float, int]:
     """wrk against ``url``: the Segment API's paths (``/v1/...``) with the body's Segment
     form (``<body>.segment``) and the key as HTTP Basic auth, as the SDKs send."""
-    segment = "/v1/" in url
+    segment = urllib.parse.urlparse(url).path.startswith("/v1/")
     if segment:
         body_path = body_path.with_suffix(".segment")
     auth = ("Authorization", "Basic " + base64.b64encode(f"{SERVER_KEY}:".encode()).decode())
