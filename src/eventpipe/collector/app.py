@@ -353,7 +353,8 @@ class Collector:
         refused: dict[int, tuple[str, str]] = {}
         for index, message in enumerate(messages):
             try:
-                segment.to_event(message, ctx.received_at, server=not browser)
+                segment.to_event(message, ctx.received_at, server=not browser,
+                                 received=ctx.timestamp)  # fmt: skip
             except segment.MessageError as exc:
                 refused[index] = (exc.reason, str(exc))
         prepared = self._prepare(ctx, messages, body, in_array=kind == segment.BATCH,

@@ -137,10 +137,13 @@ def messages(document: Any, kind: str) -> list[Any]:
     return out
 
 
-def to_event(message: Any, received_at: datetime, *, server: bool) -> Any:
+def to_event(
+    message: Any, received_at: datetime, *, server: bool, received: str | None = None
+) -> Any:
     """The eventpipe event of one Segment message (the module's docstring), made in
     place; a message that is not an object is returned as it is, for enrichment to
-    reject. Raises MessageError for a message Segment's spec refuses."""
+    reject. Raises MessageError for a message Segment's spec refuses. ``received``:
+    ``received_at`` formatted, once per request."""
     if not isinstance(message, dict):
         return message
     kind = message.get("type")
@@ -152,9 +155,10 @@ def to_event(message: Any, received_at: datetime, *, server: bool) -> Any:
     if not _text(message.get("userId")) and not _text(message.get("anonymousId")):
         raise MessageError("missing_field", "a message needs userId or anonymousId")
     message.pop("writeKey", None)
+    received = received or format_timestamp(received_at)
     happened = _when(message, received_at)
-    message["receivedAt"] = format_timestamp(received_at)
-    message["_timestamp"] = format_timestamp(happened)
+    message["receivedAt"] = received
+    message["_timestamp"] = received if happened is received_at else format_timestamp(happened)
     message["event_type"] = message["event"] if kind == "track" else kind
     message["src"] = "segment"
     context = message.get("context")
