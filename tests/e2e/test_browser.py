@@ -3,7 +3,8 @@ chromedriver (nothing downloaded), opens a page served from one origin that load
 ``@jitsu/sdk-js``'s browser build (tests/sdk, pinned) and a tracking pixel, both sending
 to the collector on another origin. CORS preflights, the key's allowed origins, the user
 agent, the page's URL and a ``sendBeacon`` on leaving the page all arrive, and the
-events load with the parsed user agent.
+events load with the parsed user agent. Segment's own browser SDK, analytics-next,
+sends through the Segment API from the same browser, offline.
 
 The beacon is sent by the page itself, as the SDK's beacon transport would send it
 (a text/plain Blob to the same URL): in @jitsu/sdk-js 3.1.5's browser build,
@@ -175,3 +176,55 @@ def _wait_for(condition: Any, timeout: float = 20) -> None:
     while not condition():
         assert time.monotonic() < deadline
         time.sleep(0.1)
+
+
+NEXT = SDK.parents[1] / "@segment" / "analytics-next" / "dist" / "umd"
+NEXT_PAGE = """<!doctype html>
+<html><head><title>Docs</title>
+<script src="/analytics-next/bundles/index.js"></script>
+</head><body><script>
+  const analytics = AnalyticsNext.AnalyticsBrowser.load({{
+    writeKey: "{key}", cdnURL: "{origin}", cdnSettings: {settings}}});
+  analytics.page("Docs", "Install");
+  analytics.identify("u-7", {{email: "grace@example.com"}});
+  analytics.track("Order Completed", {{revenue: 42.5}});
+</script></body></html>
+"""
+
+
+def test_segments_analytics_next_in_a_real_browser(
+    start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
+) -> None:
+    """@segment/analytics-next 1.84.3's browser build (tests/sdk, pinned), offline: its
+    settings given inline (``cdnSettings``, as its docs allow) instead of fetched from
+    Segment's CDN, its lazily loaded bundles served from the page's origin
+    (``cdnURL``), and its Segment.io destination pointed at the collector."""
+    origin, root = site
+    assert (NEXT / "index.js").exists(), "analytics-next is not installed: run make test"
+    shutil.copytree(NEXT, root / "analytics-next" / "bundles")
+    by_type = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}"}}
+    c = start_collector(api_keys=[{"id": "web", "js": WEB_JS, "origins": [origin]}],
+                        destinations=by_type)  # fmt: skip
+    host = c.url.replace("http://127.0.0.1", "localhost")  # another origin than the page's
+    settings = {"integrations": {"Segment.io": {"apiKey": WEB_JS, "apiHost": f"{host}/v1",
+                                                "protocol": "http"}}, "plan": {}}  # fmt: skip
+    (root / "index.html").write_text(NEXT_PAGE.format(
+        key=WEB_JS, origin=origin, settings=orjson.dumps(settings).decode()))  # fmt: skip
+    browser.get(origin + "/index.html?utm_source=docs")
+    agent = browser.execute_script("return navigator.userAgent")
+    events = _logged(c, 3)
+    assert sorted(e["type"] for e in events) == ["identify", "page", "track"]
+    for event in events:
+        assert event["src"] == "segment"
+        assert event["api_key"] == "web"
+        assert "writeKey" not in event  # the secret the page sent is not stored
+        assert event["eventn_ctx"]["user_agent"] == agent
+        assert event["context"]["page"]["url"] == origin + "/index.html?utm_source=docs"
+        assert event["source_ip"] == "127.0.0.1"
+    track = next(e for e in events if e["type"] == "track")
+    assert (track["event_type"], track["properties"]["revenue"]) == ("Order Completed", 42.5)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert sum(report.failed.values()) == 0
+    [(family,)] = _query(c, "SELECT DISTINCT eventn_ctx_parsed_ua_ua_family FROM track")
+    assert family.startswith(("Chrome", "HeadlessChrome", "Chromium"))
