@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -144,32 +143,35 @@ def to_event(
     place; a message that is not an object is returned as it is, for enrichment to
     reject. Raises MessageError for a message Segment's spec refuses. ``received``:
     ``received_at`` formatted, once per request."""
-    if not isinstance(message, dict):
+    if type(message) is not dict:
         return message
-    kind = message.get("type")
+    get = message.get
+    kind = get("type")
     if kind not in TYPES:
         raise MessageError("bad_type", f"type must be one of {', '.join(TYPES)}, not {kind!r}")
     for name in REQUIRED.get(kind, ()):
-        if not _text(message.get(name)):
+        if not _text(get(name)):
             raise MessageError("missing_field", f"a {kind} message needs {name}")
-    if not _text(message.get("userId")) and not _text(message.get("anonymousId")):
+    if not _text(get("userId")) and not _text(get("anonymousId")):
         raise MessageError("missing_field", "a message needs userId or anonymousId")
-    message.pop("writeKey", None)
+    if "writeKey" in message:
+        del message["writeKey"]
     received = received or format_timestamp(received_at)
-    happened = _when(message, received_at)
+    happened = _when(message, received_at) if "timestamp" in message else received_at
     message["receivedAt"] = received
     message["_timestamp"] = received if happened is received_at else format_timestamp(happened)
     message["event_type"] = message["event"] if kind == "track" else kind
     message["src"] = "segment"
-    context = message.get("context")
-    if isinstance(context, Mapping):
+    context = get("context")
+    if type(context) is dict:  # written flat: this runs for every message of a batch
         ip = context.get("ip")
-        if server and isinstance(ip, str) and ip:
+        if server and type(ip) is str and ip:
             message["source_ip"] = ip
         agent = context.get("userAgent")
-        own = message.setdefault("eventn_ctx", {})
-        if isinstance(agent, str) and agent and isinstance(own, dict):
-            own.setdefault("user_agent", agent)
+        if type(agent) is str and agent:
+            own = message.setdefault("eventn_ctx", {})
+            if type(own) is dict:
+                own.setdefault("user_agent", agent)
     return message
 
 
@@ -202,6 +204,6 @@ def _parse(value: Any, name: str) -> datetime:
 
 
 def _text(value: Any) -> bool:
-    return (isinstance(value, str) and value != "") or (
-        isinstance(value, int) and not isinstance(value, bool)
-    )
+    """A non-empty string or an integer (an id may be either)."""
+    kind = type(value)
+    return (kind is str and value != "") or kind is int
