@@ -105,6 +105,7 @@ def _check_warehouse(c: RunningCollector, spark: Any, library: str, *, rudder: b
     assert found == library
 
 
+@pytest.mark.timeout(600)  # a loaded machine restarts the collector slowly
 def test_an_sdk_retry_after_the_collector_died_is_one_row(tmp_path: Path, spark: Any) -> None:
     """The collector is killed with SIGKILL at random moments while the SDK sends (and
     started again): the SDK retries what got no answer, and what was logged twice (fsynced,
