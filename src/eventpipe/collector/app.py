@@ -88,6 +88,14 @@ class _Prepared:
     batch: EnrichedBatch
     accepted: int
 
+    @classmethod
+    def of(cls, batch: EnrichedBatch) -> _Prepared:
+        """The batch's lines joined for one append; the batch lets go of its own."""
+        prepared = cls(b"".join(batch.lines), b"".join(batch.failed_lines), batch,
+                       len(batch.lines))  # fmt: skip
+        del batch.lines, batch.failed_lines
+        return prepared
+
 
 def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
     return Response(
@@ -275,9 +283,7 @@ class Collector:
         if not chunk:
             return 0
         batch = imports.prepare_chunk(ctx.key_id, chunk, self.enrich_settings, ctx)
-        prepared = _Prepared(b"".join(batch.lines), b"".join(batch.failed_lines), batch,
-                             len(batch.lines))  # fmt: skip
-        stored = await self._append(ctx, prepared, {})
+        stored = await self._append(ctx, _Prepared.of(batch), {})
         if isinstance(stored, Response):
             return stored
         rejected.update(batch.rejected)
@@ -461,10 +467,7 @@ class Collector:
                              refused=refused)  # fmt: skip
         if batch.unrecorded:
             batch.failed_lines.append(summary_line(batch, ctx, body))
-        prepared = _Prepared(b"".join(batch.lines), b"".join(batch.failed_lines), batch,
-                             len(batch.lines))  # fmt: skip
-        del batch.lines, batch.failed_lines
-        return prepared
+        return _Prepared.of(batch)
 
     async def _append(
         self, ctx: RequestContext, prepared: _Prepared, cors: dict[str, str]

@@ -116,7 +116,7 @@ def records(stream: IO[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
     if fmt == "ndjson":
         for number, line in enumerate(stream, 1):
             if line.strip():
-                yield number, _parsed(line, f"line {number}")
+                yield number, parsed_line(line)
     elif fmt == "json":
         try:
             items, _ = parse_events(stream.read())
@@ -170,11 +170,6 @@ async def ndjson_lines(
         yield number + 1, rest
 
 
-def parsed_line(line: bytes) -> Any:
-    """One NDJSON line: its object, or a _Refused saying why not."""
-    return _parsed(line, "")
-
-
 def with_id(key_id: str, item: Any, seen: Counter[bytes]) -> Any:
     """``item`` with an id derived from its content if it has none of its own."""
     if isinstance(item, dict) and not _has_id(item):
@@ -197,7 +192,8 @@ def prepare_chunk(
     return enrich_batch(items, ctx, settings, in_array=False, refused=refused, out=out)
 
 
-def _parsed(line: bytes, where: str) -> Any:
+def parsed_line(line: bytes) -> Any:
+    """One NDJSON line: its object, or a _Refused saying why not."""
     try:
         items, in_array = parse_events(line)
     except BodyError as exc:
