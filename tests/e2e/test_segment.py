@@ -106,26 +106,30 @@ def _check_warehouse(c: RunningCollector, spark: Any, library: str, *, rudder: b
 
 
 @pytest.mark.timeout(600)  # a loaded machine restarts the collector slowly
-def test_an_sdk_retry_after_the_collector_died_is_one_row(tmp_path: Path, spark: Any) -> None:
-    """The collector is killed with SIGKILL at random moments while the SDK sends (and
-    started again): the SDK retries what got no answer, and what was logged twice (fsynced,
-    then killed before the answer) is one row by its messageId."""
-    from segment.analytics import Client
+@pytest.mark.parametrize("sdk", ["python", "node-segment", "node-rudderstack"])
+def test_an_sdk_retry_after_the_collector_died_is_one_row(
+    sdk: str, tmp_path: Path, spark: Any
+) -> None:
+    """The collector is killed with SIGKILL at random moments while the SDK sends 3,000
+    tracks (and started again): the SDK retries what got no answer, and what was logged
+    twice (fsynced, then killed before the answer) is one row by its messageId.
 
+    The kills stop after the sending: an SDK gives up on a batch after its retries or its
+    flush timeout (analytics-node's closeAndFlush drops what is left, silently), so a
+    collector that never stays up loses events in any pipeline."""
     port = free_port()
     config = write_config(tmp_path / "eventpipe.yaml", tmp_path / "data", port,
                           destinations=WAREHOUSE)  # fmt: skip
     log_path = tmp_path / "collector.log"
     running = [CollectorProcess(config, port, log_path)]
     running[0].wait_ready()
-    errors: list[Any] = []
-    client = Client(WEB_SERVER, host=f"http://127.0.0.1:{port}", max_retries=20,
-                    upload_size=50, on_error=lambda error, items: errors.append(error))  # fmt: skip
-    stop = threading.Event()
+    sending = threading.Event()
+    sending.set()
 
     def killer() -> None:
         rng = random.Random(3)
-        while not stop.wait(rng.uniform(0.2, 0.6)):
+        while sending.is_set():
+            time.sleep(rng.uniform(0.2, 0.6))
             running[-1].kill()
             running.append(CollectorProcess(config, port, log_path))
             running[-1].wait_ready()
@@ -133,27 +137,56 @@ def test_an_sdk_retry_after_the_collector_died_is_one_row(tmp_path: Path, spark:
     thread = threading.Thread(target=killer)
     thread.start()
     try:
-        for n in range(3000):  # over about 5 s: several kills while the SDK sends
-            client.track(f"u{n % 7}", "Tick", {"n": n})
-            time.sleep(0.0015)
-        time.sleep(1.0)  # and while its queue drains
-        stop.set()
-        thread.join()
-        client.flush()
-        client.join()
+        if sdk == "python":
+            _send_ticks_from_python(port, sending)
+        else:
+            _send_ticks_from_node(sdk.removeprefix("node-"), port, sending)
     finally:
-        stop.set()
+        sending.clear()
         thread.join()
         running[-1].signal(signal.SIGTERM)
         running[-1].wait()
-    assert errors == []
     assert len(running) >= 3, "the collector was not killed while the SDK sent"
     from eventpipe.config import load_config
 
     loaded = load_config(config).config
     process_once(loaded, spark)
     rows = _query_config(loaded, "SELECT count(*), count(DISTINCT properties_n) FROM track")
-    assert rows == [(3000, 3000)]
+    assert rows == [(TICKS, TICKS)]
+
+
+TICKS = 3000
+
+
+def _send_ticks_from_python(port: int, sending: threading.Event) -> None:
+    from segment.analytics import Client
+
+    errors: list[Any] = []
+    client = Client(WEB_SERVER, host=f"http://127.0.0.1:{port}", max_retries=20,
+                    upload_size=50, on_error=lambda error, items: errors.append(error))  # fmt: skip
+    for n in range(TICKS):  # over about 5 s: several kills while the SDK sends
+        client.track(f"u{n % 7}", "Tick", {"n": n})
+        time.sleep(0.0015)
+    time.sleep(1.0)  # and while its queue drains
+    sending.clear()
+    client.flush()
+    client.join()
+    assert errors == []
+
+
+def _send_ticks_from_node(sdk: str, port: int, sending: threading.Event) -> None:
+    """send.mjs sends its ticks over about 5 s; the kills stop 3 s later, while it drains."""
+    node = subprocess.Popen(["node", str(SDKS / "send.mjs"), sdk, f"http://127.0.0.1:{port}",
+                             WEB_SERVER, str(TICKS)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        time.sleep(8.0)
+        sending.clear()
+        out, err = node.communicate(timeout=300)
+    finally:
+        node.kill()
+    assert node.returncode == 0, err[-2000:]
+    assert f"sent {TICKS} messages" in out
 
 
 def _query_config(config: Any, sql: str) -> list[tuple[Any, ...]]:

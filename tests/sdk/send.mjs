@@ -1,13 +1,16 @@
-// Sends one message of each Segment type through a real Node SDK, then flushes:
-//   node send.mjs <segment|rudderstack> <collector URL> <write key>
+// Sends through a real Node SDK, then flushes:
+//   node send.mjs <segment|rudderstack> <collector URL> <write key> [ticks]
+// Without ticks: one message of each Segment type. With ticks: that many tracks, in
+// batches of 50 over about 5 s, retried up to 20 times each (the kill test).
 // Exits 0 once the SDK reports every batch delivered, 1 on any error it reports.
 import { Analytics } from "@segment/analytics-node";
 import RudderAnalytics from "@rudderstack/rudder-sdk-node";
 
-const [sdk, host, writeKey] = process.argv.slice(2);
+const [sdk, host, writeKey, ticks] = process.argv.slice(2);
 const errors = [];
+const pause = (ms) => new Promise((done) => setTimeout(done, ms));
 
-const messages = [
+const everyType = [
   ["identify", { userId: "u1", traits: { email: "ada@example.com", plan: "pro" } }],
   ["track", { userId: "u1", event: "Order Completed", properties: { revenue: 42.5, currency: "EUR" } }],
   ["page", { userId: "u1", category: "Docs", name: "Install", properties: { url: "https://example.com/docs" } }],
@@ -16,17 +19,33 @@ const messages = [
   ["alias", { userId: "u1", previousId: "anon-1" }],
 ];
 
+async function send(client) {
+  if (!ticks) {
+    for (const [type, message] of everyType) client[type](message);
+    return everyType.length;
+  }
+  for (let n = 0; n < Number(ticks); n++) {
+    client.track({ userId: `u${n % 7}`, event: "Tick", properties: { n } });
+    if (n % 10 === 9) await pause(15);
+  }
+  return Number(ticks);
+}
+
+const flushAt = ticks ? 50 : 10;
+const retries = ticks ? 20 : 2;
+let sent;
 if (sdk === "segment") {
-  const client = new Analytics({ writeKey, host, flushAt: 10, maxRetries: 2 });
+  const client = new Analytics({ writeKey, host, flushAt, maxRetries: retries });
   client.on("error", (error) => errors.push(String(error?.reason ?? error)));
-  for (const [type, message] of messages) client[type](message);
-  await client.closeAndFlush({ timeout: 20000 });
+  sent = await send(client);
+  // On timeout, closeAndFlush resolves and drops what is left without an error.
+  await client.closeAndFlush({ timeout: 240000 });
 } else if (sdk === "rudderstack") {
   const client = new RudderAnalytics(writeKey, {
-    dataPlaneUrl: host, flushAt: 10, retryCount: 2, logLevel: "error",
+    dataPlaneUrl: host, flushAt, retryCount: retries, logLevel: "error",
     errorHandler: (error) => errors.push(String(error)),
   });
-  for (const [type, message] of messages) client[type](message);
+  sent = await send(client);
   await client.flush();
 } else {
   console.error(`unknown sdk ${sdk}`);
@@ -36,4 +55,4 @@ if (errors.length) {
   console.error(errors.join("\n"));
   process.exit(1);
 }
-console.log(`${sdk}: sent ${messages.length} messages`);
+console.log(`${sdk}: sent ${sent} messages`);
