@@ -62,9 +62,10 @@ java:
 postgres:
 	@scripts/ensure-apt.sh postgresql
 
-# The archive's tests check that the standard `lz4` tool reads eventpipe's archive files.
+# The archive's tests check that the standard `lz4` tool reads eventpipe's archive files;
+# the pixel's test fetches it with `curl`, as a mail client would.
 tools:
-	@scripts/ensure-apt.sh lz4
+	@scripts/ensure-apt.sh lz4 curl
 
 # A real browser for tests/e2e/test_browser.py: Debian's Chromium and its driver.
 browser:

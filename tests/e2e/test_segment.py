@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import orjson
@@ -247,16 +248,20 @@ def test_the_api_answers_as_the_sdks_expect(start_collector: Any) -> None:
     assert all("writeKey" not in event for event in logged)  # the secret is never stored
 
 
-def test_the_pixel_answers_a_gif_that_is_never_cached(start_collector: Any) -> None:
+def test_the_pixel_answers_a_gif_that_is_never_cached(start_collector: Any, tmp_path: Path) -> None:
     c: RunningCollector = start_collector()
     data = base64.b64encode(orjson.dumps(
         {"writeKey": WEB_JS, "userId": "reader", "event": "Email Opened",
          "properties": {"campaign": "nov"}})).decode()  # fmt: skip
-    answer = httpx.get(c.url + "/v1/pixel/track", params={"data": data})
-    assert answer.status_code == 200
-    assert answer.headers["content-type"] == "image/gif"
-    assert answer.content.startswith(b"GIF89a")
-    assert "no-store" in answer.headers["cache-control"]
+    # curl, as a mail client fetches an image: a plain GET, no Origin, no cookies
+    fetched = subprocess.run(["curl", "-s", "-D", "-", "-o", str(tmp_path / "pixel.gif"),
+                              f"{c.url}/v1/pixel/track?data={quote(data)}"],
+                             capture_output=True, text=True, timeout=30, check=True)  # fmt: skip
+    head = fetched.stdout.lower()
+    assert head.startswith("http/1.1 200")
+    assert "content-type: image/gif" in head
+    assert "cache-control: no-store" in head
+    assert (tmp_path / "pixel.gif").read_bytes().startswith(b"GIF89a")
     wrong = httpx.get(c.url + "/v1/pixel/track", params={"data": "%%%"})
     assert (wrong.status_code, wrong.headers["content-type"]) == (400, "image/gif")
     _seal(c)
