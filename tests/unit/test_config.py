@@ -222,9 +222,36 @@ def test_a_parquet_path_may_be_a_uri_and_a_duckdb_path_may_not() -> None:
     message = _error({"destinations": {"w": {"type": "duckdb", "path": "s3a://b/w.duckdb"}}})
     assert "duckdb takes a local file, not a URI" in message
     message = _error({"destinations": {"lake": {**lake, "primary_key": ["id"]}}})
-    assert "primary_key: parquet cannot upsert; duckdb and postgres can" in message
+    assert "primary_key: parquet cannot upsert; duckdb, postgres, iceberg and delta can" in message
     message = _error({"destinations": {"lake": {**lake, "mode": "stream"}}})
     assert "destinations.lake: mode stream: parquet takes batch" in message
+
+
+def test_lakehouse_destinations_take_a_local_path_a_catalog_and_no_metering() -> None:
+    from eventpipe.destinations.registry import iceberg_catalog
+
+    lakes = {"ice": {"type": "iceberg"}, "delta": {"type": "delta", "primary_key": ["id"]}}
+    config = parse_config({"destinations": lakes, "data_dir": "/srv/ep"}, source="t", env={})
+    ice = config.destinations["ice"]
+    assert iceberg_catalog(ice, config) == {  # type: ignore[arg-type]
+        "type": "sql", "uri": "sqlite:////srv/ep/iceberg_catalog.db"}  # fmt: skip
+    assert config.destinations["delta"].primary_key == ("id",)
+    shared = {"type": "iceberg", "catalog": {"uri": "postgresql://u:p@db/lake"}}
+    config = parse_config({"destinations": {"ice": shared}}, source="t", env={})
+    assert iceberg_catalog(config.destinations["ice"], config)["uri"] == (  # type: ignore[arg-type]
+        "postgresql+psycopg://u:p@db/lake")  # fmt: skip
+    assert "catalog type rest needs uri" in _error(
+        {"destinations": {"ice": {"type": "iceberg", "catalog": {"type": "rest"}}}}
+    )
+    assert "which table formats cannot; meter into a duckdb or postgres" in _error(
+        {"destinations": {"d": {"type": "delta", "metering": {"table": "usage"}}}}
+    )
+    assert "object stores are not supported yet" in _error(
+        {"destinations": {"d": {"type": "delta", "path": "s3://bucket/lake"}}}
+    )
+    assert "mode stream: delta takes batch" in _error(
+        {"destinations": {"d": {"type": "delta", "mode": "stream"}}}
+    )
 
 
 def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
@@ -250,20 +277,23 @@ def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_k
     (without the type pydantic adds), even for a destination named like a type."""
     pg = {"type": "postgres", "dsn": "postgresql://db/x"}
     cases = {
-        "destinations.postgres.path: unknown key (path is for type duckdb or parquet)":
+        "destinations.postgres.path: unknown key (path is for type duckdb, parquet, iceberg "
+        "or delta)":
             {"postgres": {**pg, "path": "/tmp/x"}},
         "destinations.lake.dsn: unknown key (dsn is for type postgres)":
             {"lake": {"type": "parquet", "dsn": "postgresql://db/x"}},
         "destinations.api.metering: unknown key (metering is for type duckdb or postgres)":
             {"api": {"type": "http", "url": "https://a.example", "metering": {}}},
         "destinations.api.primary_key: unknown key (primary_key is for type duckdb, "
-        "postgres or parquet)": {"api": {"type": "http", "url": "https://a.example",
+        "postgres, parquet, iceberg or delta)": {"api": {"type": "http", "url": "https://a.example",
                                          "primary_key": ["id"]}},
         "destinations.w.partiton_by: unknown key (did you mean 'partition_by'?)":
             {"w": {"type": "parquet", "partiton_by": "day"}},
-        "destinations.w.type: required key is missing (duckdb, postgres, parquet or http)":
+        "destinations.w.type: required key is missing (duckdb, postgres, parquet, iceberg, "
+        "delta or http)":
             {"w": {"path": "x.duckdb"}},
-        "destinations.w.type: expected duckdb, postgres, parquet or http, got 'mysql'":
+        "destinations.w.type: expected duckdb, postgres, parquet, iceberg, delta or http, "
+        "got 'mysql'":
             {"w": {"type": "mysql"}},
         "destinations.w.transforms[0].fliter: unknown key (did you mean 'filter'?)":
             {"w": {"type": "duckdb", "transforms": [{"fliter": "true"}]}},

@@ -76,8 +76,8 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
     "--destination",
     "destination_ids",
     multiple=True,
-    help="Only this destination (repeatable; default: every duckdb, postgres and local "
-    "parquet one without metering).",
+    help="Only this destination (repeatable; default: every duckdb, postgres, iceberg, "
+    "delta and local parquet one without metering).",
 )
 @click.option("--force", is_flag=True, help="Rebuild every day of the range, up to date or not.")
 @click.option("--dry-run", is_flag=True, help="Print what would be rebuilt and why.")
@@ -104,7 +104,9 @@ def reprocess(
         raise ConfigError(f"--to {end} is before --from {start}")
     targets = list(destination_ids) or rp.batch_ids(config)
     if not targets:
-        raise ConfigError("no duckdb, postgres or local parquet destination to reprocess")
+        raise ConfigError(
+            "no duckdb, postgres, iceberg, delta or local parquet destination to reprocess"
+        )
     for dest_id in targets:
         rp.replaceable(config, dest_id)
     state = open_state(config)

@@ -30,8 +30,8 @@ class DestinationConfig(Section):
     """Whether events land in tables (loaded from staged files) or are sent (a sink)."""
 
     type: str
-    """Destination type: ``duckdb``, ``postgres``, ``parquet`` or ``http`` (an ingestion
-    API such as DataSet's addEvents, docs/http.md)."""
+    """Destination type: ``duckdb``, ``postgres``, ``parquet``, ``iceberg``, ``delta`` or
+    ``http`` (an ingestion API such as DataSet's addEvents, docs/http.md)."""
     mode: Literal["batch", "stream"] = "batch"
     """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
     (duckdb, postgres, http): loaded within seconds, the log read as it is written."""
@@ -95,7 +95,9 @@ class TableDestinationConfig(DestinationConfig):
     @model_validator(mode="after")
     def _key_where_rows_can_be_replaced(self) -> TableDestinationConfig:
         if self.primary_key and not self.upserts:
-            raise ValueError(f"primary_key: {self.type} cannot upsert; duckdb and postgres can")
+            raise ValueError(
+                f"primary_key: {self.type} cannot upsert; duckdb, postgres, iceberg and delta can"
+            )
         return self
 
 
@@ -164,6 +166,85 @@ class ParquetConfig(TableDestinationConfig):
     """``day`` (of ``_timestamp``, Hive-style ``day=YYYY-MM-DD``) or ``none``."""
 
 
+class LakehouseConfig(TableDestinationConfig):
+    """An open table format: tables of Parquet files with a transaction log
+    (destinations/lakehouse.py)."""
+
+    modes = ("batch",)  # a commit per second would make a table of tiny files
+
+    path: str | None = None
+    """The directory the tables live under, a table per ``table_name_template`` result
+    (default ``<data_dir>/<type>``)."""
+    partition_by: Literal["day", "none"] = "day"
+    """``day``: partitioned by the day of ``_timestamp`` (UTC); ``none``: not partitioned."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_metering(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "metering" in data:
+            raise ValueError(
+                "metering keeps each key's newest version by deleting older rows across "
+                "two tables in one transaction, which table formats cannot; meter into a "
+                "duckdb or postgres destination"
+            )
+        return data
+
+    @field_validator("path", mode="before")
+    @classmethod
+    def _local(cls, value: Any) -> Any:
+        if isinstance(value, str) and is_uri(value):
+            raise ValueError(
+                "a local directory (object stores are not supported yet: eventpipe's tests "
+                "cannot reach one)"
+            )
+        return value
+
+
+class IcebergCatalogConfig(Section):
+    """Where an Iceberg destination's tables are registered (pyiceberg's catalogs)."""
+
+    type: Literal["sql", "rest"] = "sql"
+    """``sql``: pyiceberg's SQL catalog, on SQLite (the default) or PostgreSQL; ``rest``:
+    an Iceberg REST catalog (Polaris, Nessie, Gravitino, Lakekeeper, Unity...)."""
+    uri: str | None = Field(default=None, repr=False)
+    """sql: ``sqlite:////path/catalog.db`` (default ``<data_dir>/iceberg_catalog.db``) or
+    ``postgresql://user:${PGPASSWORD}@host/db``; rest: the catalog's URL."""
+    properties: dict[str, str] = Field(default_factory=dict, repr=False)
+    """More of pyiceberg's catalog properties (rest: ``credential``, ``token``,
+    ``warehouse``...); put secrets in environment variables."""
+    namespace: str | None = None
+    """The catalog namespace of the tables (default: the destination's id)."""
+
+    @field_validator("namespace")
+    @classmethod
+    def _namespace_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            sql_name(value, "namespace")
+        return value
+
+    @model_validator(mode="after")
+    def _rest_needs_uri(self) -> IcebergCatalogConfig:
+        if self.type == "rest" and not self.uri:
+            raise ValueError("catalog type rest needs uri: the catalog's URL")
+        return self
+
+
+class IcebergConfig(LakehouseConfig):
+    """Apache Iceberg tables, committed through pyiceberg."""
+
+    type: Literal["iceberg"] = "iceberg"
+    """The type: ``iceberg``."""
+    catalog: IcebergCatalogConfig = IcebergCatalogConfig()
+    """The catalog the tables are registered in."""
+
+
+class DeltaConfig(LakehouseConfig):
+    """Delta Lake tables, committed through delta-rs (``deltalake``)."""
+
+    type: Literal["delta"] = "delta"
+    """The type: ``delta``."""
+
+
 class HttpConfig(DestinationConfig):
     """An ingestion API that takes events in HTTP requests (docs/http.md): a sink."""
 
@@ -208,7 +289,8 @@ class HttpConfig(DestinationConfig):
 
 
 AnyDestination = Annotated[
-    DuckDBConfig | PostgresConfig | ParquetConfig | HttpConfig, Field(discriminator="type")
+    DuckDBConfig | PostgresConfig | ParquetConfig | IcebergConfig | DeltaConfig | HttpConfig,
+    Field(discriminator="type"),
 ]
 """A destination's settings, the model chosen by its ``type:``."""
 

@@ -20,9 +20,11 @@ from eventpipe.config import (
     TYPES,
     Config,
     DatabaseConfig,
+    DeltaConfig,
     DestinationConfig,
     DuckDBConfig,
     HttpConfig,
+    IcebergConfig,
     ParquetConfig,
     PostgresConfig,
     TableDestinationConfig,
@@ -114,6 +116,37 @@ def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resou
     return ParquetDestination(dest_id, root, lent.locks, dest.partition_by)
 
 
+def _lake_root(dest: IcebergConfig | DeltaConfig, config: Config) -> Path:
+    return Path(dest.path) if dest.path else config.layout.root / dest.type
+
+
+def iceberg_catalog(dest: IcebergConfig, config: Config) -> dict[str, str]:
+    """pyiceberg's catalog properties for ``dest``: its SQL catalog on SQLite under the
+    data directory unless configured; PostgreSQL through psycopg 3 (eventpipe's driver)."""
+    uri = dest.catalog.uri
+    if dest.catalog.type == "sql":
+        uri = uri or f"sqlite:///{config.layout.root / 'iceberg_catalog.db'}"
+        for plain in ("postgresql://", "postgres://"):
+            if uri.startswith(plain):
+                uri = "postgresql+psycopg://" + uri.removeprefix(plain)
+    assert uri is not None  # a rest catalog's is required
+    return {"type": dest.catalog.type, "uri": uri, **dest.catalog.properties}
+
+
+def _open_iceberg(dest_id: str, dest: IcebergConfig, config: Config, lent: Resources) -> Opened:
+    from eventpipe.destinations.iceberg import IcebergDestination
+
+    return IcebergDestination(dest_id, _lake_root(dest, config), lent.locks,
+                              iceberg_catalog(dest, config), dest.catalog.namespace or dest_id,
+                              dest.partition_by)  # fmt: skip
+
+
+def _open_delta(dest_id: str, dest: DeltaConfig, config: Config, lent: Resources) -> Opened:
+    from eventpipe.destinations.delta import DeltaDestination
+
+    return DeltaDestination(dest_id, _lake_root(dest, config), lent.locks, dest.partition_by)
+
+
 def _open_http(dest_id: str, dest: HttpConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.http import HttpSink
 
@@ -133,6 +166,8 @@ KINDS: dict[str, Kind] = {
     "duckdb": Kind(DuckDBConfig, _open_duckdb, _always, _duckdb_file),
     "postgres": Kind(PostgresConfig, _open_postgres, _always),
     "parquet": Kind(ParquetConfig, _open_parquet, _local_day_partitions),
+    "iceberg": Kind(IcebergConfig, _open_iceberg, _always),
+    "delta": Kind(DeltaConfig, _open_delta, _always),
     "http": Kind(HttpConfig, _open_http),
 }
 

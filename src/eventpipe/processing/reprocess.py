@@ -221,7 +221,7 @@ def replaceable(config: Config, destination_id: str) -> None:
             f"destination {destination_id!r} is of type {dest.type}: reprocess replaces a "
             "day's rows in one transaction or a day partition, which only "
             f"{', '.join(REPLACES_DAYS)} destinations do",
-            fix="reprocess a duckdb, postgres or parquet destination",
+            fix="reprocess a duckdb, postgres, parquet, iceberg or delta destination",
         )
     if not kind(dest).can_replace_days(dest):
         raise ConfigError(

@@ -1,0 +1,185 @@
+"""Delta Lake tables (``type: delta``), committed through delta-rs (``deltalake``).
+
+A table per ``table_name_template`` result, in ``<path>/<table>`` (its ``_delta_log``
+beside its data files). What the open table formats share (conversion, idempotence,
+reprocess) is in destinations/lakehouse.py; this module is Delta's commits:
+
+* a load is one ``WRITE`` (append) or ``MERGE`` (primary key) commit carrying an
+  application transaction ``eventpipe-<batch key>`` (Delta's own idempotent-write
+  record, kept in the table's snapshot) and the batch's id, rows and rejected rows in
+  the commit's metadata;
+* new columns: one metadata commit (``alter.add_columns``);
+* a reprocessed day: one ``WRITE`` with a predicate on ``_timestamp`` (Delta's
+  replaceWhere), which removes the day's files and adds the rebuilt ones at once;
+* partitioned by ``_eventpipe_day`` (a date column eventpipe fills from
+  ``_timestamp``); the primary key is kept in the key columns' metadata.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eventpipe.destinations.lakehouse import Commit, LakehouseDestination, batch_key, day_bounds
+from eventpipe.reserved import DAY
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from deltalake import DeltaTable
+
+KEY_METADATA = "eventpipe.primary-key"
+"""A key column's metadata: its place in the primary key (from 0)."""
+
+
+class DeltaDestination(LakehouseDestination):
+    """Delta tables in a local directory."""
+
+    def _path(self, table: str) -> Path:
+        return self.root / table
+
+    def _open(self, table: str) -> DeltaTable | None:
+        from deltalake import DeltaTable
+
+        path = self._path(table)
+        if not (path / "_delta_log").is_dir() or not DeltaTable.is_deltatable(str(path)):
+            return None
+        return DeltaTable(str(path))
+
+    def _schema(self, table: str) -> tuple[pa.Schema, tuple[str, ...]] | None:
+        import pyarrow as pa
+
+        found = self._open(table)
+        if found is None:
+            return None
+        schema = pa.schema(found.schema().to_arrow())
+        key = sorted(
+            (int(f.metadata[KEY_METADATA.encode()]), f.name)
+            for f in schema
+            if f.metadata and KEY_METADATA.encode() in f.metadata
+        )
+        own = [f.remove_metadata() for f in schema if f.name != DAY]
+        return pa.schema(own), tuple(name for _, name in key)
+
+    def _create(self, table: str, schema: pa.Schema, primary_key: tuple[str, ...]) -> None:
+        import pyarrow as pa
+        from deltalake import DeltaTable
+
+        fields = [
+            f.with_metadata({KEY_METADATA: str(primary_key.index(f.name))})
+            if f.name in primary_key
+            else f
+            for f in schema
+        ]
+        partition: list[str] = []
+        if self.partitioned(schema.names):
+            fields.append(pa.field(DAY, pa.date32()))
+            partition = [DAY]
+        self._path(table).mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(str(self._path(table)), schema=pa.schema(fields),
+                          partition_by=partition or None, mode="ignore")  # fmt: skip
+
+    def _add_columns(self, table: str, columns: pa.Schema) -> None:
+        from deltalake import Field
+
+        found = self._open(table)
+        assert found is not None
+        found.alter.add_columns([Field.from_arrow(f) for f in columns])
+
+    def _has_days(self, table: str) -> bool:
+        found = self._open(table)
+        return found is not None and DAY in found.metadata().partition_columns
+
+    def _with_days(self, rows: pa.Table) -> pa.Table:
+        import pyarrow.compute as pc
+
+        if not self.partitioned(rows.column_names):
+            return rows
+        return rows.append_column(DAY, pc.cast(rows["_timestamp"], "date32"))
+
+    def _commits(self, table: str) -> Iterator[Commit]:
+        found = self._open(table)
+        if found is None:
+            return
+        for entry in found.history():
+            commit = Commit.of(entry)
+            if commit is not None:
+                yield commit
+
+    def _committed(self, table: str, batch_id: str) -> Commit | None:
+        found = self._open(table)
+        if found is None or found.transaction_version(_app(batch_id)) is None:
+            return None
+        key = batch_key(batch_id)
+        return next(
+            (c for c in self._commits(table) if batch_key(c.batch_id) == key),
+            Commit(batch_id, 0),  # the history's entry is gone (cleaned up): no rows known
+        )
+
+    def _properties(self, commit: Commit) -> Any:
+        from deltalake import CommitProperties, Transaction
+
+        return CommitProperties(
+            custom_metadata=commit.properties(),
+            app_transactions=[Transaction(_app(commit.batch_id), 1)],
+        )
+
+    def _append(self, table: str, rows: pa.Table, commit: Commit) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(str(self._path(table)), self._fit(table, rows), mode="append",
+                        commit_properties=self._properties(commit))  # fmt: skip
+
+    def _fit(self, table: str, rows: pa.Table) -> pa.Table:
+        """``rows`` with the day column if and only if the table is partitioned by it."""
+        if DAY in rows.column_names and not self._has_days(table):
+            return rows.drop_columns([DAY])
+        return rows
+
+    def _upsert(
+        self, table: str, rows: pa.Table, primary_key: tuple[str, ...], commit: Commit
+    ) -> None:
+        found = self._open(table)
+        assert found is not None
+        q = self.dialect.quote
+        on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in primary_key)
+        merge = found.merge(
+            self._fit(table, rows), predicate=on, source_alias="s", target_alias="t",
+            commit_properties=self._properties(commit),
+        )  # fmt: skip
+        newer = None
+        if "_timestamp" in rows.column_names:
+            ts = q("_timestamp")
+            newer = f"s.{ts} >= t.{ts} OR t.{ts} IS NULL"
+        merge.when_matched_update_all(predicate=newer).when_not_matched_insert_all().execute()
+
+    def _replace(self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit) -> None:
+        from deltalake import write_deltalake
+
+        ts = self.dialect.quote("_timestamp")
+        predicate = " OR ".join(
+            f"({ts} >= '{a.isoformat()}' AND {ts} < '{b.isoformat()}')" for a, b in day_bounds(days)
+        )
+        write_deltalake(
+            str(self._path(table)), self._fit(table, rows), mode="overwrite",
+            predicate=predicate, commit_properties=self._properties(commit),
+        )  # fmt: skip
+
+    def _read(self, table: str) -> Any:
+        found = self._open(table)
+        assert found is not None
+        return found.to_pyarrow_dataset()
+
+    def tables(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.parent.name for p in self.root.glob("*/_delta_log"))
+
+    def _drop(self, table: str) -> None:
+        shutil.rmtree(self._path(table), ignore_errors=True)
+
+
+def _app(batch_id: str) -> str:
+    """The application transaction id of a batch (Delta keeps one version per id)."""
+    return f"eventpipe-{batch_key(batch_id)}"

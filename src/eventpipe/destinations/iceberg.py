@@ -1,0 +1,205 @@
+"""Apache Iceberg tables (``type: iceberg``), committed through pyiceberg.
+
+The tables are registered in a catalog (config ``catalog:``): pyiceberg's SQL catalog
+on SQLite by default (``<data_dir>/iceberg_catalog.db``), on PostgreSQL to share it
+between hosts, or a REST catalog. A table per ``table_name_template`` result, in the
+catalog's namespace (default: the destination's id), its files in ``<path>/<table>``.
+What the formats share is in destinations/lakehouse.py; this module is Iceberg's
+commits:
+
+* a load is one snapshot (``append``; with a primary key pyiceberg's ``upsert``, which
+  rewrites the data files holding the keys it updates: copy-on-write, no equality
+  deletes) whose summary carries the batch's id, rows and rejected rows;
+* new columns: a schema update (``union_by_name``);
+* a reprocessed day: one transaction that deletes the day's rows and appends the
+  rebuilt ones (``overwrite`` with a filter on ``_timestamp``);
+* partitioned by Iceberg's ``day`` transform of ``_timestamp`` (hidden partitioning:
+  readers filter on ``_timestamp`` and skip the other days); the primary key is the
+  table property ``eventpipe.primary-key``.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator, Sequence
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eventpipe.destinations.lakehouse import Commit, LakehouseDestination, batch_key, day_bounds
+from eventpipe.locks import Locks
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table as IcebergTable
+
+KEY_PROPERTY = "eventpipe.primary-key"
+
+
+class IcebergDestination(LakehouseDestination):
+    """Iceberg tables in a local directory, registered in ``catalog``."""
+
+    def __init__(
+        self,
+        destination_id: str,
+        root: Path,
+        locks: Locks,
+        catalog: dict[str, str],
+        namespace: str,
+        partition_by: str = "day",
+    ) -> None:
+        super().__init__(destination_id, root, locks, partition_by)
+        self.catalog_properties = catalog
+        self.namespace = namespace
+
+    @cached_property
+    def catalog(self) -> Catalog:
+        from pyiceberg.catalog import load_catalog
+
+        catalog = load_catalog(self.id, **{"warehouse": self.root.as_uri(),
+                                           **self.catalog_properties})  # fmt: skip
+        catalog.create_namespace_if_not_exists(self.namespace)
+        return catalog
+
+    def _open(self, table: str) -> IcebergTable | None:
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            return self.catalog.load_table((self.namespace, table))
+        except NoSuchTableError:
+            return None
+
+    def _schema(self, table: str) -> tuple[pa.Schema, tuple[str, ...]] | None:
+        import pyarrow as pa
+
+        found = self._open(table)
+        if found is None:
+            return None
+        schema = found.schema().as_arrow()
+        key = tuple(json.loads(found.properties.get(KEY_PROPERTY, "[]")))
+        return pa.schema([f.remove_metadata() for f in schema]), key
+
+    def _create(self, table: str, schema: pa.Schema, primary_key: tuple[str, ...]) -> None:
+        from pyiceberg.transforms import DayTransform
+
+        self.root.mkdir(parents=True, exist_ok=True)
+        create = self.catalog.create_table_transaction(
+            (self.namespace, table),
+            schema=schema,
+            location=(self.root / table).as_uri(),
+            properties={KEY_PROPERTY: json.dumps(list(primary_key))} if primary_key else {},
+        )
+        if self.partitioned(schema.names):
+            with create.update_spec() as spec:
+                spec.add_field("_timestamp", DayTransform(), "_timestamp_day")
+        create.commit_transaction()
+
+    def _add_columns(self, table: str, columns: pa.Schema) -> None:
+        found = self._open(table)
+        assert found is not None
+        with found.update_schema() as update:
+            update.union_by_name(columns)
+
+    def _commits(self, table: str) -> Iterator[Commit]:
+        found = self._open(table)
+        if found is None:
+            return
+        for snapshot in reversed(found.metadata.snapshots):
+            if snapshot.summary is not None:
+                commit = Commit.of(snapshot.summary.additional_properties)
+                if commit is not None:
+                    yield commit
+
+    def _committed(self, table: str, batch_id: str) -> Commit | None:
+        key = batch_key(batch_id)
+        return next((c for c in self._commits(table) if batch_key(c.batch_id) == key), None)
+
+    def _append(self, table: str, rows: pa.Table, commit: Commit) -> None:
+        found = self._open(table)
+        assert found is not None
+        found.append(rows, snapshot_properties=commit.properties())
+
+    def _upsert(
+        self, table: str, rows: pa.Table, primary_key: tuple[str, ...], commit: Commit
+    ) -> None:
+        found = self._open(table)
+        assert found is not None
+        if found.current_snapshot() is None:
+            found.append(rows, snapshot_properties=commit.properties())
+            return
+        rows = self._newer_only(found, rows, primary_key)
+        if rows.num_rows:
+            found.upsert(rows, join_cols=list(primary_key), snapshot_properties=commit.properties())
+
+    def _newer_only(
+        self, found: IcebergTable, rows: pa.Table, primary_key: tuple[str, ...]
+    ) -> pa.Table:
+        """``rows`` but those whose key the table holds with a newer ``_timestamp``
+        (pyiceberg's upsert updates whatever differs)."""
+        from pyiceberg.table.upsert_util import create_match_filter
+
+        if "_timestamp" not in rows.column_names:
+            return rows
+        present = found.scan(row_filter=create_match_filter(rows, list(primary_key)),
+                             selected_fields=(*primary_key, "_timestamp")).to_arrow()  # fmt: skip
+        if not present.num_rows:
+            return rows
+        q = self.dialect.quote
+        same = " AND ".join(f"p.{q(c)} = s.{q(c)}" for c in primary_key)
+        ts = q("_timestamp")
+        with self._duckdb() as db:
+            db.register("present", present)
+            db.register("batch", rows)
+            kept = db.sql(
+                f"SELECT s.* FROM batch AS s WHERE NOT EXISTS (SELECT 1 FROM present AS p "
+                f"WHERE {same} AND p.{ts} > s.{ts})"
+            ).to_arrow_table()
+        return kept.cast(rows.schema)
+
+    def _replace(self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit) -> None:
+        found = self._open(table)
+        assert found is not None
+        with found.transaction() as tx:
+            tx.overwrite(rows, overwrite_filter=_of_days(days),
+                         snapshot_properties=commit.properties())  # fmt: skip
+
+    def _read(self, table: str) -> Any:
+        """The current snapshot's data files as one Arrow dataset in the table's schema
+        (read lazily); through pyiceberg's scan when there are delete files."""
+        import pyarrow.dataset as ds
+
+        found = self._open(table)
+        assert found is not None
+        schema = found.schema().as_arrow()
+        tasks = list(found.scan().plan_files())
+        if any(task.delete_files for task in tasks):
+            return found.scan().to_arrow()
+        paths = [task.file.file_path.removeprefix("file://") for task in tasks]
+        if not paths:
+            return schema.empty_table()
+        return ds.dataset(paths, schema=schema, format="parquet")
+
+    def tables(self) -> list[str]:
+        from pyiceberg.exceptions import NoSuchNamespaceError
+
+        try:
+            return sorted(name for _, name in self.catalog.list_tables(self.namespace))
+        except NoSuchNamespaceError:
+            return []
+
+    def _drop(self, table: str) -> None:
+        found = self._open(table)
+        if found is None:
+            return
+        self.catalog.drop_table((self.namespace, table))
+        shutil.rmtree(Path(found.location().removeprefix("file://")), ignore_errors=True)
+
+
+def _of_days(days: Sequence[str]) -> str:
+    """pyiceberg's filter of the rows whose ``_timestamp`` falls in ``days``."""
+    return " OR ".join(
+        f"(_timestamp >= '{a.isoformat()}' AND _timestamp < '{b.isoformat()}')"
+        for a, b in day_bounds(days)
+    )
