@@ -22,6 +22,7 @@ from eventpipe.reserved import DAY
 from tests.conftest import WEB_SERVER, make_config
 from tests.e2e.test_batch_pipeline import _post, _seal
 from tests.e2e.test_reprocess import MOVE_N, REBUILT_20TH, _three_days
+from tests.process import free_port, run, write_config
 
 TEMPLATE = {"table_name_template": "{{ event_type }}"}
 LAKES = {"ice": {"type": "iceberg", **TEMPLATE}, "lake": {"type": "delta", **TEMPLATE}}
@@ -132,3 +133,20 @@ def test_a_reprocess_replaces_a_days_rows_in_lakehouse_tables(tmp_path: Path, sp
         assert opened.tables() == ["click", "page"]  # the shadows went with the swap
         _, again = rp.reprocess(spark, after, dest_id, date(2026, 11, 20), date(2026, 11, 20))
         assert again == []
+    # The operator's maintenance, from the command line: the same rows in fewer files.
+    config_file = write_config(tmp_path / "eventpipe.yaml", data, free_port(),
+                               destinations={d: {**lake, "mappings": MOVE_N}
+                                             for d, lake in LAKES.items()})  # fmt: skip
+    for dest_id in LAKES:
+        compacted = run("lake", "compact", "--destination", dest_id, "-c", str(config_file))
+        assert compacted.returncode == 0, compacted.stderr
+        assert f"{dest_id}.page: " in compacted.stdout
+        expired = run("lake", "expire", "--destination", dest_id, "-c", str(config_file))
+        assert expired.returncode == 0, expired.stderr
+        assert "version(s) expired" in expired.stdout
+        opened = open_destination(dest_id, after.destinations[dest_id], after)
+        _, found = opened.query("SELECT eventn_ctx_event_id, number, n FROM page")
+        assert sorted(found) == [(e, number, n) for e, _, number, n in REBUILT_20TH["page"]]
+    unknown = run("lake", "compact", "-c", str(config_file))
+    assert unknown.returncode != 0
+    assert "no iceberg or delta destination (configured: ice, lake)" in unknown.stderr

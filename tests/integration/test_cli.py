@@ -30,6 +30,7 @@ def test_help_lists_the_commands_that_exist() -> None:
         "collect",
         "import",
         "init",
+        "lake",
         "log",
         "process",
         "query",

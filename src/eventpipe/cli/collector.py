@@ -89,8 +89,12 @@ def import_command(
     import sys
 
     from eventpipe.collector.imports import files_of, import_files
+    from eventpipe.config import with_dev_keys
 
-    config = load(config_path).config
+    loaded = load(config_path)
+    config = loaded.config
+    if loaded.embedded:  # the collector's development key pair: --key dev
+        config, _ = with_dev_keys(config)
     files = files_of(list(paths))
     total = sum(f.stat().st_size for f in files)
     with click.progressbar(length=total, label="importing", file=sys.stderr,

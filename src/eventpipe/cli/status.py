@@ -216,8 +216,8 @@ def _archive_line(config: Any) -> str:
 )  # fmt: skip
 def query(config_path: Path | None, sql: str, destination_id: str | None) -> None:
     """Run one read-only query on a destination (DuckDB; PostgreSQL in its schema;
-    Parquet tables as DuckDB views) and print a table. Writes, several statements and
-    reading other files are refused."""
+    Parquet, Iceberg and Delta tables through DuckDB) and print a table. Writes, several
+    statements and reading other files are refused."""
     from eventpipe.processing.run import open_destination
 
     config = load(config_path).config

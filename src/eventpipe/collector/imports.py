@@ -263,7 +263,10 @@ def import_files(
     per file. ``progress(n)``: ``n`` more bytes of the files read."""
     if key_id not in {key.id for key in config.api_keys}:
         known = ", ".join(sorted(k.id for k in config.api_keys)) or "none"
-        raise ConfigError(f"no api key {key_id!r} (configured: {known})")
+        raise ConfigError(
+            f"no api key {key_id!r} (configured: {known})",
+            fix="import with the id of a key under api_keys: (see `eventpipe init`)",
+        )
     if fmt is not None and fmt not in FORMATS:
         raise ConfigError(f"--format {fmt!r}: one of {', '.join(FORMATS)}")
     return asyncio.run(_import(config, files_of(paths), key_id, fmt, force, progress))

@@ -19,18 +19,23 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from deltalake import DeltaTable
 
 from eventpipe.destinations.lakehouse import Commit, LakehouseDestination, batch_key, day_bounds
 from eventpipe.reserved import DAY
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from deltalake import DeltaTable
 
 KEY_METADATA = "eventpipe.primary-key"
 """A key column's metadata: its place in the primary key (from 0)."""
+TABLE_PROPERTIES = {"delta.setTransactionRetentionDuration": "interval 30 days"}
+"""Each batch leaves an application transaction in the table's snapshot: kept 30 days
+(far beyond any retry of a batch), then dropped by the next checkpoint."""
 
 
 class DeltaDestination(LakehouseDestination):
@@ -40,8 +45,6 @@ class DeltaDestination(LakehouseDestination):
         return self.root / table
 
     def _open(self, table: str) -> DeltaTable | None:
-        from deltalake import DeltaTable
-
         path = self._path(table)
         if not (path / "_delta_log").is_dir() or not DeltaTable.is_deltatable(str(path)):
             return None
@@ -64,7 +67,6 @@ class DeltaDestination(LakehouseDestination):
 
     def _create(self, table: str, schema: pa.Schema, primary_key: tuple[str, ...]) -> None:
         import pyarrow as pa
-        from deltalake import DeltaTable
 
         fields = [
             f.with_metadata({KEY_METADATA: str(primary_key.index(f.name))})
@@ -78,7 +80,8 @@ class DeltaDestination(LakehouseDestination):
             partition = [DAY]
         self._path(table).mkdir(parents=True, exist_ok=True)
         DeltaTable.create(str(self._path(table)), schema=pa.schema(fields),
-                          partition_by=partition or None, mode="ignore")  # fmt: skip
+                          partition_by=partition or None, mode="ignore",
+                          configuration=TABLE_PROPERTIES)  # fmt: skip
 
     def _add_columns(self, table: str, columns: pa.Schema) -> None:
         from deltalake import Field
@@ -165,6 +168,30 @@ class DeltaDestination(LakehouseDestination):
             str(self._path(table)), self._fit(table, rows), mode="overwrite",
             predicate=predicate, commit_properties=self._properties(commit),
         )  # fmt: skip
+
+    def _compact(self, table: str) -> tuple[int, int]:
+        found = self._open(table)
+        assert found is not None
+        before = len(found.file_uris())
+        found.optimize.compact()
+        return before, len(DeltaTable(str(self._path(table))).file_uris())
+
+    def _expire(self, table: str, before: datetime) -> tuple[int, int]:
+        """Vacuum (``full``: also files no version ever named, such as those of a commit
+        that failed) and the log's entries past ``delta.logRetentionDuration``."""
+        found = self._open(table)
+        assert found is not None
+        hours = max(0, int((datetime.now(UTC) - before).total_seconds() // 3600))
+        current = found.version()
+        expired = sum(  # their files may be gone: no time travel to them
+            1
+            for entry in found.history()
+            if entry["timestamp"] < before.timestamp() * 1000 and entry["version"] != current
+        )
+        deleted = found.vacuum(retention_hours=hours, dry_run=False,
+                               enforce_retention_duration=False, full=True)  # fmt: skip
+        found.cleanup_metadata()
+        return expired, len(deleted)
 
     def _read(self, table: str) -> Any:
         found = self._open(table)

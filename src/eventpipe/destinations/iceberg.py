@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import shutil
 from collections.abc import Iterator, Sequence
+from datetime import date, datetime, timedelta
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -36,6 +37,12 @@ if TYPE_CHECKING:
     from pyiceberg.table import Table as IcebergTable
 
 KEY_PROPERTY = "eventpipe.primary-key"
+TABLE_PROPERTIES = {
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+"""Each commit writes a metadata file: the table keeps the last 100 (Iceberg's own
+setting), not one per batch forever."""
 
 
 class IcebergDestination(LakehouseDestination):
@@ -60,6 +67,13 @@ class IcebergDestination(LakehouseDestination):
 
         catalog = load_catalog(self.id, **{"warehouse": self.root.as_uri(),
                                            **self.catalog_properties})  # fmt: skip
+        engine = getattr(catalog, "engine", None)
+        if engine is not None:  # the SQL catalog: no connection kept between operations
+            from sqlalchemy import create_engine
+            from sqlalchemy.pool import NullPool
+
+            engine.dispose()
+            catalog.engine = create_engine(engine.url, poolclass=NullPool)  # type: ignore[attr-defined]
         catalog.create_namespace_if_not_exists(self.namespace)
         return catalog
 
@@ -89,7 +103,10 @@ class IcebergDestination(LakehouseDestination):
             (self.namespace, table),
             schema=schema,
             location=(self.root / table).as_uri(),
-            properties={KEY_PROPERTY: json.dumps(list(primary_key))} if primary_key else {},
+            properties={
+                **TABLE_PROPERTIES,
+                **({KEY_PROPERTY: json.dumps(list(primary_key))} if primary_key else {}),
+            },
         )
         if self.partitioned(schema.names):
             with create.update_spec() as spec:
@@ -165,6 +182,64 @@ class IcebergDestination(LakehouseDestination):
             tx.overwrite(rows, overwrite_filter=_of_days(days),
                          snapshot_properties=commit.properties())  # fmt: skip
 
+    def _compact(self, table: str) -> tuple[int, int]:
+        """Each partition (day) of more than one data file rewritten into one, all in one
+        transaction (pyiceberg has no rewrite of data files yet: a day's rows are read
+        and written again with an ``overwrite`` of that day)."""
+        found = self._open(table)
+        assert found is not None
+        files: dict[tuple[Any, ...], int] = {}
+        for task in found.scan().plan_files():
+            part = task.file.partition
+            key: tuple[Any, ...] = tuple(part[i] for i in range(len(part)))
+            files[key] = files.get(key, 0) + 1
+        before = sum(files.values())
+        crowded = [key for key, n in files.items() if n > 1]
+        if crowded:
+            partitioned = bool(found.spec().fields)
+            with found.transaction() as tx:
+                for key in crowded:
+                    where = _of_days([_epoch_day(key[0])]) if partitioned else "true"
+                    rows = found.scan(row_filter=where).to_arrow()
+                    tx.overwrite(rows, overwrite_filter=where,
+                                 snapshot_properties={"eventpipe.compacted": "true"})  # fmt: skip
+        compacted = self._open(table)
+        assert compacted is not None
+        return before, len(list(compacted.scan().plan_files()))
+
+    def _expire(self, table: str, before: datetime) -> tuple[int, int]:
+        """Snapshots older than ``before`` expired (the current one kept), then the data
+        and manifest files that no remaining snapshot names and that are older than
+        ``before`` deleted (pyiceberg's expiry removes snapshots from the metadata only)."""
+        found = self._open(table)
+        assert found is not None
+        current = found.current_snapshot()
+        old = [
+            s.snapshot_id
+            for s in found.metadata.snapshots
+            if s.timestamp_ms < before.timestamp() * 1000
+            and (current is None or s.snapshot_id != current.snapshot_id)
+        ]
+        if old:
+            found.maintenance.expire_snapshots().by_ids(old).commit()
+        found = self._open(table)
+        assert found is not None
+        named = {
+            *(
+                p.removeprefix("file://")
+                for p in found.inspect.all_files()["file_path"].to_pylist()
+            ),
+            *(p.removeprefix("file://") for p in found.inspect.all_manifests()["path"].to_pylist()),
+            *(s.manifest_list.removeprefix("file://") for s in found.metadata.snapshots),
+        }
+        root = Path(found.location().removeprefix("file://"))
+        deleted = 0
+        for path in [*root.glob("data/**/*.parquet"), *root.glob("metadata/*.avro")]:
+            if str(path) not in named and path.stat().st_mtime < before.timestamp():
+                path.unlink()
+                deleted += 1
+        return len(old), deleted
+
     def _read(self, table: str) -> Any:
         """The current snapshot's data files as one Arrow dataset in the table's schema
         (read lazily); through pyiceberg's scan when there are delete files."""
@@ -195,6 +270,11 @@ class IcebergDestination(LakehouseDestination):
             return
         self.catalog.drop_table((self.namespace, table))
         shutil.rmtree(Path(found.location().removeprefix("file://")), ignore_errors=True)
+
+
+def _epoch_day(value: int) -> str:
+    """The day a ``day`` partition value (days since 1970-01-01) stands for."""
+    return (date(1970, 1, 1) + timedelta(days=int(value))).isoformat()
 
 
 def _of_days(days: Sequence[str]) -> str:

@@ -52,7 +52,7 @@ import duckdb
 
 from eventpipe.destinations.base import DaySwap, LoadRequest, LoadResult, day_ranges, table_lock
 from eventpipe.destinations.duckdb import read_only_query, rows_of, unconvertible_rows
-from eventpipe.errors import TerminalError
+from eventpipe.errors import EventpipeError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
 from eventpipe.reserved import LOADS_TABLE, SHADOW_PREFIX
 from eventpipe.schema.dialects import DUCKDB
@@ -186,6 +186,17 @@ class LakehouseDestination(ABC):
         """The table's current version as an Arrow dataset or table (for DuckDB)."""
 
     @abstractmethod
+    def _compact(self, table: str) -> tuple[int, int]:
+        """Rewrite the small files of each partition into fewer, in one commit; (data
+        files before, after)."""
+
+    @abstractmethod
+    def _expire(self, table: str, before: datetime) -> tuple[int, int]:
+        """Forget the table's versions older than ``before`` (the current one is always
+        kept) and delete the files no version left names that are older than it too;
+        (versions forgotten, files deleted)."""
+
+    @abstractmethod
     def tables(self) -> list[str]:
         """The tables (shadow tables of a reprocess included)."""
 
@@ -195,8 +206,25 @@ class LakehouseDestination(ABC):
 
     # The protocol ------------------------------------------------------------------
 
+    @contextmanager
+    def _format_errors(self, table: str) -> Iterator[None]:
+        """What the format's library raises (its catalog unreachable, a file system that
+        refuses, a commit that conflicts, a bug) is not the events' fault: a transient
+        error, so the destination waits and retries with backoff instead of isolating
+        its events one by one. Rows a column cannot take were left out before."""
+        try:
+            yield
+        except EventpipeError:
+            raise
+        except Exception as exc:
+            raise TransientError(
+                f"{self.id}.{table}: {type(exc).__name__}: {first_line(exc)}",
+                destination=self.id,
+            ) from exc
+
     def describe(self, table: str) -> Table | None:
-        found = self._schema(table)
+        with self._format_errors(table):
+            found = self._schema(table)
         if found is None:
             return None
         schema, key = found
@@ -207,7 +235,7 @@ class LakehouseDestination(ABC):
 
         if patch.empty:
             return
-        with table_lock(self.locks, self.id, patch.table):
+        with table_lock(self.locks, self.id, patch.table), self._format_errors(patch.table):
             current = self.describe(patch.table)  # again, under the lock
             if current is None:
                 columns = pa.schema([(c, arrow_type(t)) for c, t in patch.add_columns])
@@ -219,7 +247,8 @@ class LakehouseDestination(ABC):
 
     def load(self, request: LoadRequest) -> LoadResult:
         with table_lock(self.locks, self.id, request.table):
-            done = self._committed(request.table, request.batch_id)
+            with self._format_errors(request.table):
+                done = self._committed(request.table, request.batch_id)
             if done is not None:
                 return LoadResult(rows=done.rows, already_loaded=True, rejected=done.rejected)
             table = self.describe(request.table)
@@ -231,10 +260,11 @@ class LakehouseDestination(ABC):
             rows, rejected = self._rows(request, table)
             commit = Commit(request.batch_id, rows.num_rows, rejected)
             key = request.primary_key or table.primary_key
-            if key:
-                self._upsert(request.table, rows, key, commit)
-            else:
-                self._append(request.table, rows, commit)
+            with self._format_errors(request.table):
+                if key:
+                    self._upsert(request.table, rows, key, commit)
+                else:
+                    self._append(request.table, rows, commit)
         return LoadResult(rows=rows.num_rows, rejected=rejected)
 
     def _rows(self, request: LoadRequest, table: Table) -> tuple[pa.Table, Rejected]:
@@ -275,6 +305,20 @@ class LakehouseDestination(ABC):
     def partitioned(self, columns: Mapping[str, Any]) -> bool:
         return self.partition_by == "day" and "_timestamp" in columns
 
+    def compact(self, table: str) -> tuple[int, int]:
+        """``eventpipe lake compact``: a table's small files rewritten into fewer, per
+        partition, in one commit, under the table's lock; (data files before, after)."""
+        with table_lock(self.locks, self.id, table), self._format_errors(table):
+            return self._compact(table)
+
+    def expire(self, table: str, before: datetime) -> tuple[int, int]:
+        """``eventpipe lake expire``: the table's versions older than ``before`` forgotten
+        (no time travel to them; a batch committed before it is no longer recognised
+        in the log, so keep it well beyond any retry) and unreferenced files older than
+        it deleted, under the table's lock; (versions forgotten, files deleted)."""
+        with table_lock(self.locks, self.id, table), self._format_errors(table):
+            return self._expire(table, before)
+
     def drop(self, tables: list[str]) -> None:
         for table in tables:
             self._drop(table)
@@ -302,7 +346,8 @@ class LakehouseDestination(ABC):
                     moved[table] = done.rows
                     continue
                 rows = self._shadow_rows(swap, table, current)
-                self._replace(table, swap.days, rows, Commit(record, rows.num_rows))
+                with self._format_errors(table):
+                    self._replace(table, swap.days, rows, Commit(record, rows.num_rows))
                 moved[table] = rows.num_rows
             self.drop(sorted(s for s in swap.shadows.values() if self._schema(s) is not None))
         return {t: n for t, n in moved.items() if t in swap.shadows}

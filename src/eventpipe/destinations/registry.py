@@ -117,7 +117,8 @@ def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resou
 
 
 def _lake_root(dest: IcebergConfig | DeltaConfig, config: Config) -> Path:
-    return Path(dest.path) if dest.path else config.layout.root / dest.type
+    """Absolute: Iceberg records its tables' locations as URIs in the catalog."""
+    return (Path(dest.path) if dest.path else config.layout.root / dest.type).absolute()
 
 
 def iceberg_catalog(dest: IcebergConfig, config: Config) -> dict[str, str]:
@@ -125,7 +126,7 @@ def iceberg_catalog(dest: IcebergConfig, config: Config) -> dict[str, str]:
     data directory unless configured; PostgreSQL through psycopg 3 (eventpipe's driver)."""
     uri = dest.catalog.uri
     if dest.catalog.type == "sql":
-        uri = uri or f"sqlite:///{config.layout.root / 'iceberg_catalog.db'}"
+        uri = uri or f"sqlite:///{(config.layout.root / 'iceberg_catalog.db').absolute()}"
         for plain in ("postgresql://", "postgres://"):
             if uri.startswith(plain):
                 uri = "postgresql+psycopg://" + uri.removeprefix(plain)

@@ -227,3 +227,39 @@ def test_an_iceberg_catalog_on_postgresql(
                                properties, postgres_schema)  # fmt: skip
     assert other.query("SELECT count(*) FROM events")[1] == [(100,)]
     assert other.tables() == ["events"]
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_a_table_directory_that_cannot_be_written_is_a_transient_error(
+    kind: str, tmp_path: Path
+) -> None:
+    """The format's failure is not the events': the destination waits and retries,
+    instead of isolating its events one by one."""
+    from eventpipe.errors import TransientError
+
+    (tmp_path / kind).write_text("a file where the tables' directory should be")
+    dest = _open(kind, tmp_path)
+    with pytest.raises(TransientError, match=r"lake\.events: "):
+        _created(dest)
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_compact_then_expire_leaves_the_rows_in_fewer_files_and_deletes_the_rest(
+    kind: str, tmp_path: Path
+) -> None:
+    dest = _open(kind, tmp_path)
+    _created(dest)
+    for n in range(5):  # a file per batch and day: 15
+        rows = _rows_file(tmp_path / f"{n}.parquet", 300, first=300 * n)
+        dest.load(LoadRequest("events", f"b{n}", (rows,), COLUMNS))
+    expected = _count(dest)
+    assert dest.compact("events") == (15, 3)  # one per day
+    assert _count(dest) == expected
+    assert dest.compact("events") == (3, 3)  # nothing more to do
+    on_disk = len(_data_files(kind, tmp_path))
+    versions, deleted = dest.expire("events", datetime.now(UTC) + timedelta(seconds=1))
+    assert versions >= 5
+    assert deleted >= 15  # the compacted files (and Iceberg's old manifests)
+    assert len(_data_files(kind, tmp_path)) == on_disk - 15
+    assert _count(dest) == expected
+    assert all(f.exists() for f in _files_referenced(kind, tmp_path))
