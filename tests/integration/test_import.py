@@ -123,3 +123,13 @@ def test_a_million_lines_with_bad_ones_from_the_command_line(tmp_path: Path) -> 
     assert sorted(int(f["error"].split(":")[0].removeprefix("line ")) for f in failed) == sorted(
         bad
     )
+
+
+def test_embedded_defaults_import_with_the_development_key(tmp_path: Path) -> None:
+    """No eventpipe.yaml: the collector's development key pair (data/dev_keys.json)."""
+    events = tmp_path / "events.ndjson"
+    events.write_text('{"event_type": "a"}\n{"event_type": "b"}\n')
+    done = run("import", str(events), "--key", "dev", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "imported 2 events" in done.stdout
+    assert (tmp_path / "data" / "dev_keys.json").exists()
