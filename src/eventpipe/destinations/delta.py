@@ -83,13 +83,6 @@ class DeltaDestination(LakehouseDestination):
                           partition_by=partition or None, mode="ignore",
                           configuration=TABLE_PROPERTIES)  # fmt: skip
 
-    def _add_columns(self, table: str, columns: pa.Schema) -> None:
-        from deltalake import Field
-
-        found = self._open(table)
-        assert found is not None
-        found.alter.add_columns([Field.from_arrow(f) for f in columns])
-
     def _has_days(self, table: str) -> bool:
         found = self._open(table)
         return found is not None and DAY in found.metadata().partition_columns
@@ -128,10 +121,11 @@ class DeltaDestination(LakehouseDestination):
             app_transactions=[Transaction(_app(commit.batch_id), 1)],
         )
 
-    def _append(self, table: str, rows: pa.Table, commit: Commit) -> None:
+    def _append(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
         from deltalake import write_deltalake
 
         write_deltalake(str(self._path(table)), self._fit(table, rows), mode="append",
+                        schema_mode="merge" if add else None,
                         commit_properties=self._properties(commit))  # fmt: skip
 
     def _fit(self, table: str, rows: pa.Table) -> pa.Table:
@@ -141,7 +135,12 @@ class DeltaDestination(LakehouseDestination):
         return rows
 
     def _upsert(
-        self, table: str, rows: pa.Table, primary_key: tuple[str, ...], commit: Commit
+        self,
+        table: str,
+        rows: pa.Table,
+        primary_key: tuple[str, ...],
+        commit: Commit,
+        add: pa.Schema | None,
     ) -> None:
         found = self._open(table)
         assert found is not None
@@ -149,7 +148,7 @@ class DeltaDestination(LakehouseDestination):
         on = " AND ".join(f"t.{q(c)} = s.{q(c)}" for c in primary_key)
         merge = found.merge(
             self._fit(table, rows), predicate=on, source_alias="s", target_alias="t",
-            commit_properties=self._properties(commit),
+            merge_schema=add is not None, commit_properties=self._properties(commit),
         )  # fmt: skip
         newer = None
         if "_timestamp" in rows.column_names:
@@ -157,7 +156,9 @@ class DeltaDestination(LakehouseDestination):
             newer = f"s.{ts} >= t.{ts} OR t.{ts} IS NULL"
         merge.when_matched_update_all(predicate=newer).when_not_matched_insert_all().execute()
 
-    def _replace(self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit) -> None:
+    def _replace(
+        self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit, add: pa.Schema | None
+    ) -> None:
         from deltalake import write_deltalake
 
         ts = self.dialect.quote("_timestamp")
@@ -166,7 +167,8 @@ class DeltaDestination(LakehouseDestination):
         )
         write_deltalake(
             str(self._path(table)), self._fit(table, rows), mode="overwrite",
-            predicate=predicate, commit_properties=self._properties(commit),
+            predicate=predicate, schema_mode="merge" if add else None,
+            commit_properties=self._properties(commit),
         )  # fmt: skip
 
     def _compact(self, table: str) -> tuple[int, int]:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     import pyarrow as pa
     from pyiceberg.catalog import Catalog
     from pyiceberg.table import Table as IcebergTable
+    from pyiceberg.table import Transaction
 
 KEY_PROPERTY = "eventpipe.primary-key"
 TABLE_PROPERTIES = {
@@ -113,12 +114,6 @@ class IcebergDestination(LakehouseDestination):
                 spec.add_field("_timestamp", DayTransform(), "_timestamp_day")
         create.commit_transaction()
 
-    def _add_columns(self, table: str, columns: pa.Schema) -> None:
-        found = self._open(table)
-        assert found is not None
-        with found.update_schema() as update:
-            update.union_by_name(columns)
-
     def _commits(self, table: str) -> Iterator[Commit]:
         found = self._open(table)
         if found is None:
@@ -133,22 +128,32 @@ class IcebergDestination(LakehouseDestination):
         key = batch_key(batch_id)
         return next((c for c in self._commits(table) if batch_key(c.batch_id) == key), None)
 
-    def _append(self, table: str, rows: pa.Table, commit: Commit) -> None:
+    def _append(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
         found = self._open(table)
         assert found is not None
-        found.append(rows, snapshot_properties=commit.properties())
+        with found.transaction() as tx:
+            _add_columns(tx, add)
+            tx.append(rows, snapshot_properties=commit.properties())
 
     def _upsert(
-        self, table: str, rows: pa.Table, primary_key: tuple[str, ...], commit: Commit
+        self,
+        table: str,
+        rows: pa.Table,
+        primary_key: tuple[str, ...],
+        commit: Commit,
+        add: pa.Schema | None,
     ) -> None:
         found = self._open(table)
         assert found is not None
         if found.current_snapshot() is None:
-            found.append(rows, snapshot_properties=commit.properties())
+            self._append(table, rows, commit, add)
             return
-        rows = self._newer_only(found, rows, primary_key)
-        if rows.num_rows:
-            found.upsert(rows, join_cols=list(primary_key), snapshot_properties=commit.properties())
+        newer = self._newer_only(found, rows, primary_key)
+        with found.transaction() as tx:
+            _add_columns(tx, add)
+            if newer.num_rows:
+                tx.upsert(newer, join_cols=list(primary_key),
+                          snapshot_properties=commit.properties())  # fmt: skip
 
     def _newer_only(
         self, found: IcebergTable, rows: pa.Table, primary_key: tuple[str, ...]
@@ -175,10 +180,13 @@ class IcebergDestination(LakehouseDestination):
             ).to_arrow_table()
         return kept.cast(rows.schema)
 
-    def _replace(self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit) -> None:
+    def _replace(
+        self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit, add: pa.Schema | None
+    ) -> None:
         found = self._open(table)
         assert found is not None
         with found.transaction() as tx:
+            _add_columns(tx, add)
             tx.overwrite(rows, overwrite_filter=_of_days(days),
                          snapshot_properties=commit.properties())  # fmt: skip
 
@@ -270,6 +278,13 @@ class IcebergDestination(LakehouseDestination):
             return
         self.catalog.drop_table((self.namespace, table))
         shutil.rmtree(Path(found.location().removeprefix("file://")), ignore_errors=True)
+
+
+def _add_columns(tx: Transaction, add: pa.Schema | None) -> None:
+    """The columns ``add`` (new field ids, nullable) in the transaction ``tx``."""
+    if add is not None:
+        with tx.update_schema() as update:
+            update.union_by_name(add)
 
 
 def _epoch_day(value: int) -> str:

@@ -22,9 +22,11 @@ Why the libraries write the files, not Spark: Spark's own Iceberg and Delta writ
 jars that would be downloaded at run time. The rows a batch loads into one table are
 already in memory-sized staged files, and the measured cost is in docs/lakehouse.md.
 
-Columns are added by ``patch`` in a commit of their own, before the rows that need them
-(the destination protocol patches under the table's lock, then loads): a reader may see
-a new column empty for a moment, never a row without its column. Types never change: a
+New columns are committed with the rows that bring them: ``patch`` (the protocol's step
+before ``load``) creates a missing table, but only notes the columns an existing one
+lacks, and the load's commit adds them (Iceberg: a schema update in the same
+transaction; Delta: the write's schema merge). ``describe`` includes the noted columns;
+a failed commit keeps them for the next. Types never change: a
 column keeps its type and a value that does not convert goes to failed/ (the lattice
 only makes 64-bit integers and doubles, so Iceberg's int->long and float->double
 promotions never arise).
@@ -40,6 +42,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import ExitStack, contextmanager
@@ -143,6 +146,9 @@ class LakehouseDestination(ABC):
         self.root = root
         self.locks = locks
         self.partition_by = partition_by
+        self._pending: dict[str, dict[str, DataType]] = {}
+        """Columns ``patch`` added to an existing table, committed with its next change."""
+        self._pending_lock = threading.Lock()
 
     # The format's part ------------------------------------------------------------
 
@@ -156,10 +162,6 @@ class LakehouseDestination(ABC):
         """Create the table, partitioned as configured (one commit)."""
 
     @abstractmethod
-    def _add_columns(self, table: str, columns: pa.Schema) -> None:
-        """Add nullable columns (one commit)."""
-
-    @abstractmethod
     def _commits(self, table: str) -> Iterator[Commit]:
         """eventpipe's commits of the table that its log still holds, newest first."""
 
@@ -168,18 +170,27 @@ class LakehouseDestination(ABC):
         """The commit of ``batch_id`` if the table has one."""
 
     @abstractmethod
-    def _append(self, table: str, rows: pa.Table, commit: Commit) -> None: ...
+    def _append(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
+        """Append ``rows`` in one commit, which adds the columns ``add`` (nullable) first."""
 
     @abstractmethod
     def _upsert(
-        self, table: str, rows: pa.Table, primary_key: tuple[str, ...], commit: Commit
+        self,
+        table: str,
+        rows: pa.Table,
+        primary_key: tuple[str, ...],
+        commit: Commit,
+        add: pa.Schema | None,
     ) -> None:
         """Insert or update by key, the newest ``_timestamp`` winning (``rows`` hold one
-        row per key)."""
+        row per key), in one commit that adds the columns ``add`` first."""
 
     @abstractmethod
-    def _replace(self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit) -> None:
-        """Delete the table's rows of ``days`` and append ``rows``, in one commit."""
+    def _replace(
+        self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit, add: pa.Schema | None
+    ) -> None:
+        """Delete the table's rows of ``days`` and append ``rows``, in one commit that
+        adds the columns ``add`` first."""
 
     @abstractmethod
     def _read(self, table: str) -> Any:
@@ -223,14 +234,23 @@ class LakehouseDestination(ABC):
             ) from exc
 
     def describe(self, table: str) -> Table | None:
+        """The table as committed, with the columns patched in since (committed with its
+        next change)."""
         with self._format_errors(table):
             found = self._schema(table)
         if found is None:
             return None
         schema, key = found
-        return Table(table, {f.name: lattice_type(f.type) for f in schema}, key)
+        columns = {f.name: lattice_type(f.type) for f in schema}
+        with self._pending_lock:
+            pending = self._pending.get(table, {})
+        return Table(table, {**columns, **{c: t for c, t in pending.items() if c not in columns}},
+                     key)  # fmt: skip
 
     def patch(self, patch: TablePatch) -> None:
+        """Create the table (its own commit), or note the columns to add: they are added
+        in the same commit as the rows that bring them (``load``), so no version of the
+        table has a new column without its rows."""
         import pyarrow as pa
 
         if patch.empty:
@@ -241,9 +261,28 @@ class LakehouseDestination(ABC):
                 columns = pa.schema([(c, arrow_type(t)) for c, t in patch.add_columns])
                 self._create(patch.table, columns, patch.set_primary_key)
                 return
-            new = [(c, arrow_type(t)) for c, t in patch.add_columns if c not in current.columns]
+            new = {c: t for c, t in patch.add_columns if c not in current.columns}
             if new:
-                self._add_columns(patch.table, pa.schema(new))
+                with self._pending_lock:
+                    self._pending.setdefault(patch.table, {}).update(new)
+
+    @contextmanager
+    def _adding(self, table: str) -> Iterator[pa.Schema | None]:
+        """The columns patched in and not yet committed (None: none), for the commit under
+        way; kept for the next one if it fails."""
+        import pyarrow as pa
+
+        found = self._schema(table)
+        committed = {f.name for f in found[0]} if found else set()
+        with self._pending_lock:
+            pending = self._pending.pop(table, {})
+        add = {c: t for c, t in pending.items() if c not in committed}
+        try:
+            yield pa.schema([(c, arrow_type(t)) for c, t in add.items()]) if add else None
+        except BaseException:
+            with self._pending_lock:
+                self._pending[table] = {**add, **self._pending.get(table, {})}
+            raise
 
     def load(self, request: LoadRequest) -> LoadResult:
         with table_lock(self.locks, self.id, request.table):
@@ -260,11 +299,11 @@ class LakehouseDestination(ABC):
             rows, rejected = self._rows(request, table)
             commit = Commit(request.batch_id, rows.num_rows, rejected)
             key = request.primary_key or table.primary_key
-            with self._format_errors(request.table):
+            with self._format_errors(request.table), self._adding(request.table) as add:
                 if key:
-                    self._upsert(request.table, rows, key, commit)
+                    self._upsert(request.table, rows, key, commit, add)
                 else:
-                    self._append(request.table, rows, commit)
+                    self._append(request.table, rows, commit, add)
         return LoadResult(rows=rows.num_rows, rejected=rejected)
 
     def _rows(self, request: LoadRequest, table: Table) -> tuple[pa.Table, Rejected]:
@@ -346,8 +385,8 @@ class LakehouseDestination(ABC):
                     moved[table] = done.rows
                     continue
                 rows = self._shadow_rows(swap, table, current)
-                with self._format_errors(table):
-                    self._replace(table, swap.days, rows, Commit(record, rows.num_rows))
+                with self._format_errors(table), self._adding(table) as add:
+                    self._replace(table, swap.days, rows, Commit(record, rows.num_rows), add)
                 moved[table] = rows.num_rows
             self.drop(sorted(s for s in swap.shadows.values() if self._schema(s) is not None))
         return {t: n for t, n in moved.items() if t in swap.shadows}

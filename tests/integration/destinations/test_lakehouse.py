@@ -263,3 +263,39 @@ def test_compact_then_expire_leaves_the_rows_in_fewer_files_and_deletes_the_rest
     assert len(_data_files(kind, tmp_path)) == on_disk - 15
     assert _count(dest) == expected
     assert all(f.exists() for f in _files_referenced(kind, tmp_path))
+
+
+def _versions(kind: str, tmp_path: Path) -> int:
+    """How many commits the table has had: Delta's versions; Iceberg's metadata files
+    (each commit writes one; the table keeps the last 100)."""
+    if kind == "delta":
+        from deltalake import DeltaTable
+
+        return DeltaTable(str(tmp_path / "delta" / "events")).version() + 1
+    dest = _open(kind, tmp_path)
+    assert isinstance(dest, IcebergDestination)
+    found = dest.catalog.load_table(("lake", "events"))
+    return len(found.metadata.metadata_log) + 1
+
+
+@pytest.mark.parametrize("kind", ["iceberg", "delta"])
+def test_new_columns_are_committed_with_the_rows_that_bring_them(
+    kind: str, tmp_path: Path
+) -> None:
+    dest = _open(kind, tmp_path)
+    _created(dest)
+    dest.load(LoadRequest("events", "b1", (_rows_file(tmp_path / "1.parquet", 10),), COLUMNS))
+    wider = {**COLUMNS, "color": DataType.STRING}
+    dest.patch(diff(dest.describe("events"), Table("events", wider)))
+    assert dest.describe("events") == Table("events", wider)  # as the load will find it
+    other = _open(kind, tmp_path)  # another process: nothing committed yet
+    assert other.describe("events") == Table("events", COLUMNS)
+    before = _versions(kind, tmp_path)
+    colored = tmp_path / "2.parquet"
+    pq.write_table(pa.table({"id": ["c1"], "n": [99], "color": ["red"],
+                             "_timestamp": pa.array([datetime(2026, 11, 21, tzinfo=UTC)],
+                                                    pa.timestamp("us"))}), colored)  # fmt: skip
+    dest.load(LoadRequest("events", "b2", (colored,), wider))
+    assert _versions(kind, tmp_path) == before + 1  # one commit: the column and its rows
+    assert other.describe("events") == Table("events", wider)
+    assert other.query("SELECT count(*), count(color) FROM events")[1] == [(11, 1)]
