@@ -1,4 +1,5 @@
-"""Generated hostile events, over HTTP, through the Spark job into DuckDB and PostgreSQL.
+"""Generated hostile events, over HTTP, through the Spark job into DuckDB, PostgreSQL,
+Iceberg and Delta tables.
 
 Hypothesis draws batches of events whose keys and values come from eventpipe's own names,
 SQL reserved words, ``_corrupt_record``, unicode (CJK, RTL, combining marks, emoji), NUL
@@ -31,7 +32,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eventpipe.locks import FileLocks
+from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.processing.job import process_once
 from tests.conftest import WEB_SERVER, RunningCollector, make_config
 from tests.e2e.test_batch_pipeline import _seal
@@ -112,14 +113,19 @@ def _body(items: list[dict[str, Any]], duplicate: bool) -> bytes:
     return ("[" + ",".join(parts) + "]").encode("utf-8", errors="surrogatepass")
 
 
+DESTINATIONS = ("warehouse", "pg", "ice", "delta")
+
+
 class Pipeline:
-    """One collector and two destinations for the whole suite; each example is a batch."""
+    """One collector and four destinations for the whole suite; each example is a batch."""
 
     def __init__(self, data: Path, dsn: str, schema: str) -> None:
         destinations = {
             "warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"},
             "pg": {"type": "postgres", "dsn": dsn, "schema": schema,
                    "table_name_template": "{{ event_type }}"},
+            "ice": {"type": "iceberg", "table_name_template": "{{ event_type }}"},
+            "delta": {"type": "delta", "table_name_template": "{{ event_type }}"},
         }  # fmt: skip
         # Events up to 200 KB: an event of 6,000 keys is about 76 KB.
         config = make_config(data, destinations=destinations, server={"max_event_bytes": 200_000})
@@ -136,14 +142,17 @@ class Pipeline:
         return answer
 
     def rows(self) -> dict[str, str]:
-        """Every row of every table of both destinations as text, per destination."""
-        from eventpipe.destinations.duckdb import DuckDBDestination
+        """Every row of every table of each destination as text, per destination."""
+        from eventpipe.destinations.lakehouse import LakehouseDestination
+        from eventpipe.processing.run import open_destination
 
-        layout = self.collector.layout
-        found = {"warehouse": "", "pg": ""}
-        duck = DuckDBDestination("warehouse", layout.warehouse, FileLocks(layout.locks))
-        for table in duck.tables():
-            found["warehouse"] += repr(duck.query(f'SELECT * FROM "{table}"')[1])
+        config = self.collector.config
+        found = dict.fromkeys(DESTINATIONS, "")
+        for dest_id in ("warehouse", "ice", "delta"):
+            opened = open_destination(dest_id, config.destinations[dest_id], config)
+            assert isinstance(opened, DuckDBDestination | LakehouseDestination)
+            for table in opened.tables():
+                found[dest_id] += repr(opened.query(f'SELECT * FROM "{table}"')[1])
         with psycopg.connect(self.dsn) as db:
             tables = db.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
@@ -209,7 +218,7 @@ def test_every_acknowledged_event_is_a_row_or_an_event_error(
     report = process_once(pipeline.collector.config, spark)  # raises: a stuck run
     assert report is not None
     found = pipeline.rows()
-    for dest_id in ("warehouse", "pg"):
+    for dest_id in DESTINATIONS:
         failed = pipeline.failed(dest_id)
         assert repr(clean) in found[dest_id], f"{dest_id}: the clean event did not load"
         for index, (event_id, event) in enumerate(zip(ids, batch, strict=False)):
@@ -237,11 +246,10 @@ def test_a_wide_event_loads_within_max_columns(pipeline: Pipeline, spark: Any) -
     _seal(pipeline.collector)
     report = process_once(pipeline.collector.config, spark)
     assert report is not None
-    assert report.loaded[("warehouse", "wide")] == 1
-    assert report.loaded[("pg", "wide")] == 1
     found = pipeline.rows()
-    assert event_id in found["warehouse"]
-    assert event_id in found["pg"]
+    for dest_id in DESTINATIONS:
+        assert report.loaded[(dest_id, "wide")] == 1
+        assert event_id in found[dest_id]
     # The columns past max_columns are kept whole in _unmapped_data, never dropped.
     last = max(wide)  # columns are kept in name order: the last name overflows
     assert f'"/{last}":{wide[last]}' in found["pg"]

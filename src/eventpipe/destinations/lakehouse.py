@@ -15,7 +15,7 @@ How a batch is committed (the same for both formats, :class:`LakehouseDestinatio
    summary; Delta: an application transaction and the commit's metadata). Before that,
    the table's log is asked whether the batch's id is there: a retry after a crash
    between the commit and eventpipe's own record appends nothing twice. Data files of a
-   commit that never happened are in no version of the table (``eventpipe lake vacuum``
+   commit that never happened are in no version of the table (``eventpipe lake expire``
    removes them).
 
 Why the libraries write the files, not Spark: Spark's own Iceberg and Delta writers are
