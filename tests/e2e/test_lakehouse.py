@@ -147,6 +147,9 @@ def test_a_reprocess_replaces_a_days_rows_in_lakehouse_tables(tmp_path: Path, sp
         opened = open_destination(dest_id, after.destinations[dest_id], after)
         _, found = opened.query("SELECT eventn_ctx_event_id, number, n FROM page")
         assert sorted(found) == [(e, number, n) for e, _, number, n in REBUILT_20TH["page"]]
+    status = run("status", "-c", str(config_file))
+    assert status.returncode == 0, status.stderr
+    assert {"iceberg", "delta"} <= set(status.stdout.split())
     unknown = run("lake", "compact", "-c", str(config_file))
     assert unknown.returncode != 0
     assert "no iceberg or delta destination (configured: ice, lake)" in unknown.stderr
