@@ -279,9 +279,7 @@ def _versions(kind: str, tmp_path: Path) -> int:
 
 
 @pytest.mark.parametrize("kind", ["iceberg", "delta"])
-def test_new_columns_are_committed_with_the_rows_that_bring_them(
-    kind: str, tmp_path: Path
-) -> None:
+def test_new_columns_are_committed_with_the_rows_that_bring_them(kind: str, tmp_path: Path) -> None:
     dest = _open(kind, tmp_path)
     _created(dest)
     dest.load(LoadRequest("events", "b1", (_rows_file(tmp_path / "1.parquet", 10),), COLUMNS))
