@@ -58,9 +58,11 @@ setup: $(STAMP) java
 java:
 	@scripts/ensure-java.sh
 
-# The PostgreSQL destination's tests start a throwaway server of their own (tests/postgres.py).
+# The PostgreSQL destination's tests start a throwaway server of their own (tests/postgres.py);
+# the change data capture tests read it through Debian's wal2json plugin.
 postgres:
 	@scripts/ensure-apt.sh postgresql
+	@scripts/ensure-apt.sh postgresql-$$(ls /usr/lib/postgresql | sort -n | tail -1)-wal2json
 
 # The archive's tests check that the standard `lz4` tool reads eventpipe's archive files;
 # the pixel's test fetches it with `curl`, as a mail client would.

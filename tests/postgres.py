@@ -1,5 +1,6 @@
 """A throwaway PostgreSQL server for the tests: Debian's binaries, a cluster in a temporary
-directory, listening on 127.0.0.1 only, on a free port, trusting local connections.
+directory, listening on 127.0.0.1 only, on a free port, trusting local connections, with
+logical decoding on (``wal_level = logical``; Debian's wal2json plugin).
 
 ``initdb`` refuses to run as root, so as root the server runs as the ``postgres`` user
 (Debian's package creates it); as anyone else, as that user. `make test` installs the
@@ -63,6 +64,8 @@ class PostgresServer:
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
             f"-c unix_socket_directories={self.root}"
             " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
+            # Change data capture (sources/postgres.py) reads logical replication slots.
+            " -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
         )
         self._pg(["pg_ctl", "-D", str(self.data), "-o", options, "-l",
                   str(self.root / "server.log"), "-w", "-t", "60", "start"])  # fmt: skip

@@ -34,6 +34,7 @@ def test_help_lists_the_commands_that_exist() -> None:
         "log",
         "process",
         "query",
+        "read",
         "replay",
         "reprocess",
         "rotate",

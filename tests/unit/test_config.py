@@ -254,6 +254,22 @@ def test_lakehouse_destinations_take_a_local_path_a_catalog_and_no_metering() ->
     )
 
 
+def test_a_source_needs_a_dsn_an_id_of_its_own_and_a_regular_expression() -> None:
+    source = {"dsn": "postgresql://u@db/shop", "tables": "^public\\.orders$"}
+    config = parse_config({"sources": {"pg": source}}, source="t", env={})
+    assert config.source("pg").tables == "^public\\.orders$"
+    assert config.source("pg").slot is None  # eventpipe_pg, made by the reader
+    keys = [{"id": "pg", "server": "s2s-secret-1"}]
+    assert "source 'pg' has the id of an api key" in _error(
+        {"api_keys": keys, "sources": {"pg": source}}
+    )
+    assert "is not a regular expression" in _error({"sources": {"pg": {**source, "tables": "("}}})
+    assert "sources.pg.dsn: required key is missing" in _error({"sources": {"pg": {}}})
+    assert "sources.pg.slot: slot 'a-b': use letters, digits and _" in _error(
+        {"sources": {"pg": {**source, "slot": "a-b"}}}
+    )
+
+
 def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
     sink = {"type": "http", "url": "https://api.example/addEvents", "group_by": ["host"]}
     config = parse_config({"destinations": {"api": sink}}, source="eventpipe.yaml", env={})

@@ -13,7 +13,7 @@ import sys
 import click
 
 # Each module registers its commands on the group.
-from eventpipe.cli import archive, collector, lake, log, pipeline, status  # noqa: F401
+from eventpipe.cli import archive, collector, lake, log, pipeline, sources, status  # noqa: F401
 from eventpipe.cli.common import cli
 from eventpipe.errors import ConfigError, EventpipeError
 

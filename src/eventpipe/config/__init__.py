@@ -61,11 +61,13 @@ from eventpipe.config.rules import (
     MeteringConfig,
     TransformStep,
 )
+from eventpipe.config.sources import AnySource, PostgresSourceConfig
 
 __all__ = [
     "DEFAULT_CONFIG_PATH",
     "TYPES",
     "AnyDestination",
+    "AnySource",
     "ApiKey",
     "ArchiveConfig",
     "Config",
@@ -87,6 +89,7 @@ __all__ = [
     "MeteringConfig",
     "ParquetConfig",
     "PostgresConfig",
+    "PostgresSourceConfig",
     "ProcessingConfig",
     "ServerConfig",
     "SparkConfig",

@@ -23,6 +23,7 @@ from eventpipe.config.pipeline import (
     SparkConfig,
     StateConfig,
 )
+from eventpipe.config.sources import AnySource
 from eventpipe.errors import ConfigError, redacted
 from eventpipe.paths import DataLayout, is_uri
 
@@ -60,6 +61,25 @@ class Config(Section):
     """The state store: run history, load statuses, code versions per day."""
     destinations: dict[DestinationId, AnyDestination] = Field(default_factory=_warehouse)
     """Destinations by id. Absent: one DuckDB warehouse at ``<data_dir>/warehouse.duckdb``."""
+    sources: dict[DestinationId, AnySource] = Field(default_factory=dict)
+    """Readers beside the HTTP collector, by id (``eventpipe read ID``): a source's events
+    are logged under its id as their key id (``only_keys: [ID]`` routes them)."""
+
+    @model_validator(mode="after")
+    def _sources_apart_from_keys(self) -> Config:
+        for source_id in self.sources:
+            if source_id in {key.id for key in self.api_keys}:
+                raise ValueError(
+                    f"source {source_id!r} has the id of an api key: a source's events are "
+                    "logged under its id, so the two must differ"
+                )
+        return self
+
+    def source(self, source_id: str) -> AnySource:
+        if source_id not in self.sources:
+            known = ", ".join(self.sources) or "none"
+            raise ConfigError(f"no source {source_id!r} (configured: {known})")
+        return self.sources[source_id]
 
     @model_validator(mode="after")
     def _paths_spark_reads_as_written(self) -> Config:

@@ -1,0 +1,50 @@
+"""Source settings: readers that feed the log beside the HTTP collector (docs/cdc.md)."""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, field_validator
+
+from eventpipe.config.base import Section, sql_name
+
+
+class PostgresSourceConfig(Section):
+    """Change data capture from PostgreSQL: an initial copy of the chosen tables, then
+    every change, through a logical replication slot (wal2json)."""
+
+    type: Literal["postgres"] = "postgres"
+    """The type: ``postgres``."""
+    dsn: str = Field(repr=False)
+    """The source database, ``postgresql://user:${PGPASSWORD}@host:5432/db`` (the server
+    runs with ``wal_level = logical``; the user may replicate)."""
+    tables: str = ".*"
+    """A regular expression matched against each table's ``schema.table`` (found anywhere
+    in it; anchor with ``^...$``): the tables copied and followed."""
+    slot: str | None = None
+    """The replication slot (default ``eventpipe_<source id>``), created on first use."""
+    max_changes: int = Field(default=10_000, ge=1)
+    """Changes read from the slot at a time (whole transactions: one may be larger)."""
+    poll_seconds: float = Field(default=0.5, gt=0)
+    """How long the reader waits when the slot has no new change."""
+
+    @field_validator("tables")
+    @classmethod
+    def _tables_compile(cls, value: str) -> str:
+        try:
+            re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"tables {value!r} is not a regular expression: {exc}") from None
+        return value
+
+    @field_validator("slot")
+    @classmethod
+    def _slot_name(cls, value: str | None) -> str | None:
+        if value is not None:
+            sql_name(value, "slot")
+        return value
+
+
+AnySource = PostgresSourceConfig
+"""A source's settings (one type so far)."""

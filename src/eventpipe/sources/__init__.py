@@ -1,0 +1,1 @@
+"""Readers that feed the log beside the HTTP collector (docs/cdc.md)."""
