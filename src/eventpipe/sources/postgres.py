@@ -10,7 +10,8 @@ under the source's id as key id, as a log writer of its own (``<host>-source-<id
 2. **Copy** (per table: ``copy``, then ``sync`` in the progress file). Each table whose
    ``schema.table`` matches ``tables`` is read in that snapshot, row by row, as events
    with ``_op: read``. A copy cut short (the process died: the snapshot died with it)
-   starts over with a new slot; rows copied before are read again.
+   starts over with a new slot; rows copied before are logged again, with new ids
+   (writers apply them by key).
 3. **Sync.** The slot's changes are read (``pg_logical_slot_peek_changes``), whole
    transactions at a time: ``insert``, ``update``, ``delete`` and ``truncate``, each an
    event. Only after the log has fsynced them is the slot moved past them
@@ -29,7 +30,8 @@ booleans, everything else as PostgreSQL's text) and:
 * ``_old_key``: the old key of an update that changed it and of a delete (a delete's
   row is its key only);
 * ``src``: ``postgres``, ``api_key``: the source's id, ``eventn_ctx.event_id``: derived
-  from the source, the slot and the position, so a change read twice has one id.
+  from the source, the slot, the change's position and its place in its transaction,
+  so a change read twice has one id.
 """
 
 from __future__ import annotations
@@ -265,25 +267,27 @@ class PostgresSource:
         confirmed = None
         transactions = 0
         commit_time = ""
-        for position, (_, data) in enumerate(found):
+        index = 0  # the change's place in its transaction: the same however it is read
+        for _, data in found:
             change = json.loads(data)
             action = change["action"]
             if action == "B":
-                pending, commit_time = [], _iso(change.get("timestamp"))
+                pending, commit_time, index = [], _iso(change.get("timestamp")), 0
             elif action == "C":
                 events.extend(pending)
                 pending = []
                 confirmed = change["nextlsn"]
                 transactions += 1
             elif action in OPS:
+                index += 1
                 namespace = f"{change['schema']}.{change['table']}"
                 if not self.tables.search(namespace):
                     continue
-                pending.append(self._change_event(change, namespace, commit_time, position))
+                pending.append(self._change_event(change, namespace, commit_time, index))
         return events, confirmed, transactions
 
     def _change_event(
-        self, change: dict[str, Any], namespace: str, commit_time: str, position: int
+        self, change: dict[str, Any], namespace: str, commit_time: str, index: int
     ) -> bytes:
         op = OPS[change["action"]]
         row = {c["name"]: c["value"] for c in change.get("columns", ())}
@@ -295,7 +299,7 @@ class PostgresSource:
                                     "_commit_time": commit_time}  # fmt: skip
         if old:
             envelope["_old_key"] = old
-        event_id = uuid.uuid5(IDS, f"{self.id}:{self.slot}:{change['lsn']}:{position}")
+        event_id = uuid.uuid5(IDS, f"{self.id}:{self.slot}:{change['lsn']}:{index}")
         return self._event(row, envelope, str(event_id))
 
 
