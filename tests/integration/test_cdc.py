@@ -21,7 +21,7 @@ import pytest
 from eventpipe.config import Config
 from eventpipe.sources.postgres import PostgresSource, lsn_int
 from tests.conftest import make_config, read_lines
-from tests.process import EVENTPIPE, _env
+from tests.process import EVENTPIPE, _env, run
 
 
 @pytest.fixture
@@ -121,6 +121,15 @@ def test_the_copy_then_every_change_in_order(tmp_path: Path, database: str) -> N
     assert progress.copied
     assert progress.changes == 7
     assert set(progress.tables) == {"public.orders", "public.lines", "public.notes"}
+    # What status shows of it: each table's state and rows, the changes and the slot.
+    config_file = tmp_path / "eventpipe.yaml"
+    config_file.write_bytes(orjson.dumps({"data_dir": str(config.layout.root), "sources": {
+        "pg": {"dsn": database, "tables": "^public\\."}}}))  # fmt: skip
+    shown = run("status", "-c", str(config_file))
+    assert shown.returncode == 0, shown.stderr
+    lines = [" ".join(line.replace("|", " ").split()) for line in shown.stdout.splitlines()]
+    assert "pg public.orders sync 3" in lines
+    assert f"pg (changes) sync 7 slot eventpipe_pg at {progress.confirmed}" in lines
 
 
 def test_a_reader_killed_over_and_over_loses_no_change(tmp_path: Path, database: str) -> None:

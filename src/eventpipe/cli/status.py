@@ -60,6 +60,7 @@ def status(
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
     _print_writers(config)
+    _print_sources(config)
     click.echo(_archive_line(config))
     click.echo(f"state: {store.db.where}")
     received = sum(count_lines(p) for p in sorted(layout.failed.glob("failed.tok=*.log")))
@@ -130,6 +131,26 @@ def _watch(config: Any, interval: float, count: int | None) -> None:
         drawn += 1
         if count is None or drawn < count:
             time.sleep(interval)
+
+
+def _print_sources(config: Any) -> None:
+    """Per source, per table: copy or sync, the rows copied; the changes logged since."""
+    if not config.sources:
+        return
+    from eventpipe.sources.postgres import PostgresSource
+
+    rows = []
+    for source_id in config.sources:
+        progress = PostgresSource(config, source_id).progress()
+        if progress.start is None:
+            rows.append((source_id, "(not read yet)", "", "", ""))
+            continue
+        confirmed = progress.confirmed or progress.start
+        rows.append((source_id, "(changes)", "sync" if progress.copied else "copy",
+                     f"{progress.changes:,}", f"slot {progress.slot} at {confirmed}"))  # fmt: skip
+        for namespace, table in sorted(progress.tables.items()):
+            rows.append((source_id, namespace, table["state"], f"{table['rows']:,}", ""))
+    print_table(["source", "table", "state", "rows", "position"], rows)
 
 
 def _print_writers(config: Any) -> None:
