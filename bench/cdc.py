@@ -29,6 +29,8 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rows", type=int, default=1_000_000)
+    parser.add_argument("--max-changes", type=int, default=None,
+                        help="The source's max_changes (default: eventpipe's).")  # fmt: skip
     args = parser.parse_args()
     import psycopg
     from tests.postgres import postgres_server
@@ -61,9 +63,10 @@ def main() -> None:
         print(f"{rows:,} rows; COPY TO STDOUT as JSON: {results['copy floor']:.1f} s "
               f"({copied / 1e6:.0f} MB)", flush=True)  # fmt: skip
 
+        tuning = {"max_changes": args.max_changes} if args.max_changes else {}
         config = parse_config(
             {"data_dir": str(Path(tmp) / "data"),
-             "sources": {"pg": {"dsn": dsn, "tables": "^public\\.orders$"}}},
+             "sources": {"pg": {"dsn": dsn, "tables": "^public\\.orders$", **tuning}}},
             source="bench",
         )  # fmt: skip
         source = PostgresSource(config, "pg")

@@ -24,8 +24,11 @@ class PostgresSourceConfig(Section):
     in it; anchor with ``^...$``): the tables copied and followed."""
     slot: str | None = None
     """The replication slot (default ``eventpipe_<source id>``), created on first use."""
-    max_changes: int = Field(default=10_000, ge=1)
-    """Changes read from the slot at a time (whole transactions: one may be larger)."""
+    max_changes: int = Field(default=100_000, ge=1)
+    """Changes read from the slot at a time (whole transactions: one may be larger). Each
+    read decodes the WAL from the slot's restart point, which PostgreSQL moves only every
+    few seconds: fewer, larger reads cost less (bench/cdc.py: 38,137 changes/s at
+    100,000, 18,011 at 10,000), and hold that many changes in memory."""
     poll_seconds: float = Field(default=0.5, gt=0)
     """How long the reader waits when the slot has no new change."""
 
