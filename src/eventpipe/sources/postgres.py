@@ -24,7 +24,8 @@ booleans, everything else as PostgreSQL's text) and:
 
 * ``_op``: ``read`` (the copy), ``insert``, ``update``, ``delete``, ``truncate``;
 * ``_namespace``: ``schema.table``; ``_lsn``: the change's position in the WAL (an
-  integer, increasing; the copy's rows carry the slot's starting point);
+  integer, increasing; the copy's rows carry the position just before the slot's
+  starting point, where its first change may be);
 * ``_commit_time`` and ``_timestamp``: when the transaction committed (the copy: when
   it started);
 * ``_old_key``: the old key of an update that changed it and of a delete (a delete's
@@ -212,7 +213,8 @@ class PostgresSource:
         query = sql.SQL("SELECT json_build_object({})::text FROM {}.{}").format(
             values, sql.Identifier(schema), sql.Identifier(name)
         )
-        envelope = {"_op": "read", "_namespace": table, "_lsn": lsn_int(start),
+        # Just before the slot's starting point: the first change may be at it.
+        envelope = {"_op": "read", "_namespace": table, "_lsn": lsn_int(start) - 1,
                     "_commit_time": format_timestamp(started)}  # fmt: skip
         chunk: list[bytes] = []
         rows = 0
