@@ -83,6 +83,15 @@ def _field_path(value: str) -> str:
     return value
 
 
+def regular_expression(value: str, what: str) -> str:
+    """``value``, or ValueError unless it is a regular expression."""
+    try:
+        re.compile(value)
+    except re.error as exc:
+        raise ValueError(f"{what} {value!r} is not a regular expression: {exc}") from None
+    return value
+
+
 def sql_name(value: str, what: str) -> None:
     """ValueError unless ``value`` is a plain SQL name."""
     if not SQL_NAME.match(value):

@@ -10,12 +10,11 @@ one. A destination of a new type is a model here (with the ``type`` literal), a 
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from eventpipe.config.base import SafeKeyId, Section, sql_name
+from eventpipe.config.base import SafeKeyId, Section, regular_expression, sql_name
 from eventpipe.config.rules import EnrichmentRule, MappingConfig, MeteringConfig, TransformStep
 from eventpipe.paths import is_uri
 
@@ -70,11 +69,7 @@ class DestinationConfig(Section):
     @field_validator("namespace")
     @classmethod
     def _namespace_compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"namespace {value!r} is not a regular expression: {exc}") from None
-        return value
+        return regular_expression(value, "namespace")
 
     @model_validator(mode="after")
     def _mode_of_the_type(self) -> DestinationConfig:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import re
 from typing import Literal
 
 from pydantic import Field, field_validator
 
-from eventpipe.config.base import Section, sql_name
+from eventpipe.config.base import Section, regular_expression, sql_name
 
 
 class PostgresSourceConfig(Section):
@@ -27,7 +26,7 @@ class PostgresSourceConfig(Section):
     max_changes: int = Field(default=100_000, ge=1)
     """Changes read from the slot at a time (whole transactions: one may be larger). Each
     read decodes the WAL from the slot's restart point, which PostgreSQL moves only every
-    few seconds: fewer, larger reads cost less (bench/cdc.py: 38,137 changes/s at
+    few seconds: fewer, larger reads cost less (bench/cdc.py: 38,371 changes/s at
     100,000, 18,011 at 10,000), and hold that many changes in memory."""
     poll_seconds: float = Field(default=0.5, gt=0)
     """How long the reader waits when the slot has no new change."""
@@ -35,11 +34,7 @@ class PostgresSourceConfig(Section):
     @field_validator("tables")
     @classmethod
     def _tables_compile(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"tables {value!r} is not a regular expression: {exc}") from None
-        return value
+        return regular_expression(value, "tables")
 
     @field_validator("slot")
     @classmethod
