@@ -113,3 +113,15 @@ def test_without_a_postgres_store_the_locks_are_files(tmp_path: Path) -> None:
     locks = open_locks(config)
     assert isinstance(locks, FileLocks)
     assert locks.directory == config.layout.locks
+
+
+def test_a_lock_let_go_is_taken_at_once_by_another_host(postgres_dsn: str, tmp_path: Path) -> None:
+    """A pipeline that dies in-process closes its lock connection; the server drops the
+    lock as that backend exits, a moment after the client has gone. The next pipeline,
+    started at once, takes the lock instead of being told that "?" holds it."""
+    a, b = _hosts(postgres_dsn, "store_at_once", tmp_path)
+    for _ in range(100):
+        with a.holding("pipeline", _busy):
+            pass
+        with b.holding("pipeline", _busy):
+            pass

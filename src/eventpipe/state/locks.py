@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any
@@ -28,6 +29,9 @@ from eventpipe.locks import Busy, FileLocks, Locks
 
 if TYPE_CHECKING:
     import psycopg
+
+LET_GO_SECONDS = 5.0
+"""How long a refused lock is asked for again while no live session is seen holding it."""
 
 APPLICATION = "eventpipe-lock"
 """The start of a lock connection's ``application_name``; pid and host follow."""
@@ -59,9 +63,15 @@ class PostgresLocks:
     def holding(self, name: str, busy: Busy) -> Iterator[None]:
         with self.files.holding(name, busy), self._connect() as db:
             key = self.key(name)
-            (taken,) = _one(db, "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key)
-            if not taken:
-                raise busy(_holder(db, key))
+            deadline = time.monotonic() + LET_GO_SECONDS
+            while not _one(db, "SELECT pg_try_advisory_lock(hashtextextended(%s, 0))", key)[0]:
+                holder = _holder(db, key)
+                # "?": the holder let go between the two queries, or its session is
+                # ending (a closed connection's backend drops its locks as it exits,
+                # after the client has gone): ask again, for a moment.
+                if holder != "?" or time.monotonic() > deadline:
+                    raise busy(holder)
+                time.sleep(0.05)
             yield  # closing the connection lets go of the lock
 
     @contextmanager
