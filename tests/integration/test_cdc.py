@@ -56,8 +56,11 @@ def _logged(config: Config) -> list[dict[str, Any]]:
     """The source's events in the log (sealed and active), in order of position."""
     layout = config.layout
     events = read_lines([*layout.sealed_segments(), *layout.active_segments()])
-    return sorted(events, key=lambda e: e["_lsn"])
+    return sorted(events, key=lambda e: (e["_lsn"], e["_seq"]))
 
+
+BIG = "SELECT string_agg(md5(g::text), '') FROM generate_series(1, 3000) g"
+"""96,000 characters that do not compress much: TOASTed out of line."""
 
 SCHEMA = (
     "CREATE TABLE orders (id int PRIMARY KEY, amount numeric(12,2), tags int[], meta jsonb, "
@@ -79,13 +82,20 @@ def test_the_copy_then_every_change_in_order(tmp_path: Path, database: str) -> N
     source = PostgresSource(config, "pg")
     report = source.read(once=True)
     assert report.copied == {"public.lines": 2, "public.notes": 1, "public.orders": 3}
-    copied = _logged(config)
-    assert {e["_op"] for e in copied} == {"read"}
+    logged = _logged(config)
+    # Each table's copy starts with a truncate (a copy started over replaces the first).
+    assert sorted(e["_namespace"] for e in logged if e["_op"] == "truncate") == [
+        "public.lines", "public.notes", "public.orders"]  # fmt: skip
+    copied = [e for e in logged if e["_op"] == "read"]
+    assert len(copied) == 6
     [first] = [e for e in copied if e["_namespace"] == "public.orders" and e["id"] == 1]
     assert (first["amount"], first["tags"], first["meta"], first["blob"]) == (
         1.5, "{1,2}", '{"a": 1}', "\\x0102")  # fmt: skip
     assert first["at"] == "2026-11-20 10:00:00+00"
     assert first["api_key"] == "pg"
+    assert first["_key"] == "[1]"
+    assert {e["_key"] for e in copied if e["_namespace"] == "public.lines"} == {"[1,1]", "[1,2]"}
+    assert all("_key" not in e for e in copied if e["_namespace"] == "public.notes")  # no key
     assert len(next(e for e in copied if e["_namespace"] == "public.notes")["body"]) == 100_000
 
     _sql(database,
@@ -97,30 +107,37 @@ def test_the_copy_then_every_change_in_order(tmp_path: Path, database: str) -> N
          "TRUNCATE notes",
          "ALTER TABLE orders ADD COLUMN color text",
          "INSERT INTO orders (id, color) VALUES (5, 'red')",
-         "INSERT INTO other.hidden VALUES (2)")  # fmt: skip
+         "INSERT INTO other.hidden VALUES (2)",
+         f"INSERT INTO orders (id, note) VALUES (6, ({BIG}))",  # stored out of line
+         "UPDATE orders SET amount = 7 WHERE id = 6")  # the WAL leaves note out  # fmt: skip
     report = source.read(once=True)
     assert report.copied == {}
-    changes = [e for e in _logged(config) if e["_op"] != "read"]
+    changes = [e for e in _logged(config) if e["_op"] != "read" and e["_seq"] > 0]
     assert [(e["_op"], e["_namespace"]) for e in changes] == [
         ("insert", "public.orders"), ("update", "public.orders"), ("update", "public.orders"),
         ("delete", "public.orders"), ("update", "public.lines"), ("truncate", "public.notes"),
-        ("insert", "public.orders"),
+        ("insert", "public.orders"), ("insert", "public.orders"), ("update", "public.orders"),
     ]  # fmt: skip
-    assert report.changes == 7
+    assert report.changes == 9
+    assert len(changes[8]["note"]) == 96_000  # read from the table: the update is whole
+    assert changes[8]["amount"] == 7
     lsns = [e["_lsn"] for e in changes]
-    assert lsns == sorted(lsns)
+    assert len(set(lsns)) == len(lsns)  # one transaction each
     assert min(lsns) >= lsn_int(source.progress().start or "0/0")
     assert max(e["_lsn"] for e in copied) < min(lsns)  # every change sorts after the copy
     assert (changes[1]["note"], changes[1]["amount"]) == ("big", 1000000000.00)
-    assert (changes[2]["id"], changes[2]["_old_key"]) == (20, {"id": 2})
-    assert (changes[3]["id"], changes[3]["_old_key"]) == (3, {"id": 3})
+    assert "_old_key" not in changes[1]  # the key stayed
+    assert (changes[2]["id"], changes[2]["_key"], changes[2]["_old_key"]) == (20, "[20]", "[2]")
+    assert (changes[3]["id"], changes[3]["_key"]) == (3, "[3]")  # a delete: its key
+    assert changes[4]["_key"] == "[1,1]"
+    assert "_key" not in changes[5]  # a truncate
     assert changes[6]["color"] == "red"
     assert all(e["_timestamp"] == e["_commit_time"] for e in changes)
     # Nothing more: the slot was moved past what was logged.
     assert source.read(once=True).changes == 0
     progress = source.progress()
     assert progress.copied
-    assert progress.changes == 7
+    assert progress.changes == 9
     assert set(progress.tables) == {"public.orders", "public.lines", "public.notes"}
     # What status shows of it: each table's state and rows, the changes and the slot.
     config_file = tmp_path / "eventpipe.yaml"
@@ -130,7 +147,7 @@ def test_the_copy_then_every_change_in_order(tmp_path: Path, database: str) -> N
     assert shown.returncode == 0, shown.stderr
     lines = [" ".join(line.replace("|", " ").split()) for line in shown.stdout.splitlines()]
     assert "pg public.orders sync 3" in lines
-    assert f"pg (changes) sync 7 slot eventpipe_pg at {progress.confirmed}" in lines
+    assert f"pg (changes) sync 9 slot eventpipe_pg at {progress.confirmed}" in lines
 
 
 def test_a_reader_killed_over_and_over_loses_no_change(tmp_path: Path, database: str) -> None:
@@ -163,7 +180,7 @@ def test_a_reader_killed_over_and_over_loses_no_change(tmp_path: Path, database:
     log_file.close()
     PostgresSource(config, "pg").read(once=True)  # what was left
     events = _logged(config)
-    changes = {(e["_op"], e["id"]) for e in events if e["_op"] != "read"}
+    changes = {(e["_op"], e["id"]) for e in events if e["_op"] in ("insert", "update")}
     copied = {e["id"] for e in events if e["_op"] == "read"}
     for n in range(writes):  # each change is logged (the copy may hold the first rows)
         assert ("insert", n) in changes or n in copied, f"insert {n} lost"
@@ -173,7 +190,8 @@ def test_a_reader_killed_over_and_over_loses_no_change(tmp_path: Path, database:
     # an id is one change.
     ids_of: dict[tuple[Any, ...], set[str]] = {}
     for e in events:
-        ids_of.setdefault((e["_op"], e["id"], e["_lsn"]), set()).add(e["eventn_ctx"]["event_id"])
+        place = (e["_namespace"], e["_op"], e.get("id"), e["_lsn"], e["_seq"])
+        ids_of.setdefault(place, set()).add(e["eventn_ctx"]["event_id"])
     assert all(len(ids) == 1 for ids in ids_of.values())
     assert len({e["eventn_ctx"]["event_id"] for e in events}) == len(ids_of)
     assert kills == 10

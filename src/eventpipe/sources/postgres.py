@@ -9,9 +9,10 @@ under the source's id as key id, as a log writer of its own (``<host>-source-<id
    start exactly where the snapshot's view of the tables ends.
 2. **Copy** (per table: ``copy``, then ``sync`` in the progress file). Each table whose
    ``schema.table`` matches ``tables`` is read in that snapshot, row by row, as events
-   with ``_op: read``. A copy cut short (the process died: the snapshot died with it)
-   starts over with a new slot; rows copied before are logged again, with new ids
-   (writers apply them by key).
+   with ``_op: read``, after a ``truncate`` of the table: a copy cut short (the process
+   died: the snapshot died with it) starts over with a new slot, and the writers that
+   apply changes then start the table over too, so that a row copied before and
+   deleted since does not stay.
 3. **Sync.** The slot's changes are read (``pg_logical_slot_peek_changes``), whole
    transactions at a time: ``insert``, ``update``, ``delete`` and ``truncate``, each an
    event. Only after the log has fsynced them is the slot moved past them
@@ -23,16 +24,25 @@ An event is the row's columns as they are (numbers and booleans as JSON numbers 
 booleans, everything else as PostgreSQL's text) and:
 
 * ``_op``: ``read`` (the copy), ``insert``, ``update``, ``delete``, ``truncate``;
-* ``_namespace``: ``schema.table``; ``_lsn``: the change's position in the WAL (an
-  integer, increasing; the copy's rows carry the position just before the slot's
-  starting point, where its first change may be);
+* ``_namespace``: ``schema.table``;
+* ``_lsn`` and ``_seq``: the order of changes. ``_lsn`` is the WAL position of the
+  change's commit (an integer; transactions come in the order they committed), ``_seq``
+  its place in the transaction, from 1. The copy's rows carry the position just before
+  the slot's starting point (where its first change may be), its truncate ``_seq`` 0;
+* ``_key``: the row's primary key, its values as a JSON array in the key's column order
+  (``[7]``, ``[7,"a"]``), the same text in the copy and in every change of the row;
+  absent for a table without a primary key. A delete's is the key of the row deleted;
 * ``_commit_time`` and ``_timestamp``: when the transaction committed (the copy: when
   it started);
-* ``_old_key``: the old key of an update that changed it and of a delete (a delete's
-  row is its key only);
+* ``_old_key``: an update that changed the key: the key before (a delete's row is the
+  replica identity: its key only, unless the table's identity is ``FULL``);
 * ``src``: ``postgres``, ``api_key``: the source's id, ``eventn_ctx.event_id``: derived
   from the source, the slot, the change's position and its place in its transaction,
   so a change read twice has one id.
+
+A value the WAL leaves out of an update (a large, TOASTed value the update did not
+change) is read from the table by key: as it is when read, and a later change of it
+follows in the changes, so the last change of every row is whole.
 """
 
 from __future__ import annotations
@@ -56,6 +66,7 @@ from eventpipe.events import format_timestamp, utc_now
 from eventpipe.files import write_file
 from eventpipe.log.segments import LogSettings, SegmentLog
 from eventpipe.log.writers import host_id
+from eventpipe.state.locks import open_locks
 
 log = logging.getLogger("eventpipe.sources")
 
@@ -127,8 +138,16 @@ class PostgresSource:
 
     def read(self, *, once: bool, stop: Callable[[], bool] = lambda: False) -> ReadReport:
         """Copy if not done, then log changes until ``stop()`` (``once``: until the slot
-        has none)."""
-        return asyncio.run(self._read(once, stop))
+        has none). One reader per source: another one running is refused."""
+
+        def busy(holder: str) -> Exception:
+            return TransientError(
+                f"source {self.id} is being read by another reader ({holder})",
+                fix="one reader per source: stop the other one first",
+            )
+
+        with open_locks(self.config).holding(f"source.{self.id}", busy):
+            return asyncio.run(self._read(once, stop))
 
     async def _read(self, once: bool, stop: Callable[[], bool]) -> ReadReport:
         segment_log = SegmentLog(self.config.layout, LogSettings.of(self.config),
@@ -197,34 +216,27 @@ class PostgresSource:
         self, db: psycopg.Connection[Any], table: str, start: str, started: datetime,
         segment_log: SegmentLog,
     ) -> int:  # fmt: skip
-        schema, name = table.split(".", 1)
-        columns = db.execute(
-            "SELECT column_name, data_type FROM information_schema.columns "
-            "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-            [schema, name],
-        ).fetchall()
-        values = sql.SQL(", ").join(
-            sql.SQL("{}, {}").format(
-                sql.Literal(c),
-                sql.Identifier(c) if t in NATIVE else sql.SQL("{}::text").format(sql.Identifier(c)),
-            )
-            for c, t in columns
-        )
-        query = sql.SQL("SELECT json_build_object({})::text FROM {}.{}").format(
-            values, sql.Identifier(schema), sql.Identifier(name)
-        )
-        # Just before the slot's starting point: the first change may be at it.
-        envelope = {"_op": "read", "_namespace": table, "_lsn": lsn_int(start) - 1,
+        columns = _columns(db, table)
+        key = _primary_key(db, table)
+        query = sql.SQL("SELECT {} FROM {}").format(_as_json(columns), _identifier(table))
+        # Just before the slot's starting point: the first change may be at it. The
+        # truncate first: a copy that starts over replaces what an earlier one logged.
+        envelope = {"_namespace": table, "_lsn": lsn_int(start) - 1,
                     "_commit_time": format_timestamp(started)}  # fmt: skip
-        chunk: list[bytes] = []
+        ids = f"{self.id}:{self.slot}:{start}:{table}"
+        truncate = {**envelope, "_op": "truncate", "_seq": 0}
+        chunk = [self._event({}, truncate, str(uuid.uuid5(IDS, f"{ids}:truncate")))]
         rows = 0
         with db.cursor(name="eventpipe_copy") as cursor:
             cursor.itersize = CHUNK
             cursor.execute(query)
             for (text,) in cursor:
-                event_id = uuid.uuid5(IDS, f"{self.id}:{self.slot}:{start}:{table}:{rows}")
-                chunk.append(self._event(json.loads(text), envelope, str(event_id)))
+                row = json.loads(text)
                 rows += 1
+                read = {**envelope, "_op": "read", "_seq": rows}
+                if key:
+                    read["_key"] = key_text(row, key)
+                chunk.append(self._event(row, read, str(uuid.uuid5(IDS, f"{ids}:{rows - 1}"))))
                 if len(chunk) >= CHUNK:
                     await segment_log.append(self.id, b"".join(chunk))
                     chunk = []
@@ -248,7 +260,7 @@ class PostgresSource:
                 + ")",
                 [self.slot, self.settings.max_changes, *WAL2JSON],
             ).fetchall()
-            events, confirmed, transactions = self._changes(found)
+            events, confirmed, transactions = self._changes(found, Catalog(db))
             if confirmed is None:
                 return 0
             if events:
@@ -261,48 +273,143 @@ class PostgresSource:
         self._save(progress)
         return len(found)
 
-    def _changes(self, found: list[tuple[str, str]]) -> tuple[list[bytes], str | None, int]:
+    def _changes(
+        self, found: list[tuple[str, str]], catalog: Catalog
+    ) -> tuple[list[bytes], str | None, int]:
         """The events of the whole transactions in ``found``, the position past the last
         one, and how many there were."""
         events: list[bytes] = []
         pending: list[bytes] = []
         confirmed = None
         transactions = 0
-        commit_time = ""
-        index = 0  # the change's place in its transaction: the same however it is read
+        commit_time, commit = "", 0
+        seq = 0  # the change's place in its transaction: the same however it is read
         for _, data in found:
             change = json.loads(data)
             action = change["action"]
             if action == "B":
-                pending, commit_time, index = [], _iso(change.get("timestamp")), 0
+                pending, seq = [], 0
+                commit_time, commit = _iso(change.get("timestamp")), lsn_int(change["lsn"])
             elif action == "C":
                 events.extend(pending)
                 pending = []
                 confirmed = change["nextlsn"]
                 transactions += 1
             elif action in OPS:
-                index += 1
+                seq += 1
                 namespace = f"{change['schema']}.{change['table']}"
                 if not self.tables.search(namespace):
                     continue
-                pending.append(self._change_event(change, namespace, commit_time, index))
+                envelope = {"_namespace": namespace, "_lsn": commit, "_seq": seq,
+                            "_commit_time": commit_time}  # fmt: skip
+                pending.append(self._change_event(change, envelope, catalog))
         return events, confirmed, transactions
 
     def _change_event(
-        self, change: dict[str, Any], namespace: str, commit_time: str, index: int
+        self, change: dict[str, Any], envelope: dict[str, Any], catalog: Catalog
     ) -> bytes:
         op = OPS[change["action"]]
         row = {c["name"]: c["value"] for c in change.get("columns", ())}
         old = {c["name"]: c["value"] for c in change.get("identity", ())}
+        key = [c["name"] for c in change.get("pk", ())]
+        envelope = {**envelope, "_op": op}
         if op == "delete":
-            row = dict(old)
-        envelope: dict[str, Any] = {"_op": op, "_namespace": namespace,
-                                    "_lsn": lsn_int(change["lsn"]),
-                                    "_commit_time": commit_time}  # fmt: skip
-        if old:
-            envelope["_old_key"] = old
-        event_id = uuid.uuid5(IDS, f"{self.id}:{self.slot}:{change['lsn']}:{index}")
+            row = old
+        if key and op != "truncate":
+            envelope["_key"] = key_text(row, key)
+            if op == "update" and old and (before := key_text(old, key)) != envelope["_key"]:
+                envelope["_old_key"] = before
+        if op == "update" and key:
+            row = catalog.whole(envelope["_namespace"], row, key)
+        event_id = uuid.uuid5(IDS, f"{self.id}:{self.slot}:{envelope['_lsn']}:{envelope['_seq']}")
         return self._event(row, envelope, str(event_id))
+
+
+class Catalog:
+    """What the changes need of the source's tables beyond the WAL, on a connection:
+    their columns, and the values an update left out."""
+
+    def __init__(self, db: psycopg.Connection[Any]) -> None:
+        self.db = db
+        self.columns: dict[str, list[tuple[str, str]]] = {}
+
+    def whole(self, table: str, row: dict[str, Any], key: list[str]) -> dict[str, Any]:
+        """``row`` of an update with the columns the WAL left out (unchanged TOASTed
+        values) read from the table by key; as it is if the row is gone (a later change
+        deletes or moves it)."""
+        columns = self.columns.get(table)
+        if columns is None or any(name not in dict(columns) for name in row):
+            columns = self.columns[table] = _columns(self.db, table)  # new, or it changed
+        missing = [(name, t) for name, t in columns if name not in row]
+        if not missing:
+            return row
+        where = sql.SQL(" AND ").join(
+            sql.SQL("{} = %s").format(sql.Identifier(name))
+            if dict(columns).get(name) in NATIVE
+            else sql.SQL("{}::text = %s").format(sql.Identifier(name))
+            for name in key
+        )
+        found = self.db.execute(
+            sql.SQL("SELECT {} FROM {} WHERE {}").format(
+                _as_json(missing), _identifier(table), where
+            ),
+            [row[name] for name in key],
+        ).fetchone()
+        return {**row, **json.loads(found[0])} if found else row
+
+
+def key_text(row: dict[str, Any], key: list[str]) -> str:
+    """The key of ``row`` as writers compare it: its values as a JSON array."""
+    return json.dumps([row.get(name) for name in key], ensure_ascii=False, separators=(",", ":"))
+
+
+def _identifier(table: str) -> sql.Composable:
+    schema, name = table.split(".", 1)
+    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
+
+
+def _columns(db: psycopg.Connection[Any], table: str) -> list[tuple[str, str]]:
+    """The table's columns and their types, in order."""
+    schema, name = table.split(".", 1)
+    rows = db.execute(
+        "SELECT column_name, data_type FROM information_schema.columns "
+        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
+        [schema, name],
+    ).fetchall()
+    return [(str(c), str(t)) for c, t in rows]
+
+
+def _primary_key(db: psycopg.Connection[Any], table: str) -> list[str]:
+    """The table's primary key columns, in the key's order (as wal2json lists them)."""
+    rows = db.execute(
+        "SELECT a.attname FROM pg_index i CROSS JOIN unnest(i.indkey) WITH ORDINALITY "
+        "AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid "
+        "AND a.attnum = k.attnum WHERE i.indrelid = %s::regclass AND i.indisprimary "
+        "ORDER BY k.n",
+        [_identifier(table).as_string(db)],
+    ).fetchall()
+    return [str(name) for (name,) in rows]
+
+
+def _as_json(columns: list[tuple[str, str]]) -> sql.Composable:
+    """The columns as one JSON object's text: numbers and booleans as they are, the rest
+    as PostgreSQL's text (the form wal2json gives them in). ``json_build_object`` takes
+    100 arguments: a wider table's columns are built in parts, joined as ``jsonb``."""
+    parts = [
+        sql.SQL("json_build_object({})").format(sql.SQL(", ").join(
+            sql.SQL("{}, {}").format(
+                sql.Literal(c),
+                sql.Identifier(c) if t in NATIVE else sql.SQL("{}::text").format(sql.Identifier(c)),
+            )
+            for c, t in columns[i : i + 50]
+        ))
+        for i in range(0, max(len(columns), 1), 50)
+    ]  # fmt: skip
+    if len(parts) == 1:
+        return sql.SQL("{}::text").format(parts[0])
+    return sql.SQL("({})::text").format(
+        sql.SQL(" || ").join(sql.SQL("{}::jsonb").format(p) for p in parts)
+    )
 
 
 def _tables(db: psycopg.Connection[Any]) -> list[str]:
