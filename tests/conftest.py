@@ -187,3 +187,35 @@ def postgres_state(postgres_dsn: str) -> Iterator[dict[str, str]]:
     yield {"type": "postgres", "dsn": postgres_dsn, "schema": schema}
     with psycopg.connect(postgres_dsn, autocommit=True) as db:
         db.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def source_database(postgres_dsn: str) -> Iterator[str]:
+    """A database of its own: the source's tables, its slot dropped afterwards."""
+    import uuid
+
+    import psycopg
+
+    name = f"src_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute(f'CREATE DATABASE "{name}"')
+    dsn = postgres_dsn.rsplit("/", 1)[0] + f"/{name}"
+    yield dsn
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute(
+            "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots "
+            "WHERE database = %s",
+            [name],
+        )
+        db.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+def source_sql(dsn: str, *statements: str) -> None:
+    """Run statements on a source database, each committed and flushed: logical decoding
+    sees flushed WAL only (the test server runs ``synchronous_commit = off``)."""
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute("SET synchronous_commit = on")
+        for statement in statements:
+            db.execute(statement)

@@ -9,6 +9,8 @@
   retried batch finds its record and loads nothing twice.
 * With ``primary_key``, the load is an upsert in which the newest ``_timestamp`` wins
   (ties: the row loaded last).
+* A source's changes (``_op``, ``_key``...) are applied by key: upserts, deletes and
+  truncates (destinations/changes.py).
 * A row with a value its column cannot take is left out with the reason
   (``LoadResult.rejected``, found with ``TRY_CAST``), and the rest loads.
 """
@@ -27,6 +29,7 @@ from typing import Any
 import duckdb
 
 from eventpipe import reserved
+from eventpipe.destinations import changes
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
     DaySwap,
@@ -160,7 +163,9 @@ class DuckDBDestination:
                 return LoadResult(rows=int(done[0]), already_loaded=True, rejected=left_out)
             columns = ", ".join(q(c) for c in request.columns)
             source, params = rows_of(columns, files, rejected)
-            if request.primary_key:
+            if changes.are_changes(request.columns):
+                rows = _apply_changes(db, request, source, params)
+            elif request.primary_key:
                 rows = _upsert(db, request, source, params)
             else:
                 inserted = db.execute(
@@ -386,6 +391,21 @@ def _upsert(
         f"SELECT count(*) FROM (SELECT DISTINCT {key} FROM ({source}))", params
     ).fetchone()
     return int(row[0]) if row else 0
+
+
+def _apply_changes(
+    db: duckdb.DuckDBPyConnection, request: LoadRequest, source: str, params: dict[str, Any]
+) -> int:
+    """A source's changes applied by key (destinations/changes.py), from a temporary
+    copy of the batch."""
+    db.execute(f"CREATE TEMP TABLE eventpipe_changes AS {source}", params)
+    try:
+        return changes.apply(
+            lambda sql: db.execute(sql).fetchall(), DUCKDB.quote, DUCKDB.quote(request.table),
+            "eventpipe_changes", list(request.columns),
+        )  # fmt: skip
+    finally:
+        db.execute("DROP TABLE IF EXISTS eventpipe_changes")
 
 
 def _unconvertible(

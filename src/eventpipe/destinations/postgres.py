@@ -11,7 +11,9 @@
   chunk ahead, in a thread), and ``batch_id`` is recorded in ``_eventpipe_loads``; a
   retried batch finds its record and loads nothing twice. With ``primary_key`` the COPY
   goes into a temporary table, then ``INSERT ... ON CONFLICT DO UPDATE`` in which the
-  newest ``_timestamp`` wins, within the batch too.
+  newest ``_timestamp`` wins, within the batch too. A source's changes (``_op``,
+  ``_key``...) go into the temporary table too, and are applied by key from there
+  (destinations/changes.py), the table's ``_key`` under a unique index.
 * A row the server cannot store (a data error that COPY names by line) is left out and
   the load runs again without it (``LoadResult.rejected``), at most
   ``MAX_REJECTED_ROWS`` times.
@@ -45,6 +47,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 
 from eventpipe import reserved
+from eventpipe.destinations import changes
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
     DaySwap,
@@ -243,7 +246,8 @@ class PostgresDestination:
             # Without a key, COPY goes straight into the table: the transaction makes it
             # atomic. An upsert stages in a temporary table first.
             into = self._name(request.table)
-            if request.primary_key:
+            applying = changes.are_changes(request.columns)
+            if request.primary_key or applying:
                 into = "eventpipe_stage"
                 db.execute(
                     f"CREATE TEMP TABLE eventpipe_stage ON COMMIT DROP AS "
@@ -254,7 +258,9 @@ class PostgresDestination:
                 for chunk, count in _ahead(_csv_chunks(request, skip=set(rejected))):
                     copy.write(chunk)
                     rows += count
-            if request.primary_key:
+            if applying:
+                rows = self._apply_changes(db, request)
+            elif request.primary_key:
                 rows = self._upsert(db, request, listed)
             left_out = tuple(sorted(rejected.items()))
             db.execute(
@@ -262,6 +268,22 @@ class PostgresDestination:
                 [request.batch_id, request.table, rows, Jsonb([list(r) for r in left_out])],
             )
         return LoadResult(rows=rows, rejected=left_out)
+
+    def _apply_changes(self, db: psycopg.Connection[Any], request: LoadRequest) -> int:
+        """A source's changes in the temporary table applied by key
+        (destinations/changes.py), with a unique index on the key to find rows by."""
+        import hashlib
+
+        q = self.dialect.quote
+        target = self._name(request.table)
+        index = "eventpipe_key_" + hashlib.sha1(request.table.encode()).hexdigest()[:16]
+        db.execute(f"CREATE UNIQUE INDEX IF NOT EXISTS {q(index)} ON {target} ({q(changes.KEY)})")
+
+        def run(sql: str) -> list[tuple[Any, ...]]:
+            cursor = db.execute(sql)
+            return cursor.fetchall() if cursor.description else []
+
+        return changes.apply(run, q, target, "eventpipe_stage", list(request.columns))
 
     def _upsert(self, db: psycopg.Connection[Any], request: LoadRequest, listed: str) -> int:
         """Rows of the temporary table into the table by key, the newest ``_timestamp``

@@ -21,7 +21,8 @@ under the source's id as key id, as a log writer of its own (``<host>-source-<id
    again, with the same event ids.
 
 An event is the row's columns as they are (numbers and booleans as JSON numbers and
-booleans, everything else as PostgreSQL's text) and:
+booleans, ``bytea`` as hex digits, everything else as PostgreSQL's text: the forms
+wal2json gives them in) and:
 
 * ``_op``: ``read`` (the copy), ``insert``, ``update``, ``delete``, ``truncate``;
 * ``_namespace``: ``schema.table``;
@@ -391,15 +392,26 @@ def _primary_key(db: psycopg.Connection[Any], table: str) -> list[str]:
     return [str(name) for (name,) in rows]
 
 
+def _text(column: str, data_type: str) -> sql.Composable:
+    """A column's value as wal2json gives it: numbers and booleans as they are, ``bytea``
+    as hex digits, the rest as PostgreSQL's text."""
+    name = sql.Identifier(column)
+    if data_type in NATIVE:
+        return name
+    if data_type == "bytea":
+        return sql.SQL("encode({}, 'hex')").format(name)
+    return sql.SQL("{}::text").format(name)
+
+
 def _as_json(columns: list[tuple[str, str]]) -> sql.Composable:
-    """The columns as one JSON object's text: numbers and booleans as they are, the rest
-    as PostgreSQL's text (the form wal2json gives them in). ``json_build_object`` takes
+    """The columns as one JSON object's text, each value as :func:`_text` gives it.
+    ``json_build_object`` takes
     100 arguments: a wider table's columns are built in parts, joined as ``jsonb``."""
     parts = [
         sql.SQL("json_build_object({})").format(sql.SQL(", ").join(
             sql.SQL("{}, {}").format(
                 sql.Literal(c),
-                sql.Identifier(c) if t in NATIVE else sql.SQL("{}::text").format(sql.Identifier(c)),
+                _text(c, t),
             )
             for c, t in columns[i : i + 50]
         ))

@@ -1,0 +1,94 @@
+"""Applying a source's changes (docs/cdc.md): what DuckDB and PostgreSQL do with a
+batch whose rows are changes of a table with a key, rather than events to append.
+
+A table's batch is **changes** when its columns hold a source's envelope: ``_op``,
+``_key`` (the row's primary key as JSON text), ``_lsn`` and ``_seq`` (the order). Its
+load, in the one transaction that records the batch:
+
+1. The newest ``truncate`` of the batch empties the table; changes before it are void.
+2. Each key's last change (by ``_lsn``, ``_seq``) decides: the row of an ``insert``,
+   ``read`` or ``update`` replaces the key's row; a ``delete``, or an update that moved
+   the key elsewhere (``_old_key``), leaves none. Every change of a row is whole (the
+   reader reads what the WAL leaves out), so the last one is the row.
+3. Rows without a key (a table without a primary key, in a batch of changes) are
+   appended.
+
+Why this is exact after any crash: a batch is applied once (its record); a reader that
+dies logs again what it had not confirmed, always a run of changes in their order, so a
+change applied twice is followed again by every change after it, and each sets a key to
+what it is, or removes it: the last one still decides. A table without a primary key is
+append-only: with nothing that names a row, an update or a delete cannot say which of
+two equal rows it changed, so each change is a row of its own, its ``_op`` saying what
+happened (as in Parquet).
+
+The statements are the same SQL in DuckDB and PostgreSQL (``DISTINCT ON``, ``IS
+DISTINCT FROM``); the changes are first in a temporary table ``relation``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Sequence
+from typing import Any
+
+OP, KEY, OLD_KEY, LSN, SEQ = "_op", "_key", "_old_key", "_lsn", "_seq"
+ENVELOPE = (OP, KEY, LSN, SEQ)
+"""The columns that make a batch one of changes."""
+FINAL = "eventpipe_final"
+"""The temporary table of each key's last change."""
+
+
+def are_changes(columns: Collection[str]) -> bool:
+    """Whether a batch with ``columns`` is a source's changes, applied by key."""
+    return all(c in columns for c in ENVELOPE)
+
+
+def apply(
+    run: Callable[[str], Sequence[tuple[Any, ...]]],
+    quote: Callable[[str], str],
+    table: str,
+    relation: str,
+    columns: Collection[str],
+    temporary: str = "TEMP TABLE {}",
+) -> int:
+    """Apply the changes in ``relation`` (a temporary table with ``columns``) to
+    ``table`` (its SQL name), with ``run`` (a statement's rows; none for a write), in the
+    caller's transaction; the changes handled. ``temporary``: how the dialect names a
+    temporary table it creates (PostgreSQL's drops at commit)."""
+    op, key, lsn, seq = (quote(c) for c in ENVELOPE)
+    (count,) = run(f"SELECT count(*) FROM {relation}")[0]
+    cut = run(
+        f"SELECT {lsn}, {seq} FROM {relation} WHERE {op} = 'truncate' "
+        f"ORDER BY {lsn} DESC, {seq} DESC LIMIT 1"
+    )
+    after = "TRUE"
+    if cut:
+        last_lsn, last_seq = (int(v) for v in cut[0])  # integers from the batch, not text
+        run(f"DELETE FROM {table}")
+        after = f"({lsn} > {last_lsn} OR ({lsn} = {last_lsn} AND {seq} > {last_seq}))"
+    moved = ""
+    if OLD_KEY in columns:
+        old = quote(OLD_KEY)
+        moved = (
+            f" UNION ALL SELECT {old}, {lsn}, {seq}, 'delete' FROM {relation} WHERE {op} = "
+            f"'update' AND {old} IS NOT NULL AND {old} IS DISTINCT FROM {key} AND {after}"
+        )
+    run(
+        f"CREATE {temporary.format(FINAL)} AS SELECT DISTINCT ON (k) k, {lsn}, {seq}, {op} "
+        f"FROM (SELECT {key} AS k, {lsn}, {seq}, {op} FROM {relation} "
+        f"WHERE {key} IS NOT NULL AND {after}{moved}) AS actions "
+        f"ORDER BY k, {lsn} DESC, {seq} DESC"
+    )
+    listed = ", ".join(quote(c) for c in columns)
+    chosen = ", ".join(f"s.{quote(c)}" for c in columns)
+    run(f"DELETE FROM {table} WHERE {key} IN (SELECT k FROM {FINAL})")
+    run(
+        f"INSERT INTO {table} ({listed}) SELECT DISTINCT ON (s.{key}) {chosen} "
+        f"FROM {relation} AS s JOIN {FINAL} AS f ON s.{key} = f.k AND s.{lsn} = f.{lsn} "
+        f"AND s.{seq} = f.{seq} WHERE f.{op} <> 'delete'"
+    )
+    run(
+        f"INSERT INTO {table} ({listed}) SELECT {listed} FROM {relation} "
+        f"WHERE {key} IS NULL AND {op} IS DISTINCT FROM 'truncate' AND {after}"
+    )
+    run(f"DROP TABLE {FINAL}")
+    return int(count)

@@ -1,0 +1,268 @@
+"""A PostgreSQL source through the whole pipeline (docs/cdc.md): a workload of inserts,
+updates (of the key too), deletes, a truncate and a column added, on tables with a
+composite key, without a key and with TOASTed values, read by ``eventpipe read`` while
+it is killed with SIGKILL at random moments, processed in several batches. DuckDB and
+PostgreSQL end equal to the source's tables; Parquet holds every change in order."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import random
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import orjson
+import psycopg
+import pyarrow.parquet as pq
+import pytest
+
+from eventpipe.config import Config
+from eventpipe.processing.job import process_pending
+from eventpipe.sources.postgres import PostgresSource, _as_json, _columns
+from tests.conftest import make_config, source_sql
+from tests.process import EVENTPIPE, _env
+
+KEYED = ("public.orders", "public.lines", "public.docs")
+"""The source's tables with a primary key: applied by key, equal to the source."""
+SCHEMA = (
+    "CREATE TABLE orders (id int PRIMARY KEY, amount numeric(12,2), tags int[], meta jsonb, "
+    "at timestamptz, ref uuid, blob bytea, note text)",
+    "CREATE TABLE lines (order_id int, line int, qty bigint, PRIMARY KEY (order_id, line))",
+    "CREATE TABLE docs (id int PRIMARY KEY, title text, body text)",  # bodies out of line
+    "CREATE TABLE notes (body text)",  # no primary key: append-only
+    # Else PostgreSQL logs nothing that names a deleted row, and wal2json skips deletes.
+    "ALTER TABLE notes REPLICA IDENTITY FULL",
+)
+BIG = "(SELECT string_agg(md5(g::text || '{seed}'), '') FROM generate_series(1, 400) g)"
+"""12,800 characters that do not compress much: stored out of line (TOASTed)."""
+
+
+@dataclass
+class Workload:
+    """Transactions on two connections, committed in random order (so the WAL order of
+    changes differs from the commit order); each connection has keys of its own."""
+
+    dsn: str
+    rng: random.Random
+    connections: list[psycopg.Connection[Any]] = field(default_factory=list)
+    ids: list[list[int]] = field(default_factory=lambda: [[], []])
+    next_id: list[int] = field(default_factory=lambda: [0, 1])
+    statements: int = 0
+    column_added: bool = False
+
+    def __enter__(self) -> Workload:
+        for _ in range(2):
+            db = psycopg.connect(self.dsn)
+            db.execute("SET synchronous_commit = on")  # decoding sees flushed WAL only
+            self.connections.append(db)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for db in self.connections:
+            db.close()
+
+    def _new_id(self, side: int) -> int:
+        self.next_id[side] += 2
+        return self.next_id[side]
+
+    def transactions(self, count: int) -> None:
+        for _ in range(count):
+            order = [0, 1]
+            self.rng.shuffle(order)
+            for side in order:  # both open: the second to start may commit first
+                for _ in range(self.rng.randint(1, 4)):
+                    self._statement(side)
+            for side in reversed(order) if self.rng.random() < 0.5 else order:
+                self.connections[side].commit()
+
+    def _statement(self, side: int) -> None:
+        db, ids, rng = self.connections[side], self.ids[side], self.rng
+        self.statements += 1
+        choice = rng.random()
+        if choice < 0.3 or len(ids) < 3:
+            n = self._new_id(side)
+            ids.append(n)
+            db.execute(
+                "INSERT INTO orders (id, amount, tags, meta, at, ref, blob, note) VALUES "
+                "(%s, %s, ARRAY[%s, NULL], %s, '2026-11-20T10:00:00Z'::timestamptz + "
+                "%s * interval '1 minute', gen_random_uuid(), %s, NULL)",
+                [n, Decimal(n) / 4, n, json.dumps({"n": n, "x": [1, None]}), n,
+                 bytes([n % 256, 0])],
+            )  # fmt: skip
+            db.execute("INSERT INTO lines VALUES (%s, 1, %s), (%s, 2, NULL)", [n, n, n])
+            db.execute(f"INSERT INTO docs VALUES (%s, 't', {BIG.format(seed=n)})", [n])
+            db.execute("INSERT INTO notes VALUES (%s)", [f"note {n}"])
+        elif choice < 0.55:
+            n = rng.choice(ids)
+            db.execute("UPDATE orders SET amount = amount + 0.01, tags = tags || 7, "
+                       "note = %s WHERE id = %s", [f"n{self.statements}", n])  # fmt: skip
+            db.execute("UPDATE docs SET title = %s WHERE id = %s", [f"t{self.statements}", n])
+            db.execute("UPDATE lines SET qty = coalesce(qty, 0) + 1 WHERE order_id = %s", [n])
+        elif choice < 0.7:  # the key moves
+            n = rng.choice(ids)
+            moved = self._new_id(side)
+            ids[ids.index(n)] = moved
+            db.execute("UPDATE orders SET id = %s WHERE id = %s", [moved, n])
+            db.execute("UPDATE lines SET order_id = %s WHERE order_id = %s", [moved, n])
+            db.execute("UPDATE docs SET id = %s WHERE id = %s", [moved, n])
+        elif choice < 0.8:
+            n = rng.choice(ids)
+            db.execute(f"UPDATE docs SET body = {BIG.format(seed=self.statements)} WHERE id = %s",
+                       [n])  # fmt: skip
+            db.execute("UPDATE lines SET line = 3 WHERE order_id = %s AND line = 2", [n])
+        else:
+            n = ids.pop(rng.randrange(len(ids)))
+            db.execute("DELETE FROM orders WHERE id = %s", [n])
+            db.execute("DELETE FROM lines WHERE order_id = %s AND line = 1", [n])
+            db.execute("DELETE FROM docs WHERE id = %s", [n])
+            db.execute("DELETE FROM notes WHERE body = %s", [f"note {n}"])
+        if self.column_added:
+            db.execute("UPDATE orders SET color = %s WHERE id = %s",
+                       [f"c{self.statements}", rng.choice(ids)])  # fmt: skip
+
+    def add_column(self) -> None:
+        source_sql(self.dsn, "ALTER TABLE orders ADD COLUMN color text")
+        self.column_added = True
+
+    def truncate(self) -> None:
+        source_sql(self.dsn, "TRUNCATE lines")
+
+
+def source_digests(dsn: str) -> dict[str, str]:
+    """Each keyed source table's rows, as the reader renders values, digested."""
+    found = {}
+    with psycopg.connect(dsn) as db:
+        for table in KEYED:
+            schema, name = table.split(".")
+            columns = _columns(db, table)
+            rows = db.execute(
+                psycopg.sql.SQL("SELECT {} FROM {}.{}").format(
+                    _as_json(columns), psycopg.sql.Identifier(schema), psycopg.sql.Identifier(name)
+                )
+            ).fetchall()
+            found[table] = _digest([json.loads(text) for (text,) in rows])
+    return found
+
+
+def _value(value: Any) -> Any:
+    if isinstance(value, Decimal):  # PostgreSQL's numeric(38,18) for a JSON number
+        return float(value)
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return value
+
+
+def _digest(rows: list[dict[str, Any]]) -> str:
+    canonical = sorted(json.dumps({k: _value(v) for k, v in row.items()}, sort_keys=True)
+                       for row in rows)  # fmt: skip
+    return hashlib.sha256("\n".join(canonical).encode()).hexdigest() + f" ({len(rows)} rows)"
+
+
+def destination_digests(
+    query: Callable[[str], tuple[list[str], list[tuple[Any, ...]]]], source_dsn: str
+) -> dict[str, str]:
+    """Each keyed table of a destination, its source's columns only, digested."""
+    found = {}
+    with psycopg.connect(source_dsn) as db:
+        wanted = {t: [c for c, _ in _columns(db, t)] for t in KEYED}
+    for table, columns in wanted.items():
+        names, rows = query(f"SELECT * FROM {table.replace('.', '_')}")
+        found[table] = _digest([
+            {c: row[names.index(c)] for c in columns if c in names} | {
+                c: None for c in columns if c not in names}
+            for row in rows
+        ])  # fmt: skip
+        keys = [row[names.index("_key")] for row in rows]
+        assert len(keys) == len(set(keys)), f"{table}: a key twice"
+    return found
+
+
+def _config(tmp_path: Path, source: str, dsn: str, schema: str) -> tuple[Config, Path]:
+    raw = {
+        "data_dir": str(tmp_path / "data"),
+        "sources": {"pg": {"dsn": source, "tables": "^public\\.", "poll_seconds": 0.05,
+                           "max_changes": 300}},
+        "destinations": {
+            "dw": {"type": "duckdb", "path": str(tmp_path / "w.duckdb"), "only_keys": ["pg"],
+                   "table_name_template": "{{ _namespace }}"},
+            "pg": {"type": "postgres", "dsn": dsn, "schema": schema, "only_keys": ["pg"],
+                   "table_name_template": "{{ _namespace }}"},
+            "lake": {"type": "parquet", "path": str(tmp_path / "lake"), "only_keys": ["pg"],
+                     "table_name_template": "{{ _namespace }}", "partition_by": "none"},
+        },
+    }  # fmt: skip
+    path = tmp_path / "eventpipe.yaml"
+    path.write_bytes(orjson.dumps(raw))
+    return make_config(tmp_path / "data", **{k: v for k, v in raw.items() if k != "data_dir"}), path
+
+
+@pytest.mark.slow
+def test_destinations_equal_the_source_after_20_kills_of_the_reader(
+    tmp_path: Path, spark: Any, source_database: str, postgres_dsn: str, postgres_schema: str
+) -> None:
+    source_sql(source_database, *SCHEMA)
+    config, config_file = _config(tmp_path, source_database, postgres_dsn, postgres_schema)
+    rng = random.Random(2026_11_24)
+    log_file = (tmp_path / "reader.log").open("ab")
+    kills = 0
+    with Workload(source_database, rng) as workload:
+        workload.transactions(20)  # rows for the copy
+        for round_ in range(20):
+            reader = subprocess.Popen([*EVENTPIPE, "read", "pg", "-c", str(config_file)],
+                                      stdout=log_file, stderr=log_file, env=_env())  # fmt: skip
+            deadline = time.monotonic() + rng.uniform(0.2, 0.8)
+            while time.monotonic() < deadline:
+                workload.transactions(1)
+            if round_ == 8:
+                workload.add_column()
+            if round_ == 12:
+                workload.truncate()
+            os.kill(reader.pid, signal.SIGKILL)
+            reader.wait()
+            kills += 1
+            if round_ % 7 == 6:  # batches in between: replays cross their boundaries
+                process_pending(config, spark)
+    log_file.close()
+    PostgresSource(config, "pg").read(once=True)  # what is left
+    process_pending(config, spark)
+
+    expected = source_digests(source_database)
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as db:
+
+        def in_duckdb(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+            cursor = db.execute(sql)
+            return [d[0] for d in cursor.description or []], cursor.fetchall()
+
+        assert destination_digests(in_duckdb, source_database) == expected
+        notes = db.execute("SELECT _op, count(*) FROM public_notes GROUP BY 1").fetchall()
+    with psycopg.connect(postgres_dsn) as pg:
+        pg.execute(f'SET search_path = "{postgres_schema}"')
+
+        def in_postgres(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+            cursor = pg.execute(sql)
+            return [d.name for d in cursor.description or []], cursor.fetchall()
+
+        assert destination_digests(in_postgres, source_database) == expected
+    # Without a key, every change is a row: the inserts and deletes of notes are there.
+    assert {op for op, _ in notes} >= {"read", "insert", "delete"}
+    # Parquet holds every change, in order, once per position (a change logged twice by a
+    # killed reader is one event id, and twice in the lake).
+    lake = pq.read_table(tmp_path / "lake" / "public_lines").to_pylist()
+    ops = {row["_op"] for row in lake}
+    assert ops >= {"read", "insert", "update", "delete", "truncate"}
+    positions = {(row["_lsn"], row["_seq"]) for row in lake}
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as db:
+        applied = db.execute("SELECT _lsn, _seq FROM public_lines").fetchall()
+    assert set(applied) <= positions  # the lake has the change each row came from
+    assert workload.statements > 200
+    print(f"{workload.statements} statements, {kills} kills, source rows: {expected}")
