@@ -482,6 +482,15 @@ def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
     config = make_config(tmp_path, destinations={"live": {"type": "duckdb", "mode": "stream"}})
     with pytest.raises(ConfigError, match="in mode stream"):
         rp.replaceable(config, "live")
+    fed = {"sources": {"pg": {"dsn": "postgresql://db/shop"}}}
+    both = {"dw": {"type": "postgres", "dsn": "postgresql://x/dw"}, "lake": {"type": "parquet"}}
+    config = make_config(tmp_path, destinations=both, **fed)
+    with pytest.raises(ConfigError, match=r"applies the changes of source\(s\) pg by key"):
+        rp.replaceable(config, "dw")
+    rp.replaceable(config, "lake")  # changes as rows of their days
+    config = make_config(tmp_path, destinations={"dw": {"type": "duckdb", "only_keys": ["web"]}},
+                         **fed)  # fmt: skip
+    rp.replaceable(config, "dw")  # none of the source's events
     config = _config(tmp_path)
     replaying = config.layout.failed / "replay" / "replaying.dst=warehouse.2026-11-21T10-00.log"
     replaying.parent.mkdir(parents=True)

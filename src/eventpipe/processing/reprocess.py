@@ -235,6 +235,14 @@ def replaceable(config: Config, destination_id: str) -> None:
             "days, which a reprocess by day does not rebuild yet",
             fix="reprocess the destinations without metering",
         )
+    sources = sorted(s for s in config.sources if dest.only_keys is None or s in dest.only_keys)
+    if sources and dest.type in ("duckdb", "postgres"):
+        raise ConfigError(
+            f"destination {destination_id!r} applies the changes of source(s) "
+            f"{', '.join(sources)} by key: a row is the last change of its key, whatever its "
+            "day, so its days cannot be rebuilt alone",
+            fix="fill a new destination from the log instead (docs/cdc.md)",
+        )
     if dest.mode == "stream":
         raise ConfigError(
             f"destination {destination_id!r} is in mode stream: its rows of the days are "
