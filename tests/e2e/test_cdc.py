@@ -26,11 +26,14 @@ import psycopg
 import pyarrow.parquet as pq
 import pytest
 
+from eventpipe.archive.read import lines
 from eventpipe.config import Config
+from eventpipe.log import compaction
+from eventpipe.processing.fill import fill
 from eventpipe.processing.job import process_pending
 from eventpipe.sources.postgres import PostgresSource, _as_json, _columns
 from tests.conftest import make_config, source_sql
-from tests.process import EVENTPIPE, _env
+from tests.process import EVENTPIPE, _env, run
 
 KEYED = ("public.orders", "public.lines", "public.docs")
 """The source's tables with a primary key: applied by key, equal to the source."""
@@ -187,11 +190,13 @@ def destination_digests(
     return found
 
 
-def _config(tmp_path: Path, source: str, dsn: str, schema: str) -> tuple[Config, Path]:
+def _config(
+    tmp_path: Path, source: str, dsn: str, schema: str, **options: Any
+) -> tuple[Config, Path]:
     raw = {
         "data_dir": str(tmp_path / "data"),
         "sources": {"pg": {"dsn": source, "tables": "^public\\.", "poll_seconds": 0.05,
-                           "max_changes": 300}},
+                           "max_changes": 300, **options}},
         "destinations": {
             "dw": {"type": "duckdb", "path": str(tmp_path / "w.duckdb"), "only_keys": ["pg"],
                    "table_name_template": "{{ _namespace }}"},
@@ -266,3 +271,57 @@ def test_destinations_equal_the_source_after_20_kills_of_the_reader(
     assert set(applied) <= positions  # the lake has the change each row came from
     assert workload.statements > 200
     print(f"{workload.statements} statements, {kills} kills, source rows: {expected}")
+
+
+def test_a_destination_added_later_is_filled_from_the_compacted_log(
+    tmp_path: Path, spark: Any, source_database: str, postgres_dsn: str, postgres_schema: str
+) -> None:
+    """The pipeline compacts the source's archived segments as soon as they pass
+    ``compaction_bytes`` (1 byte here: every run), while the workload goes on; a
+    destination added at the end and filled from the archive equals the source."""
+    source_sql(source_database, *SCHEMA)
+    config, config_file = _config(tmp_path, source_database, postgres_dsn, postgres_schema,
+                                  compaction_bytes=1)  # fmt: skip
+    source = PostgresSource(config, "pg")
+    logged = 0
+    with Workload(source_database, random.Random(7)) as workload:
+        for round_ in range(4):
+            workload.transactions(60)
+            if round_ == 1:
+                workload.add_column()
+            if round_ == 2:
+                workload.truncate()
+            report = source.read(once=True)
+            logged += report.changes + sum(report.copied.values())
+            process_pending(config, spark)  # archives, then compacts
+    segments = compaction.source_segments(config, "pg")
+    assert [compaction.is_compacted(s) for s in segments] == [True]  # one, all of it
+    shown = run("log", "segments", "-c", str(config_file))
+    assert shown.returncode == 0, shown.stderr
+    assert "compacted" in shown.stdout
+    kept = sum(1 for _ in lines(segments[0]))
+    assert kept < logged / 2, (kept, logged)  # the older versions of keys are gone
+    # A destination added now, filled from the compacted archive.
+    late = make_config(config.layout.root, sources=config.model_dump()["sources"], destinations={
+        "late": {"type": "duckdb", "path": str(tmp_path / "late.duckdb"), "only_keys": ["pg"],
+                 "table_name_template": "{{ _namespace }}"}})  # fmt: skip
+    [report] = fill(spark, late, "late")
+    assert report.loaded
+    with duckdb.connect(str(tmp_path / "late.duckdb"), read_only=True) as db:
+
+        def in_late(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+            cursor = db.execute(sql)
+            return [d[0] for d in cursor.description or []], cursor.fetchall()
+
+        assert destination_digests(in_late, source_database) == source_digests(source_database)
+    assert fill(spark, late, "late") == []  # filled: nothing again
+    # A destination there all along, filled again: the compacted state is the current
+    # one, so it stays equal to the source.
+    assert fill(spark, config, "dw")
+    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as db:
+
+        def in_dw(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+            cursor = db.execute(sql)
+            return [d[0] for d in cursor.description or []], cursor.fetchall()
+
+        assert destination_digests(in_dw, source_database) == source_digests(source_database)

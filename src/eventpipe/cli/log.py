@@ -1,4 +1,5 @@
-"""``eventpipe log``: ``status``, ``segments``, ``show``, ``ack``, ``step``."""
+"""``eventpipe log``: ``status``, ``segments``, ``show``, ``ack``, ``step``,
+``compact``, ``fill``."""
 
 from __future__ import annotations
 
@@ -52,15 +53,55 @@ def log_status(config_path: Path | None) -> None:
 @log_group.command("segments")
 @config_option
 def log_segments(config_path: Path | None) -> None:
-    """The sealed segments on disk, in log order: where they are and their size."""
+    """The sealed segments on disk, in log order: where they are and their size (a
+    source's compacted segment says so)."""
+    from eventpipe.archive.files import ArchivedSegment
+    from eventpipe.log.compaction import is_compacted
     from eventpipe.log.inspect import segments
 
     layout = load(config_path).config.layout
     rows = [
-        (s.id, "archive" if s.archived else "incoming", f"{s.path.stat().st_size:,}")
+        (s.id, "archive" if s.archived else "incoming", f"{s.path.stat().st_size:,}",
+         "compacted" if s.archived and is_compacted(ArchivedSegment(s.path)) else "")
         for s in segments(layout)
-    ]
-    print_table(["segment", "where", "bytes"], rows)
+    ]  # fmt: skip
+    print_table(["segment", "where", "bytes", "note"], rows)
+
+
+@log_group.command("compact")
+@config_option
+@click.argument("source_ids", nargs=-1)
+def log_compact(config_path: Path | None, source_ids: tuple[str, ...]) -> None:
+    """Compact sources' archived segments now (all sources without SOURCE_IDS): each
+    key's newest change remains (docs/cdc.md). The pipeline also does it by itself when
+    a source's archive grows past its compaction_bytes."""
+    from eventpipe.log.compaction import compact
+
+    config = load(config_path).config
+    for source_id in source_ids or tuple(config.sources):
+        done = compact(config, source_id)
+        if done is None:
+            click.echo(f"{source_id}: nothing to compact")
+        else:
+            click.echo(f"{source_id}: {done.segments} segment(s) -> {done.segment}: "
+                       f"{done.events_out:,} of {done.events_in:,} events kept, "
+                       f"{done.bytes_in:,} -> {done.bytes_out:,} bytes")  # fmt: skip
+
+
+@log_group.command("fill")
+@config_option
+@click.option("--destination", "destination_id", required=True, help="The destination to fill.")
+def log_fill(config_path: Path | None, destination_id: str) -> None:
+    """Load a destination added later with the archived segments of its keys, in log
+    order (after a source's compaction: its current state, then what followed); then
+    the pipeline goes on with it as usual. Run it before the pipeline runs the
+    destination."""
+    from eventpipe.processing.fill import fill
+
+    config = load(config_path).config
+    reports = with_spark(config, lambda spark: fill(spark, config, destination_id, click.echo))
+    if not reports:
+        click.echo(f"{destination_id}: no archived segment to fill it with")
 
 
 @log_group.command("show")

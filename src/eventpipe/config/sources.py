@@ -30,6 +30,10 @@ class PostgresSourceConfig(Section):
     100,000, 18,011 at 10,000), and hold that many changes in memory."""
     poll_seconds: float = Field(default=0.5, gt=0)
     """How long the reader waits when the slot has no new change."""
+    compaction_bytes: int | None = Field(default=1_000_000_000, ge=1)
+    """Compact the source's archived segments (each key's newest change remains, docs/
+    cdc.md) when those archived since the last compaction reach this size (compressed);
+    null: only ``eventpipe log compact``. Seed 3's default, 1 GB."""
 
     @field_validator("tables")
     @classmethod

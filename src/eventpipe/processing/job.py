@@ -12,7 +12,8 @@ of named steps, each in a module of its own:
                 (send.py). Which of the two is the registry's word, not the type's name
     record      each segment x destination x table recorded; failed events to failed/
                 (failures.py); a run that fails twice on its data isolated (isolation.py)
-    archive     segments every destination has loaded (archiving.py; close_run)
+    archive     segments every destination has loaded (archiving.py; close_run); a
+                source's archived segments compacted past a size (log/compaction.py)
 
 What they share is in run.py. A run's segment list is stored before anything loads; after
 a crash the same run resumes with the same segments and batch ids, and destinations load
@@ -38,6 +39,7 @@ from eventpipe.config import Config
 from eventpipe.destinations.base import Destination
 from eventpipe.errors import TransientError
 from eventpipe.events import Stage
+from eventpipe.log import compaction
 from eventpipe.log.recovery import recover_dead
 from eventpipe.log.segments import LogSettings
 from eventpipe.paths import DataLayout, count_lines
@@ -164,6 +166,10 @@ def _run_pending(
         reports[-1].archived = archived
     if config.archive.retention_days is not None or config.archive.max_bytes is not None:
         retention.prune(layout, config.archive.retention_days, config.archive.max_bytes)
+    for source_id in config.sources:  # sources whose archive grew past compaction_bytes
+        if compaction.due(config, source_id):
+            with step(f"compacting source {source_id}'s archived segments"):
+                compaction.compact(config, source_id)
     if failing:
         problems = "; ".join(f"{d}: {error}" for d, error in sorted(failing.items()))
         raise DestinationsFailingError(

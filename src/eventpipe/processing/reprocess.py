@@ -48,7 +48,7 @@ import shutil
 import time
 import uuid
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import date, timedelta
 from pathlib import Path
@@ -426,7 +426,7 @@ def rebuild(
     state.begin_reprocess(run_id, entry, dest_id, version)
     report = None
     if not state.table_ok([entry], dest_id, ALL_TABLES):
-        paths = [str(p) for p in _inputs(config, run_id, group.sources)]
+        paths = [str(p) for p in spark_inputs(config, run_id, group.sources)]
         only = config.model_copy(update={"destinations": {dest_id: dest}})
         report = RunReport(run_id, (entry,), resumed)
         run_job(spark, only, run_id, {dest_id: (entry,)}, paths, state, report,
@@ -503,7 +503,7 @@ def _drop_shadows(destination: Replaceable, run_id: str) -> None:
         destination.drop(left)
 
 
-def _inputs(config: Config, run_id: str, sources: tuple[Source, ...]) -> list[Path]:
+def spark_inputs(config: Config, run_id: str, sources: Sequence[Source]) -> list[Path]:
     """The files Spark reads: archived ``.lz4`` segments decompressed under the run's
     tmp/ (Spark's LZ4 codec reads Hadoop's block format, not frames); gzip and
     incoming/ segments where they are. Decompressed once: a resumed run reuses them."""
