@@ -12,12 +12,14 @@ stops them all. A worker gets SIGTERM if this process dies (``PR_SET_PDEATHSIG``
 none is left serving alone. Their metrics are summed per host (prometheus_client's
 multiprocess mode, in a directory of this process's).
 
-The collector serves HTTP in this process; the pipeline (``eventpipe process``) runs in a
-child process, so that the collector never waits on Spark and a Spark failure cannot take
-ingest down. The child is restarted with exponential backoff (1 s doubling to 60 s) if it
-exits; on SIGTERM/Ctrl-C the collector stops first (finishing requests, sealing), then the
-child gets SIGTERM (its loads under way get ``processing.shutdown_grace_seconds`` to finish)
-and that grace plus 15 s before SIGKILL.
+The collector serves HTTP in this process; the pipeline (``eventpipe process``) runs in
+a child process, so that the collector never waits on Spark and a Spark failure cannot
+take ingest down, and so does each configured source's reader (``eventpipe read ID``).
+A child is restarted with exponential backoff (1 s doubling to 60 s) if it exits; on
+SIGTERM/Ctrl-C the collector stops first (finishing requests, sealing), then the
+children get SIGTERM: the pipeline's loads under way get
+``processing.shutdown_grace_seconds`` to finish, and that grace plus 15 s before
+SIGKILL; a reader gets 30 s.
 """
 
 from __future__ import annotations
@@ -49,19 +51,26 @@ log = logging.getLogger("eventpipe.service")
 
 SPARK_STOP_SECONDS = 15.0
 """How long the pipeline may take to stop its Spark session after its loads."""
+READER_STOP_SECONDS = 30.0
+"""How long a source's reader may take to finish the read under way (it resumes from its
+slot if killed: nothing is lost)."""
 
 
-class PipelineSupervisor:
-    """Keeps one ``eventpipe process`` child running until stopped."""
+class Supervisor:
+    """Keeps one eventpipe child command running until stopped: the pipeline
+    (``process``), a source's reader (``read ID``)."""
 
-    def __init__(self, config_path: Path | None, grace_seconds: float) -> None:
-        self.command = [sys.executable, "-m", "eventpipe.cli", "process"]
+    def __init__(
+        self, name: str, arguments: list[str], config_path: Path | None, grace_seconds: float
+    ) -> None:
+        self.name = name
+        self.command = [sys.executable, "-m", "eventpipe.cli", *arguments]
         if config_path is not None:
             self.command += ["-c", str(config_path)]
         self.grace_seconds = grace_seconds
         self._stop = threading.Event()
         self._child: subprocess.Popen[bytes] | None = None
-        self._thread = threading.Thread(target=self._supervise, name="pipeline", daemon=True)
+        self._thread = threading.Thread(target=self._supervise, name=name, daemon=True)
 
     def start(self) -> None:
         self._thread.start()
@@ -70,12 +79,12 @@ class PipelineSupervisor:
         backoff = Backoff(1.0, 60.0, jitter=False)
         while not self._stop.is_set():
             self._child = subprocess.Popen(self.command)
-            log.info("pipeline started (pid %d)", self._child.pid)
+            log.info("%s started (pid %d)", self.name, self._child.pid)
             code = self._child.wait()
             if self._stop.is_set():
                 return
             delay = backoff.wait() or 0.0  # no deadline: always a wait
-            log.error("pipeline exited with %d; restarting in %.0f s", code, delay)
+            log.error("%s exited with %d; restarting in %.0f s", self.name, code, delay)
             if self._stop.wait(delay):
                 return
 
@@ -87,7 +96,8 @@ class PipelineSupervisor:
             try:
                 child.wait(self.grace_seconds)
             except subprocess.TimeoutExpired:
-                log.warning("pipeline did not stop within %.0f s; killing it", self.grace_seconds)
+                log.warning("%s did not stop within %.0f s; killing it", self.name,
+                            self.grace_seconds)  # fmt: skip
                 child.kill()
                 child.wait()
         self._thread.join(timeout=5)
@@ -258,15 +268,20 @@ def _forget(pid: int | None) -> None:
 
 
 def run(loaded: LoadedConfig, config_path: Path | None) -> None:
-    """Serve the collector and supervise the pipeline until SIGTERM/Ctrl-C."""
+    """Serve the collector, and supervise the pipeline and a reader per source, until
+    SIGTERM/Ctrl-C."""
     # The pipeline's own grace for its loads, and time to stop Spark after them.
     grace = loaded.config.processing.shutdown_grace_seconds + SPARK_STOP_SECONDS
-    supervisor = PipelineSupervisor(config_path, grace)
-    supervisor.start()
+    children = [Supervisor("pipeline", ["process"], config_path, grace)]
+    children += [Supervisor(f"source {s}", ["read", s], config_path, READER_STOP_SECONDS)
+                 for s in loaded.config.sources]  # fmt: skip
+    for child in children:
+        child.start()
     try:
         collect(loaded)
     finally:
-        supervisor.stop()
+        for child in children:
+            child.stop()
 
 
 def process(

@@ -33,7 +33,7 @@ from eventpipe.processing.fill import fill
 from eventpipe.processing.job import process_pending
 from eventpipe.sources.postgres import PostgresSource, _as_json, _columns
 from tests.conftest import make_config, source_sql
-from tests.process import EVENTPIPE, _env, run
+from tests.process import EVENTPIPE, CollectorProcess, _env, free_port, run, write_config
 
 KEYED = ("public.orders", "public.lines", "public.docs")
 """The source's tables with a primary key: applied by key, equal to the source."""
@@ -325,3 +325,55 @@ def test_a_destination_added_later_is_filled_from_the_compacted_log(
             return [d[0] for d in cursor.description or []], cursor.fetchall()
 
         assert destination_digests(in_dw, source_database) == source_digests(source_database)
+
+
+@pytest.mark.slow
+def test_eventpipe_run_reads_its_sources_into_a_stream_destination(
+    tmp_path: Path, source_database: str, postgres_dsn: str, postgres_schema: str
+) -> None:
+    """`eventpipe run` supervises a reader per source beside the collector and the
+    pipeline: a change in the source reaches a stream destination while it runs."""
+    source_sql(source_database, "CREATE TABLE items (id int PRIMARY KEY, name text)",
+               "INSERT INTO items VALUES (1, 'one'), (2, 'two')")  # fmt: skip
+    port = free_port()
+    config = write_config(
+        tmp_path / "eventpipe.yaml", tmp_path / "data", port,
+        sources={"shop": {"dsn": source_database, "tables": "^public\\.items$",
+                          "poll_seconds": 0.1}},
+        destinations={"live": {"type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
+                               "mode": "stream", "only_keys": ["shop"],
+                               "table_name_template": "{{ _namespace }}"}},
+        spark={"master": "local[2]", "spark.sql.shuffle.partitions": 2},
+    )  # fmt: skip
+    proc = CollectorProcess(config, port, tmp_path / "run.log", command="run")
+
+    def rows() -> list[tuple[Any, ...]] | None:
+        with psycopg.connect(postgres_dsn) as db:
+            try:
+                found = db.execute(
+                    f'SELECT id, name FROM "{postgres_schema}".public_items ORDER BY id'
+                ).fetchall()
+            except psycopg.errors.UndefinedTable:
+                return None
+            return [tuple(row) for row in found]
+
+    def until(wanted: list[tuple[Any, ...]]) -> None:
+        deadline = time.monotonic() + 120
+        while rows() != wanted:
+            assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
+            time.sleep(0.2)
+
+    try:
+        proc.wait_ready()
+        until([(1, "one"), (2, "two")])  # the copy
+        source_sql(source_database, "UPDATE items SET name = 'ONE' WHERE id = 1",
+                   "DELETE FROM items WHERE id = 2",
+                   "INSERT INTO items VALUES (3, 'three')")  # fmt: skip
+        until([(1, "ONE"), (3, "three")])  # the changes, applied as they come
+        proc.signal(signal.SIGTERM)
+        assert proc.wait(90) == 0
+    finally:
+        proc.kill()
+    log = proc.log_path.read_text()
+    assert "source shop started" in log
+    assert "pipeline started" in log
