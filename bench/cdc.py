@@ -9,6 +9,12 @@ run, on a throwaway local server (tests/postgres.py, wal_level = logical, wal2js
 2. The changes: ``--rows`` updates in transactions of 10,000, read by `eventpipe read
    --once`, next to the slot read alone (`pg_logical_slot_peek_changes` of the same
    changes, counted, nothing written: the decoding floor).
+3. Latency (``--latency-seconds``, 0 to skip): `eventpipe run` with the source and a
+   PostgreSQL destination in mode stream; a row is inserted every 20 ms (its commit time
+   in the row, ``clock_timestamp()``), and a poller sees each arrive in the destination
+   (every 10 ms): p50, p99 and the worst of arrival - commit, with eventpipe's default
+   settings (reader ``poll_seconds`` 0.5, ``stream_interval_seconds`` 1), then with
+   ``--fast`` ones (0.05 and 0.2).
 """
 
 from __future__ import annotations
@@ -31,6 +37,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--max-changes", type=int, default=None,
                         help="The source's max_changes (default: eventpipe's).")  # fmt: skip
+    parser.add_argument("--latency-seconds", type=float, default=60.0)
     args = parser.parse_args()
     import psycopg
     from tests.postgres import postgres_server
@@ -40,6 +47,7 @@ def main() -> None:
 
     rows = args.rows
     results: dict[str, float] = {}
+    latencies: dict[str, str] = {}
     with tempfile.TemporaryDirectory(prefix="eventpipe-cdc-bench-", dir="/var/tmp") as tmp, \
             postgres_server() as dsn:  # fmt: skip
         with psycopg.connect(dsn, autocommit=True) as db:
@@ -97,11 +105,104 @@ def main() -> None:
         assert report.changes == rows
         print(f"eventpipe read (changes): {results['eventpipe changes']:.1f} s", flush=True)
 
+        for label, poll, interval in (("defaults", 0.5, 1.0), ("fast", 0.05, 0.2)):
+            if args.latency_seconds > 0:
+                latencies[label] = latency(dsn, Path(tmp) / label, args.latency_seconds,
+                                           poll, interval)  # fmt: skip
+
     print("\nin this run:")
-    copy, floor = results["eventpipe copy"], results["copy floor"]
-    print(f"  copy: {rows / copy:,.0f} rows/s; {copy / floor:.1f}x COPY TO STDOUT")
+    copied_in, floor = results["eventpipe copy"], results["copy floor"]
+    print(f"  copy: {rows / copied_in:,.0f} rows/s; {copied_in / floor:.1f}x COPY TO STDOUT")
     changes, slot = results["eventpipe changes"], results["slot read"]
     print(f"  changes: {rows / changes:,.0f} changes/s; {changes / slot:.1f}x the slot read alone")
+    for label, text in latencies.items():
+        print(f"  latency ({label}): {text}")
+
+
+def latency(dsn: str, root: Path, seconds: float, poll: float, interval: float) -> str:
+    """A change's time from its commit to its row in a stream destination, under
+    `eventpipe run` (see the module's docstring): p50, p99, worst."""
+    import signal
+    import subprocess
+    import threading
+    from datetime import datetime
+
+    import psycopg
+    import yaml
+    from tests.process import EVENTPIPE, _env, free_port
+
+    database = f"latency_{int(poll * 1000)}"
+    with psycopg.connect(dsn, autocommit=True) as db:
+        db.execute(f"CREATE DATABASE {database}")
+    source = dsn.rsplit("/", 1)[0] + f"/{database}"
+    with psycopg.connect(source, autocommit=True) as db:
+        db.execute("CREATE TABLE ticks (id int PRIMARY KEY, at timestamptz)")
+    root.mkdir(parents=True)
+    config = root / "eventpipe.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(root / "data"),
+        "server": {"host": "127.0.0.1", "port": free_port()},
+        "sources": {"pg": {"dsn": source, "poll_seconds": poll}},
+        "destinations": {"live": {"type": "postgres", "dsn": dsn, "schema": database,
+                                  "mode": "stream", "stream_interval_seconds": interval,
+                                  "table_name_template": "{{ _namespace }}"}},
+        "spark": {"master": "local[2]", "spark.sql.shuffle.partitions": 2},
+    }))  # fmt: skip
+    log = (root / "run.log").open("wb")
+    service = subprocess.Popen([*EVENTPIPE, "run", "-c", str(config)], stdout=log,
+                               stderr=subprocess.STDOUT, env=_env())  # fmt: skip
+    seen: dict[int, float] = {}
+    stop = threading.Event()
+
+    def poller() -> None:
+        with psycopg.connect(dsn, autocommit=True) as db:
+            while not stop.is_set():
+                try:
+                    found = db.execute(
+                        f"SELECT id FROM {database}.public_ticks WHERE id > %s",
+                        [max(seen, default=-1)],
+                    ).fetchall()
+                except psycopg.errors.UndefinedTable:
+                    found = []
+                now = time.time()
+                for (i,) in found:
+                    seen.setdefault(i, now)
+                time.sleep(0.01)
+
+    thread = threading.Thread(target=poller, daemon=True)
+    thread.start()
+    committed: dict[int, float] = {}
+    try:
+        with psycopg.connect(source, autocommit=True) as db:
+            db.execute("SET synchronous_commit = on")
+            db.execute("INSERT INTO ticks VALUES (0, clock_timestamp())")  # started
+            deadline = time.monotonic() + 180
+            while 0 not in seen:
+                assert time.monotonic() < deadline, "eventpipe run did not start"
+                time.sleep(0.1)
+            end = time.monotonic() + seconds
+            n = 0
+            while time.monotonic() < end:
+                n += 1
+                [(at,)] = db.execute(
+                    "INSERT INTO ticks VALUES (%s, clock_timestamp()) RETURNING at", [n]
+                ).fetchall()
+                committed[n] = datetime.timestamp(at)
+                time.sleep(0.02)
+        deadline = time.monotonic() + 60
+        while len([i for i in committed if i in seen]) < len(committed):
+            assert time.monotonic() < deadline, "changes did not arrive"
+            time.sleep(0.1)
+    finally:
+        stop.set()
+        service.send_signal(signal.SIGTERM)
+        service.wait(120)
+    waits = sorted(seen[i] - committed[i] for i in committed)
+    p50, p99 = waits[len(waits) // 2], waits[int(len(waits) * 0.99)]
+    text = (f"{len(waits)} changes, p50 {p50:.2f} s, p99 {p99:.2f} s, worst {waits[-1]:.2f} s "
+            f"(poll_seconds {poll}, stream_interval_seconds {interval})")  # fmt: skip
+    print(f"latency: {text}", flush=True)
+    return text
 
 
 if __name__ == "__main__":
