@@ -8,7 +8,9 @@ run, on a throwaway local server (tests/postgres.py, wal_level = logical, wal2js
    STDOUT` of the same rows as JSON (the floor: the server's own export).
 2. The changes: ``--rows`` updates in transactions of 10,000, read by `eventpipe read
    --once`, next to the slot read alone (`pg_logical_slot_peek_changes` of the same
-   changes, counted, nothing written: the decoding floor).
+   changes, counted, nothing written: the decoding floor), and to the same changes
+   streamed over the replication protocol (psycopg2's ``START_REPLICATION``, counted:
+   the other way to read a slot; ``pip install psycopg2-binary``, in the dev extras).
 3. Latency (``--latency-seconds``, 0 to skip): `eventpipe run` with the source and a
    PostgreSQL destination in mode stream; a row is inserted every 20 ms (its commit time
    in the row, ``clock_timestamp()``), and a poller sees each arrive in the destination
@@ -20,6 +22,7 @@ run, on a throwaway local server (tests/postgres.py, wal_level = logical, wal2js
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import tempfile
 import time
@@ -99,6 +102,9 @@ def main() -> None:
             results["slot read"] = time.perf_counter() - started
         print(f"slot read alone ({changes:,} rows of wal2json): {results['slot read']:.1f} s",
               flush=True)  # fmt: skip
+        results["slot streamed"] = streamed(dsn, source.slot, changes)
+        print(f"slot streamed alone (psycopg2 START_REPLICATION, {changes:,} messages): "
+              f"{results['slot streamed']:.1f} s", flush=True)  # fmt: skip
         started = time.perf_counter()
         report = source.read(once=True)
         results["eventpipe changes"] = time.perf_counter() - started
@@ -115,8 +121,42 @@ def main() -> None:
     print(f"  copy: {rows / copied_in:,.0f} rows/s; {copied_in / floor:.1f}x COPY TO STDOUT")
     changes, slot = results["eventpipe changes"], results["slot read"]
     print(f"  changes: {rows / changes:,.0f} changes/s; {changes / slot:.1f}x the slot read alone")
+    stream = results["slot streamed"]
+    print(f"  the slot streamed (psycopg2) took {stream / slot:.2f}x the SQL read of it")
     for label, text in latencies.items():
         print(f"  latency ({label}): {text}")
+
+
+def streamed(dsn: str, slot: str, messages: int) -> float:
+    """Seconds to receive ``messages`` of the slot over the replication protocol
+    (psycopg2's ``LogicalReplicationConnection``), counted, nothing confirmed: the
+    streaming floor, beside the SQL read's."""
+    import psycopg2
+    import psycopg2.extras
+    from psycopg2.extras import StopReplication
+
+    from eventpipe.sources.postgres import WAL2JSON
+
+    connection = psycopg2.connect(
+        dsn, connection_factory=psycopg2.extras.LogicalReplicationConnection
+    )
+    cursor = connection.cursor()
+    options = dict(zip(WAL2JSON[::2], WAL2JSON[1::2], strict=True))
+    started = time.perf_counter()
+    cursor.start_replication(slot_name=slot, decode=False, options=options)
+    received = 0
+
+    def consume(message: object) -> None:
+        nonlocal received
+        received += 1
+        if received >= messages:
+            raise StopReplication
+
+    with contextlib.suppress(StopReplication):
+        cursor.consume_stream(consume)
+    seconds = time.perf_counter() - started
+    connection.close()
+    return seconds
 
 
 def latency(dsn: str, root: Path, seconds: float, poll: float, interval: float) -> str:
