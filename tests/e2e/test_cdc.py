@@ -31,6 +31,7 @@ from eventpipe.config import Config
 from eventpipe.log import compaction
 from eventpipe.processing.fill import fill
 from eventpipe.processing.job import process_pending
+from eventpipe.processing.run import open_destination
 from eventpipe.sources.postgres import PostgresSource, _as_json, _columns
 from tests.conftest import make_config, source_sql
 from tests.process import EVENTPIPE, CollectorProcess, _env, free_port, run, write_config
@@ -377,3 +378,35 @@ def test_eventpipe_run_reads_its_sources_into_a_stream_destination(
     log = proc.log_path.read_text()
     assert "source shop started" in log
     assert "pipeline started" in log
+
+
+def test_iceberg_and_delta_keep_the_current_table_or_the_history(
+    tmp_path: Path, spark: Any, source_database: str
+) -> None:
+    """``changes: apply`` (the default) keeps an Iceberg or Delta table equal to the
+    source's (a copy-on-write of the table per batch); ``changes: append`` keeps every
+    change as a row."""
+    source_sql(source_database, *SCHEMA)
+    template = {"only_keys": ["pg"], "table_name_template": "{{ _namespace }}"}
+    config = make_config(tmp_path / "data", sources={"pg": {"dsn": source_database}},
+                         destinations={
+        "ice": {"type": "iceberg", "partition_by": "none", **template},
+        "delta": {"type": "delta", **template},
+        "history": {"type": "iceberg", "changes": "append", **template},
+    })  # fmt: skip
+    source = PostgresSource(config, "pg")
+    with Workload(source_database, random.Random(11)) as workload:
+        for round_ in range(2):
+            workload.transactions(25)
+            if round_ == 1:
+                workload.add_column()
+                workload.truncate()
+            source.read(once=True)
+            process_pending(config, spark)
+    expected = source_digests(source_database)
+    for dest_id in ("ice", "delta"):
+        opened = open_destination(dest_id, config.destinations[dest_id], config)
+        assert destination_digests(opened.query, source_database) == expected, dest_id
+    history = open_destination("history", config.destinations["history"], config)
+    _, ops = history.query("SELECT _op, count(*) FROM public_lines GROUP BY 1")
+    assert {op for op, _ in ops} >= {"read", "insert", "update", "delete", "truncate"}

@@ -86,6 +86,10 @@ class TableDestinationConfig(DestinationConfig):
 
     primary_key: tuple[str, ...] = ()
     """Columns of the primary key; loads then upsert, the newest ``_timestamp`` winning."""
+    changes: Literal["apply", "append"] = "apply"
+    """A source's changes (docs/cdc.md): ``apply``: by key, the table the source's (each
+    key's last change); ``append``: every change a row, the history (``_op``, ``_lsn``,
+    ``_seq`` say what and in which order)."""
 
     @model_validator(mode="after")
     def _key_where_rows_can_be_replaced(self) -> TableDestinationConfig:
@@ -154,6 +158,8 @@ class ParquetConfig(TableDestinationConfig):
 
     type: Literal["parquet"] = "parquet"
     """The type: ``parquet``."""
+    changes: Literal["append"] = "append"  # files are written, never updated
+    """A source's changes: every change a row (``append`` only)."""
     path: str | None = None
     """The directory of the tables (default ``<data_dir>/parquet``), or a
     Hadoop-compatible URI Spark writes (``s3a://bucket/lake``, ``hdfs://nn/lake``)."""

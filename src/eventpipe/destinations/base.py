@@ -42,6 +42,8 @@ class LoadRequest:
     """Parquet files with the batch's rows, column names as in ``columns``."""
     columns: Mapping[str, DataType]
     primary_key: tuple[str, ...] = ()
+    apply_changes: bool = False
+    """The rows are a source's changes, applied by key (destinations/changes.py)."""
 
 
 @dataclass(frozen=True)

@@ -156,6 +156,13 @@ class DeltaDestination(LakehouseDestination):
             newer = f"s.{ts} >= t.{ts} OR t.{ts} IS NULL"
         merge.when_matched_update_all(predicate=newer).when_not_matched_insert_all().execute()
 
+    def _overwrite(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
+        from deltalake import write_deltalake
+
+        write_deltalake(str(self._path(table)), self._fit(table, rows), mode="overwrite",
+                        schema_mode="merge" if add else None,
+                        commit_properties=self._properties(commit))  # fmt: skip
+
     def _replace(
         self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit, add: pa.Schema | None
     ) -> None:

@@ -163,7 +163,7 @@ class DuckDBDestination:
                 return LoadResult(rows=int(done[0]), already_loaded=True, rejected=left_out)
             columns = ", ".join(q(c) for c in request.columns)
             source, params = rows_of(columns, files, rejected)
-            if changes.are_changes(request.columns):
+            if request.apply_changes:
                 rows = _apply_changes(db, request, source, params)
             elif request.primary_key:
                 rows = _upsert(db, request, source, params)

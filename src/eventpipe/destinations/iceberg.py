@@ -195,6 +195,17 @@ class IcebergDestination(LakehouseDestination):
             tx.overwrite(out, overwrite_filter=_of_days(days) if by_day else "true",
                          snapshot_properties=commit.properties())  # fmt: skip
 
+    def _overwrite(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
+        import warnings
+
+        found = self._open(table)
+        assert found is not None
+        with found.transaction() as tx, warnings.catch_warnings():
+            # An empty table: nothing to delete, which pyiceberg warns of.
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            _add_columns(tx, add)
+            tx.overwrite(rows, snapshot_properties=commit.properties())
+
     def _replace(
         self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit, add: pa.Schema | None
     ) -> None:

@@ -12,7 +12,10 @@ How a batch is committed (the same for both formats, :class:`LakehouseDestinatio
    destinations. With a primary key, the newest ``_timestamp`` of each key is kept.
 2. The rows, as Arrow, go to the format's library, which writes the data files and
    commits them with the batch's id in the commit itself (Iceberg: the snapshot's
-   summary; Delta: an application transaction and the commit's metadata). Before that,
+   summary; Delta: an application transaction and the commit's metadata). A source's
+   changes applied by key (``changes: apply``, docs/cdc.md) are a copy-on-write of the
+   whole table: its rows read, the changes applied in DuckDB, the result committed in
+   place of them (an ``overwrite``). Before that,
    the table's log is asked whether the batch's id is there: a retry after a crash
    between the commit and eventpipe's own record appends nothing twice. Data files of a
    commit that never happened are in no version of the table (``eventpipe lake expire``
@@ -53,6 +56,7 @@ from typing import TYPE_CHECKING, Any
 
 import duckdb
 
+from eventpipe.destinations import changes
 from eventpipe.destinations.base import DaySwap, LoadRequest, LoadResult, day_ranges, table_lock
 from eventpipe.destinations.duckdb import read_only_query, rows_of, unconvertible_rows
 from eventpipe.errors import EventpipeError, TerminalError, TransientError, first_line
@@ -186,6 +190,11 @@ class LakehouseDestination(ABC):
         row per key), in one commit that adds the columns ``add`` first."""
 
     @abstractmethod
+    def _overwrite(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
+        """Replace every row of the table by ``rows``, in one commit that adds the columns
+        ``add`` first."""
+
+    @abstractmethod
     def _replace(
         self, table: str, days: Sequence[str], rows: pa.Table, commit: Commit, add: pa.Schema | None
     ) -> None:
@@ -300,7 +309,10 @@ class LakehouseDestination(ABC):
             commit = Commit(request.batch_id, rows.num_rows, rejected)
             key = request.primary_key or table.primary_key
             with self._format_errors(request.table), self._adding(request.table) as add:
-                if key:
+                if request.apply_changes:
+                    current = self._applied(request.table, table, rows)
+                    self._overwrite(request.table, current, commit, add)
+                elif key:
                     self._upsert(request.table, rows, key, commit, add)
                 else:
                     self._append(request.table, rows, commit, add)
@@ -335,6 +347,29 @@ class LakehouseDestination(ABC):
         finally:
             db.close()
         return self._with_days(typed(rows, table)), rejected
+
+    def _applied(self, name: str, table: Table, rows: pa.Table) -> pa.Table:
+        """The table's rows with the changes in ``rows`` applied by key
+        (destinations/changes.py, on a copy in an in-memory DuckDB): copy-on-write of the
+        whole table, which the caller commits in place of it."""
+        q = DUCKDB.quote
+        db = duckdb.connect()
+        try:
+            db.execute("SET TimeZone = 'UTC'")
+            db.register("present", self._read(name))
+            present = set(db.sql("SELECT * FROM present LIMIT 0").columns)
+            db.execute("CREATE TABLE t AS SELECT " + ", ".join(
+                f"{q(c) if c in present else 'NULL'}::{DUCKDB.sql_type(d)} AS {q(c)}"
+                for c, d in table.columns.items()
+            ) + " FROM present")  # fmt: skip
+            db.register("batch", rows)
+            db.execute("CREATE TEMP TABLE eventpipe_changes AS SELECT * FROM batch")
+            changes.apply(lambda sql: db.execute(sql).fetchall(), q, "t", "eventpipe_changes",
+                          list(table.columns))  # fmt: skip
+            current = db.sql("SELECT * FROM t").to_arrow_table()
+        finally:
+            db.close()
+        return self._with_days(typed(current, table))
 
     def _with_days(self, rows: pa.Table) -> pa.Table:
         """``rows`` with the columns the format partitions by that are not events' own

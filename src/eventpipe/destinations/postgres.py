@@ -246,7 +246,7 @@ class PostgresDestination:
             # Without a key, COPY goes straight into the table: the transaction makes it
             # atomic. An upsert stages in a temporary table first.
             into = self._name(request.table)
-            applying = changes.are_changes(request.columns)
+            applying = request.apply_changes
             if request.primary_key or applying:
                 into = "eventpipe_stage"
                 db.execute(

@@ -16,6 +16,7 @@ from pyspark.sql import Observation
 from pyspark.sql import functions as F
 
 from eventpipe.config import MeteringConfig
+from eventpipe.destinations import changes
 from eventpipe.destinations.base import Destination, LoadRequest, Metered
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage
@@ -228,8 +229,9 @@ def load_files(
     if not patch.empty:
         target.schemas.forget(table)  # read again next time: others may have added more
     request = LoadRequest(
-        table, f"{run_id}:{dest_id}:{table}", staged.files, targets, dest.primary_key
-    )
+        table, f"{run_id}:{dest_id}:{table}", staged.files, targets, dest.primary_key,
+        apply_changes=dest.changes == "apply" and changes.are_changes(targets),
+    )  # fmt: skip
     parts = Parts(run.layout.tmp / run_id / f"dst={dest_id}" / f"table={table}.parts")
     if parts.started:  # an earlier try of the run was loading it in parts: go on
         return _load_in_parts(parts, request, run, target, ok, parts.error)
