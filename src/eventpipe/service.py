@@ -269,7 +269,7 @@ def _forget(pid: int | None) -> None:
 
 def run(loaded: LoadedConfig, config_path: Path | None) -> None:
     """Serve the collector, and supervise the pipeline and a reader per source, until
-    SIGTERM/Ctrl-C."""
+    SIGTERM/Ctrl-C. A config with sources and no api keys runs no collector."""
     # The pipeline's own grace for its loads, and time to stop Spark after them.
     grace = loaded.config.processing.shutdown_grace_seconds + SPARK_STOP_SECONDS
     children = [Supervisor("pipeline", ["process"], config_path, grace)]
@@ -278,10 +278,22 @@ def run(loaded: LoadedConfig, config_path: Path | None) -> None:
     for child in children:
         child.start()
     try:
-        collect(loaded)
+        if loaded.config.api_keys or loaded.embedded or not loaded.config.sources:
+            collect(loaded)
+        else:  # sources only: nothing to collect over HTTP
+            log.info("no api_keys: no collector; the sources' readers and the pipeline run")
+            _until_stopped()
     finally:
         for child in children:
             child.stop()
+
+
+def _until_stopped() -> None:
+    """Wait for SIGTERM or Ctrl-C."""
+    stopping = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stopping.set())
+    stopping.wait()
 
 
 def process(

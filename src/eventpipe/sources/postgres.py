@@ -332,23 +332,23 @@ class Catalog:
 
     def __init__(self, db: psycopg.Connection[Any]) -> None:
         self.db = db
-        self.columns: dict[str, list[tuple[str, str]]] = {}
+        self.columns: dict[str, dict[str, str]] = {}
+        """``schema.table`` -> its columns and their types, in order."""
 
     def whole(self, table: str, row: dict[str, Any], key: list[str]) -> dict[str, Any]:
         """``row`` of an update with the columns the WAL left out (unchanged TOASTed
         values) read from the table by key; as it is if the row is gone (a later change
         deletes or moves it)."""
         columns = self.columns.get(table)
-        if columns is None or any(name not in dict(columns) for name in row):
-            columns = self.columns[table] = _columns(self.db, table)  # new, or it changed
-        missing = [(name, t) for name, t in columns if name not in row]
+        if columns is None or not columns.keys() >= row.keys():  # new, or it changed
+            columns = self.columns[table] = dict(_columns(self.db, table))
+        if len(row) >= len(columns):
+            return row
+        missing = [(name, t) for name, t in columns.items() if name not in row]
         if not missing:
             return row
         where = sql.SQL(" AND ").join(
-            sql.SQL("{} = %s").format(sql.Identifier(name))
-            if dict(columns).get(name) in NATIVE
-            else sql.SQL("{}::text = %s").format(sql.Identifier(name))
-            for name in key
+            sql.SQL("{} = %s").format(_text(name, columns.get(name, "text"))) for name in key
         )
         found = self.db.execute(
             sql.SQL("SELECT {} FROM {} WHERE {}").format(
