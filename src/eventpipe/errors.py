@@ -1,6 +1,7 @@
 """Errors every layer shares.
 
-An error carries a stable ``name``, the values involved and, where there is one, the fix.
+An error carries a stable ``name``, the values involved and, where there is one, the fix,
+and the exit code a command ends with because of it (schedulers retry on 75 only).
 Destinations and senders classify failures as :class:`TransientError` (retry with backoff)
 or :class:`TerminalError` (the event goes to ``failed/`` with the reason); nothing guesses.
 """
@@ -21,6 +22,8 @@ class EventpipeError(Exception):
     """Base of eventpipe's own errors: a stable name, fields, and what to do next."""
 
     name = "eventpipe_error"
+    exit_code = 1
+    """What the command exits with (docs/orchestration.md): 1 unless a subclass says."""
 
     def __init__(self, message: str, *, fix: str | None = None, **fields: Any) -> None:
         super().__init__(message)
@@ -38,18 +41,21 @@ class ConfigError(EventpipeError):
     """The configuration cannot be used; the message names every wrong key by its path."""
 
     name = "config_error"
+    exit_code = 2  # a retry will not fix it
 
 
 class TransientError(EventpipeError):
     """A failure that may pass by itself (connection lost, disk full): retry with backoff."""
 
     name = "transient_error"
+    exit_code = 75  # EX_TEMPFAIL: worth retrying
 
 
 class TerminalError(EventpipeError):
     """A failure that retrying cannot fix: the event goes to failed/ with this reason."""
 
     name = "terminal_error"
+    exit_code = 65  # EX_DATAERR: a retry will not fix it
 
 
 class QueryError(EventpipeError):
@@ -59,6 +65,7 @@ class QueryError(EventpipeError):
 
 
 class DataDirLockedError(EventpipeError):
+    exit_code = 75  # another collector holds it: it may stop
     """Another collector already owns this data directory."""
 
     name = "data_dir_locked"

@@ -2,8 +2,10 @@
 
 Every command takes ``-c/--config FILE`` (before or after its name, or
 ``EVENTPIPE_CONFIG``; default ``./eventpipe.yaml``; built-in embedded defaults when that
-file does not exist). Errors print as ``error: ...`` with the fix, and exit with 2 for
-configuration errors, 1 for the rest.
+file does not exist). Errors print as ``error: ...`` with the fix, and exit with the
+error's code (docs/orchestration.md): 0 done, 2 configuration, 65 data a retry will not
+fix, 75 transient (retry), 1 anything else; ``--idle-exit-code`` gives the code of a
+command that had nothing to do (99: Airflow's skip).
 """
 
 from __future__ import annotations
@@ -15,14 +17,18 @@ import click
 # Each module registers its commands on the group.
 from eventpipe.cli import archive, collector, lake, log, pipeline, sources, status  # noqa: F401
 from eventpipe.cli.common import cli
-from eventpipe.errors import ConfigError, EventpipeError
+from eventpipe.errors import EventpipeError
 
 __all__ = ["cli", "main"]
 
 
 def main() -> None:
     try:
-        cli.main(standalone_mode=False)
+        # Outside standalone mode click returns the code of a click.exceptions.Exit
+        # (--idle-exit-code) instead of exiting with it.
+        code = cli.main(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except click.exceptions.Abort:
         sys.exit(130)
     except click.ClickException as exc:
@@ -32,6 +38,6 @@ def main() -> None:
         click.echo(f"error: {exc.message}", err=True)
         if exc.fix:
             click.echo(f"  fix: {exc.fix}", err=True)
-        sys.exit(2 if isinstance(exc, ConfigError) else 1)
+        sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from eventpipe.cli.common import DAY, cli, config_option, load
-from eventpipe.errors import EventpipeError
+from eventpipe.errors import EventpipeError, TerminalError
 
 
 @cli.group("archive")
@@ -24,7 +24,8 @@ def archive_group() -> None:
 @click.option("--to", "last", type=DAY, default=None, help="Last day (included).")
 def archive_verify(config_path: Path | None, first: Any, last: Any) -> None:
     """Recompute every size and checksum of the archive (all days, or --from/--to) and
-    name each file and frame that does not match. Exits 1 if one does not."""
+    name each file and frame that does not match. Exits 65 (a data error) if one does
+    not."""
     from eventpipe.archive.verify import verify
 
     layout = load(config_path).config.layout
@@ -41,7 +42,7 @@ def archive_verify(config_path: Path | None, first: Any, last: Any) -> None:
         f"{report.events:,} event(s), {report.compressed_bytes / 1e6:.1f} MB"
     )
     if report.problems:
-        raise EventpipeError(
+        raise TerminalError(
             f"{len(report.problems)} problem(s) in {summary}",
             fix="a damaged file can be archived again from a copy of its segment, or "
             "deleted with its sidecars; docs/archive.md",

@@ -132,3 +132,18 @@ def backlog(config: Any, dest_id: str, done: frozenset[str], sealed: list[Path])
     pending = [p for p in sealed if p.name not in done]
     size = sum(p.stat().st_size for p in pending)
     return f"{len(pending)} segment(s), {size / 1e6:.1f} MB"
+
+
+def idle_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--idle-exit-code``: what a command exits with when it had nothing to do."""
+    return click.option(
+        "--idle-exit-code", type=click.IntRange(0, 255), default=0, show_default=True,
+        help="Exit with this code when there was nothing to do (99: what Airflow's "
+        "BashOperator takes as skipped; docs/orchestration.md).",
+    )(command)  # fmt: skip
+
+
+def idle_exit(code: int) -> None:
+    """End the command with ``code`` (given by --idle-exit-code): it had nothing to do."""
+    if code:
+        raise click.exceptions.Exit(code)

@@ -11,6 +11,8 @@ from eventpipe.cli.common import (
     backlog,
     cli,
     config_option,
+    idle_exit,
+    idle_option,
     last_error,
     load,
     print_table,
@@ -91,7 +93,8 @@ def log_compact(config_path: Path | None, source_ids: tuple[str, ...]) -> None:
 @log_group.command("fill")
 @config_option
 @click.option("--destination", "destination_id", required=True, help="The destination to fill.")
-def log_fill(config_path: Path | None, destination_id: str) -> None:
+@idle_option
+def log_fill(config_path: Path | None, destination_id: str, idle_exit_code: int) -> None:
     """Load a destination added later with the archived segments of its keys, in log
     order (after a source's compaction: its current state, then what followed); then
     the pipeline goes on with it as usual. Run it before the pipeline runs the
@@ -102,6 +105,7 @@ def log_fill(config_path: Path | None, destination_id: str) -> None:
     reports = with_spark(config, lambda spark: fill(spark, config, destination_id, click.echo))
     if not reports:
         click.echo(f"{destination_id}: no archived segment to fill it with")
+        idle_exit(idle_exit_code)
 
 
 @log_group.command("show")

@@ -8,21 +8,37 @@ from typing import Any
 
 import click
 
-from eventpipe.cli.common import DAY, cli, config_option, load, print_report, with_spark
-from eventpipe.errors import ConfigError, EventpipeError
+from eventpipe.cli.common import (
+    DAY,
+    cli,
+    config_option,
+    idle_exit,
+    idle_option,
+    load,
+    print_report,
+    with_spark,
+)
+from eventpipe.errors import ConfigError, TerminalError
 
 
 @cli.command()
 @config_option
 @click.option("--once", is_flag=True, help="Process what is sealed now, then exit (cron, Airflow).")
-def process(config_path: Path | None, once: bool) -> None:
+@idle_option
+def process(config_path: Path | None, once: bool, idle_exit_code: int) -> None:
     """Run the Spark batch pipeline over sealed segments."""
     from eventpipe import service
 
+    idled = False
+
     def idle() -> None:
+        nonlocal idled
+        idled = True
         click.echo("nothing to process: no sealed segment")
 
     service.process(load(config_path).config, once=once, report=print_report, idle=idle)
+    if once and idled:
+        idle_exit(idle_exit_code)
 
 
 @cli.command("spark-entry")
@@ -42,7 +58,10 @@ def replay() -> None:
 @replay.command("failed")
 @config_option
 @click.option("--destination", "destination_id", required=True, help="The destination id.")
-def replay_failed_command(config_path: Path | None, destination_id: str) -> None:
+@idle_option
+def replay_failed_command(
+    config_path: Path | None, destination_id: str, idle_exit_code: int
+) -> None:
     """Replay data/failed/failed.dst=ID.log: what loads leaves failed/ (archived), what
     fails again stays there with its new error."""
     from eventpipe.processing.replay import replay_failed
@@ -52,6 +71,7 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
     report = with_spark(config, lambda spark: replay_failed(config, spark, destination_id))
     if report is None:
         click.echo(f"nothing to replay: no failed events for {destination_id}")
+        idle_exit(idle_exit_code)
     else:
         print_report(report)
 
@@ -81,6 +101,7 @@ def replay_failed_command(config_path: Path | None, destination_id: str) -> None
 )
 @click.option("--force", is_flag=True, help="Rebuild every day of the range, up to date or not.")
 @click.option("--dry-run", is_flag=True, help="Print what would be rebuilt and why.")
+@idle_option
 def reprocess(
     config_path: Path | None,
     first: Any,
@@ -88,6 +109,7 @@ def reprocess(
     destination_ids: tuple[str, ...],
     force: bool,
     dry_run: bool,
+    idle_exit_code: int,
 ) -> None:
     """Rebuild days from the raw archive: each day (by _timestamp) whose rows were built
     with another code version, or whose archive files changed (every day with --force),
@@ -142,7 +164,9 @@ def reprocess(
         for dest_id, todo in plans.items():
             summary(dest_id, todo, [])
     if refused:
-        raise EventpipeError(f"{refused} day(s) could not be rebuilt (listed above)")
+        raise TerminalError(f"{refused} day(s) could not be rebuilt (listed above)")
+    if not any(todo.groups for todo in plans.values()):
+        idle_exit(idle_exit_code)
 
 
 def _print_plan(todo: Any) -> None:

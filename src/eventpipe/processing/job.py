@@ -88,6 +88,16 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventpipe.processing")
 
 
+def has_work(config: Config) -> bool:
+    """Whether a batch run would have anything to do, found without Spark: a run that
+    did not finish, or a sealed segment in incoming/ (after sealing what writers that
+    are gone left active). A scheduler's idle tick then costs no Spark session."""
+    recover_dead(config.layout, LogSettings.of(config))
+    if config.layout.sealed_segments():
+        return True
+    return bool(open_state(config).unfinished_runs())
+
+
 def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") -> RunReport | None:
     """Process every sealed segment not yet processed (and first finish interrupted
     runs); the report of the last run, None if there was nothing to do. See

@@ -77,6 +77,7 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 
 
 class JavaMissingError(EventpipeError):
+    exit_code = 2  # the machine's setup, not something a retry fixes
     name = "java_missing"
 
 
@@ -171,6 +172,7 @@ def start_session(overrides: Mapping[str, str]) -> SparkSession:
 
 
 class ConnectMissingError(EventpipeError):
+    exit_code = 2
     name = "connect_missing"
 
 
