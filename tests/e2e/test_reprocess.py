@@ -269,7 +269,7 @@ def test_a_pruned_day_is_refused_and_the_cli_reports_it(tmp_path: Path, spark: A
     assert "warehouse: 1 day(s) rebuilt, 0 up to date, 2 refused" in result.stdout
     assert "2 day(s) could not be rebuilt" in result.stderr
     again = run("reprocess", "--from", "2026-11-18", "--to", "2026-11-21", "-c", str(path))
-    assert again.returncode == 1  # the pruned days are still refused; no Spark is started
+    assert again.returncode == 65  # the pruned days are still refused; no Spark is started
     assert "warehouse: 0 day(s) rebuilt, 1 up to date, 2 refused" in again.stdout
     page = _rows(config.layout.warehouse)["page"]
     assert ("e6", "2026-11-21", 6, None) in page

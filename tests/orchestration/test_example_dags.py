@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+from contextlib import closing
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -66,7 +67,7 @@ class Airflow:
         """``airflow dags test`` of one logical date: each task's final state, as Airflow's
         database records it."""
         self.run("dags", "test", dag, date)
-        with sqlite3.connect(self.home / "airflow.db") as db:
+        with closing(sqlite3.connect(self.home / "airflow.db")) as db:
             rows = db.execute(
                 "SELECT task_id, state FROM task_instance WHERE dag_id = ? AND run_id = "
                 "(SELECT run_id FROM dag_run WHERE dag_id = ? ORDER BY id DESC LIMIT 1)",
