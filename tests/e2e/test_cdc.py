@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import duckdb
 import orjson
@@ -28,6 +28,7 @@ import pytest
 
 from eventpipe.archive.read import lines
 from eventpipe.config import Config
+from eventpipe.destinations.base import Destination
 from eventpipe.log import compaction
 from eventpipe.processing.fill import fill
 from eventpipe.processing.job import process_pending
@@ -191,6 +192,31 @@ def destination_digests(
     return found
 
 
+def _queried(config: Config, dest_id: str) -> Callable[[str], tuple[list[str], list[Any]]]:
+    """A destination's own read-only query (``eventpipe query``): column names and rows."""
+    opened = open_destination(dest_id, config.destinations[dest_id], config)
+    return cast(Destination, opened).query
+
+
+def _rounds(
+    config: Config, spark: Any, dsn: str, *, seed: int, rounds: int, transactions: int
+) -> int:
+    """Rounds of the workload, each read by the source (``--once``) and processed (the
+    second adds a column and truncates ``lines``); the events logged."""
+    source = PostgresSource(config, "pg")
+    logged = 0
+    with Workload(dsn, random.Random(seed)) as workload:
+        for round_ in range(rounds):
+            workload.transactions(transactions)
+            if round_ == 1:
+                workload.add_column()
+                workload.truncate()
+            report = source.read(once=True)
+            logged += report.changes + sum(report.copied.values())
+            process_pending(config, spark)  # archives (and compacts, when due)
+    return logged
+
+
 def _config(
     tmp_path: Path, source: str, dsn: str, schema: str, **options: Any
 ) -> tuple[Config, Path]:
@@ -243,22 +269,9 @@ def test_destinations_equal_the_source_after_20_kills_of_the_reader(
     process_pending(config, spark)
 
     expected = source_digests(source_database)
-    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as db:
-
-        def in_duckdb(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-            cursor = db.execute(sql)
-            return [d[0] for d in cursor.description or []], cursor.fetchall()
-
-        assert destination_digests(in_duckdb, source_database) == expected
-        notes = db.execute("SELECT _op, count(*) FROM public_notes GROUP BY 1").fetchall()
-    with psycopg.connect(postgres_dsn) as pg:
-        pg.execute(f'SET search_path = "{postgres_schema}"')
-
-        def in_postgres(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-            cursor = pg.execute(sql)
-            return [d.name for d in cursor.description or []], cursor.fetchall()
-
-        assert destination_digests(in_postgres, source_database) == expected
+    for dest_id in ("dw", "pg"):
+        assert destination_digests(_queried(config, dest_id), source_database) == expected
+    _, notes = _queried(config, "dw")("SELECT _op, count(*) FROM public_notes GROUP BY 1")
     # Without a key, every change is a row: the inserts and deletes of notes are there.
     assert {op for op, _ in notes} >= {"read", "insert", "delete"}
     # Parquet holds every change, in order, once per position (a change logged twice by a
@@ -284,16 +297,7 @@ def test_a_destination_added_later_is_filled_from_the_compacted_log(
     config, config_file = _config(tmp_path, source_database, postgres_dsn, postgres_schema,
                                   compaction_bytes=1)  # fmt: skip
     source = PostgresSource(config, "pg")
-    logged = 0
-    with Workload(source_database, random.Random(7)) as workload:
-        for round_ in range(3):
-            workload.transactions(60)
-            if round_ == 1:
-                workload.add_column()
-                workload.truncate()
-            report = source.read(once=True)
-            logged += report.changes + sum(report.copied.values())
-            process_pending(config, spark)  # archives, then compacts
+    logged = _rounds(config, spark, source_database, seed=7, rounds=3, transactions=60)
     segments = compaction.source_segments(config, "pg")
     assert [compaction.is_compacted(s) for s in segments] == [True]  # one, all of it
     shown = run("log", "segments", "-c", str(config_file))
@@ -318,24 +322,13 @@ def test_a_destination_added_later_is_filled_from_the_compacted_log(
                  "table_name_template": "{{ _namespace }}"}})  # fmt: skip
     [report] = fill(spark, late, "late")
     assert report.loaded
-    with duckdb.connect(str(tmp_path / "late.duckdb"), read_only=True) as db:
-
-        def in_late(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-            cursor = db.execute(sql)
-            return [d[0] for d in cursor.description or []], cursor.fetchall()
-
-        assert destination_digests(in_late, source_database) == source_digests(source_database)
+    expected = source_digests(source_database)
+    assert destination_digests(_queried(late, "late"), source_database) == expected
     assert fill(spark, late, "late") == []  # filled: nothing again
     # A destination there all along, filled again: the compacted state is the current
     # one, so it stays equal to the source.
     assert fill(spark, config, "dw")
-    with duckdb.connect(str(tmp_path / "w.duckdb"), read_only=True) as db:
-
-        def in_dw(sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-            cursor = db.execute(sql)
-            return [d[0] for d in cursor.description or []], cursor.fetchall()
-
-        assert destination_digests(in_dw, source_database) == source_digests(source_database)
+    assert destination_digests(_queried(config, "dw"), source_database) == expected
 
 
 @pytest.mark.slow
@@ -404,19 +397,9 @@ def test_iceberg_and_delta_keep_the_current_table_or_the_history(
         "delta": {"type": "delta", **template},
         "history": {"type": "iceberg", "changes": "append", **template},
     })  # fmt: skip
-    source = PostgresSource(config, "pg")
-    with Workload(source_database, random.Random(11)) as workload:
-        for round_ in range(2):
-            workload.transactions(25)
-            if round_ == 1:
-                workload.add_column()
-                workload.truncate()
-            source.read(once=True)
-            process_pending(config, spark)
+    _rounds(config, spark, source_database, seed=11, rounds=2, transactions=25)
     expected = source_digests(source_database)
     for dest_id in ("ice", "delta"):
-        opened = open_destination(dest_id, config.destinations[dest_id], config)
-        assert destination_digests(opened.query, source_database) == expected, dest_id
-    history = open_destination("history", config.destinations["history"], config)
-    _, ops = history.query("SELECT _op, count(*) FROM public_lines GROUP BY 1")
+        assert destination_digests(_queried(config, dest_id), source_database) == expected, dest_id
+    _, ops = _queried(config, "history")("SELECT _op, count(*) FROM public_lines GROUP BY 1")
     assert {op for op, _ in ops} >= {"read", "insert", "update", "delete", "truncate"}
