@@ -37,6 +37,7 @@ from eventpipe.archive.read import lines
 from eventpipe.archive.write import write_segment
 from eventpipe.config import Config
 from eventpipe.files import fsync_directory
+from eventpipe.log.inspect import file_order
 from eventpipe.paths import SegmentName
 
 log = logging.getLogger("eventpipe.log")
@@ -65,8 +66,8 @@ def source_segments(config: Config, source_id: str) -> list[ArchivedSegment]:
         for segment in segments_of_day(day):
             name = SegmentName.parse(segment.segment_file)
             if name is not None and name.key_id == source_id and not segment.legacy:
-                found.append((name.sealed or "", name.writer or "", segment))
-    return [segment for *_, segment in sorted(found, key=lambda f: f[:2])]
+                found.append(segment)
+    return sorted(found, key=lambda s: file_order(s.segment_file))
 
 
 def is_compacted(segment: ArchivedSegment) -> bool:

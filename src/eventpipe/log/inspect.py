@@ -74,6 +74,11 @@ def _order(segment: str) -> tuple[str, str, str]:
     return parsed.sealed, parsed.key_id, parsed.writer or ""
 
 
+def file_order(name: str) -> tuple[str, str, str]:
+    """A sealed segment's place in the log, from its file name (``incoming.tok=...log``)."""
+    return _order(segment_id(name))
+
+
 def segment_id(name: str) -> str:
     """A segment's file name, ``incoming.tok=<id>.log``, -> ``<id>``."""
     return name.removeprefix(_PREFIX).removesuffix(".log")

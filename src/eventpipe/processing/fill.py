@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from eventpipe.archive.files import ArchivedSegment, day_dirs, segments_of_day
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
+from eventpipe.log.inspect import file_order
 from eventpipe.paths import SegmentName
 from eventpipe.processing import shutdown
 from eventpipe.processing.job import run_job
@@ -39,12 +40,6 @@ log = logging.getLogger("eventpipe.processing")
 SEGMENTS_PER_RUN = 100
 
 
-def _order(name: str) -> tuple[str, str, str]:
-    parsed = SegmentName.parse(name)
-    assert parsed is not None
-    return parsed.sealed or "", parsed.key_id, parsed.writer or ""
-
-
 def archived_for(config: Config, destination_id: str) -> list[ArchivedSegment]:
     """The archived segments of the keys ``destination_id`` takes, in log order."""
     keys = config.destination(destination_id).only_keys
@@ -54,7 +49,7 @@ def archived_for(config: Config, destination_id: str) -> list[ArchivedSegment]:
             name = SegmentName.parse(segment.segment_file)
             if name is not None and (keys is None or name.key_id in keys):
                 found.append(segment)
-    return sorted(found, key=lambda s: _order(s.segment_file))
+    return sorted(found, key=lambda s: file_order(s.segment_file))
 
 
 def fill(
@@ -76,11 +71,11 @@ def fill(
         todo = [s for s in archived if s.segment_file not in done]
         if not todo:
             return []
-        first = _order(todo[0].segment_file)
+        first = file_order(todo[0].segment_file)
         sealed = [p.name for p in config.layout.sealed_segments()]
         newer = sorted(
             name for name in state.done_by(destination_id, sealed) | done
-            if _order(name) > first
+            if file_order(name) > first
         )  # fmt: skip
         if newer:
             raise ConfigError(
