@@ -157,11 +157,12 @@ def stage_events(
     interrupted run resumes from it without parsing JSON again. Nothing is cached in
     memory, so memory stays bounded whatever the batch size.
 
-    Not ``staged`` (a stream's micro-batch, a few thousand lines): the JSON is read where
+    Not ``staged`` (a stream's micro-batch, a batch of a few MB): the JSON is read where
     it is, by each step that needs it, which costs less than a copy (0.25 s of a 1 s
-    micro-batch). Row ids stay fixed (the same files split the same way), and a replayed
-    micro-batch reads its lines again anyway. Lines Spark cannot parse still get a copy:
-    Spark refuses queries on the corrupt-record column of raw JSON.
+    micro-batch). Row ids stay fixed (the same files split the same way, with the same
+    Spark settings), and a replayed micro-batch reads its lines again anyway. Lines Spark
+    cannot parse still get a copy: Spark refuses queries on the corrupt-record column of
+    raw JSON.
 
     ``by_segment``: each row keeps its segment's name (SEGMENT), for destinations that
     take only some of the run's segments. ``days``: only the events of these UTC days

@@ -35,13 +35,12 @@ quietly becoming null. Steps that expect bad values use the ``try_`` functions
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from eventpipe.errors import EventpipeError
+from eventpipe.processing import class_data
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -128,14 +127,11 @@ def launcher_settings() -> dict[str, str] | None:
 
 def check_java() -> None:
     """Fail with a clear message, instead of a Py4J stack trace, when Java 17+ is missing."""
-    java = (
-        os.path.join(os.environ["JAVA_HOME"], "bin", "java") if "JAVA_HOME" in os.environ else None
-    )
-    java = java if java and os.path.exists(java) else shutil.which("java")
+    java = class_data.java_binary()
     fix = "install Java 17 or newer (make setup does: apt-get install openjdk-17-jre-headless)"
     if java is None:
         raise JavaMissingError("Spark needs Java, and none was found on PATH or JAVA_HOME", fix=fix)
-    out = subprocess.run([java, "-version"], capture_output=True, text=True).stderr
+    out = class_data.java_version(java)
     try:
         quoted = out.split('"')[1]
         major = int(quoted.split(".")[1] if quoted.startswith("1.") else quoted.split(".")[0])
@@ -145,14 +141,18 @@ def check_java() -> None:
         raise JavaMissingError(f"Spark needs Java 17 or newer; {java} is Java {major}", fix=fix)
 
 
-def start_session(overrides: Mapping[str, str]) -> SparkSession:
-    """Start (or reuse) the Spark session with eventpipe's settings."""
+def start_session(overrides: Mapping[str, str], *, class_data_archive: bool = True) -> SparkSession:
+    """Start (or reuse) the Spark session with eventpipe's settings; a driver JVM this
+    starts maps the class-data archive where one was built (``class_data_archive``)."""
     check_java()
     from pyspark.sql import SparkSession
 
     if "spark.remote" in overrides:
         return _connect(spark_settings(overrides))
-    settings = spark_settings(overrides, launcher_settings())
+    launcher = launcher_settings()
+    settings = spark_settings(overrides, launcher)
+    if class_data_archive and launcher is None:  # spark-submit started the JVM already
+        settings = class_data.with_archive(settings, class_data.archive_path())
     if python := settings.get("spark.pyspark.python"):
         os.environ.setdefault("PYSPARK_PYTHON", python)
     builder = SparkSession.builder

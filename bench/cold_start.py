@@ -1,0 +1,102 @@
+"""Cold-start benchmark: ``eventpipe process --once`` of a small batch, end to end, as cron
+or an Airflow task runs it (a new process, a new JVM), with and without the JVM
+class-data archive (``eventpipe spark-archive``), alternating, in one run.
+
+    .venv/bin/python bench/cold_start.py --runs 3 --events 3
+
+Each run: a fresh data directory holding one sealed segment of ``--events`` events, a
+DuckDB destination, the command timed from its start to its exit. "Without" points
+EVENTPIPE_CACHE_DIR at an empty directory, so no archive is found. Prints each run, the
+medians and their ratio; also the idle tick (nothing to process, no Spark).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+EVENTPIPE = str(Path(sys.executable).with_name("eventpipe"))
+
+
+def one_run(work: Path, events: int, cache: Path | None, rows_of: int) -> float:
+    """Seconds of one cold ``process --once`` over ``events`` events."""
+    data = work / f"data-{rows_of}"
+    incoming = data / "incoming"
+    incoming.mkdir(parents=True)
+    lines = [
+        orjson.dumps({"event_type": "page_view", "api_key": "web",
+                      "_timestamp": f"2026-11-24T10:00:{n % 60:02d}Z",
+                      "eventn_ctx": {"event_id": f"e{n}"},
+                      "page": {"url": f"https://example.com/{n}"}, "n": n}) + b"\n"
+        for n in range(events)
+    ]  # fmt: skip
+    (incoming / "incoming.tok=web-2026-11-24T10-00-00.000.log").write_bytes(b"".join(lines))
+    config = work / f"eventpipe-{rows_of}.yaml"
+    config.write_text(yaml.safe_dump({
+        "data_dir": str(data),
+        "destinations": {"warehouse": {"type": "duckdb",
+                                       "path": str(work / f"w-{rows_of}.duckdb")}},
+    }))  # fmt: skip
+    env = dict(os.environ)
+    if cache is not None:
+        env["EVENTPIPE_CACHE_DIR"] = str(cache)
+    started = time.perf_counter()
+    done = subprocess.run([EVENTPIPE, "-c", str(config), "process", "--once"], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    seconds = time.perf_counter() - started
+    if done.returncode != 0 or f"warehouse.events: {events} rows" not in done.stdout:
+        output = f"{done.stdout}\n{done.stderr}"
+        raise SystemExit(f"process --once failed ({done.returncode}):\n{output}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--runs", type=int, default=3, help="runs of each kind")
+    parser.add_argument("--events", type=int, default=3)
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "src"))
+    from eventpipe.processing import class_data
+
+    archive = class_data.archive_path()
+    if archive is None or not archive.is_file():
+        raise SystemExit(f"no class-data archive at {archive}: run `eventpipe spark-archive`")
+    print(f"archive: {archive} ({archive.stat().st_size / 2**20:.0f} MB)")
+    times: dict[str, list[float]] = {"with the archive": [], "without": []}
+    with tempfile.TemporaryDirectory(prefix="eventpipe-cold-") as tmp:
+        work, empty = Path(tmp), Path(tmp) / "no-cache"
+        empty.mkdir()
+        for n in range(args.runs):
+            for kind, cache in (("without", empty), ("with the archive", None)):
+                seconds = one_run(work, args.events, cache, len(times[kind]) * 2 + (cache is None))
+                times[kind].append(seconds)
+                print(f"  run {n + 1}, {kind}: {seconds:.2f} s", flush=True)
+        idle = work / "idle.yaml"
+        idle.write_text(yaml.safe_dump({"data_dir": str(work / "idle"),
+                                        "destinations": {"w": {"type": "duckdb"}}}))  # fmt: skip
+        started = time.perf_counter()
+        subprocess.run([EVENTPIPE, "-c", str(idle), "process", "--once"], check=True,
+                       capture_output=True)  # fmt: skip
+        idle_seconds = time.perf_counter() - started
+    medians = {kind: statistics.median(values) for kind, values in times.items()}
+    print(f"\ncold process --once of {args.events} event(s), median of {args.runs}:")
+    for kind, value in medians.items():
+        print(f"  {kind}: {value:.2f} s")
+    print(f"  without / with: {medians['without'] / medians['with the archive']:.2f}x")
+    print(f"idle tick (nothing sealed, no Spark): {idle_seconds:.2f} s")
+
+
+if __name__ == "__main__":
+    main()
