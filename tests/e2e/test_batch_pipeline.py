@@ -15,6 +15,7 @@ from eventpipe.archive.read import lines
 from eventpipe.archive.verify import verify
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
+from eventpipe.processing import job
 from eventpipe.processing.job import process_once
 from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
 
@@ -312,9 +313,30 @@ def test_runs_stage_their_files_in_the_work_dir(
     _seal(c)
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(shutil, "rmtree", rmtree)
+        patch.setattr(job, "SMALL_BATCH_BYTES", 0)  # a copy of the events, as a large run
         report = process_once(c.config, spark)
     assert report is not None
     assert report.loaded == {("warehouse", "events"): 1}
     runs = {p.split("/")[1] for p in staged}  # the read step's events, the destination's rows
     assert runs == {"events", "dst=warehouse"}, staged
     assert not c.layout.root.joinpath("tmp").exists()
+
+
+def test_a_small_run_keeps_no_copy_of_its_events(start_collector: Any, spark: Any) -> None:
+    c = start_collector()
+    _post(c, [{"event_id": "s", "n": 1}, {"event_id": "t", "n": "two"}], server=True)
+    _seal(c)
+    staged: list[str] = []
+    real_rmtree = shutil.rmtree
+
+    def rmtree(path: Any, *args: Any, **kwargs: Any) -> None:
+        staged.extend(p.name for p in Path(path).iterdir() if Path(path).is_dir())
+        real_rmtree(path, *args, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shutil, "rmtree", rmtree)
+        report = process_once(c.config, spark)
+    assert report is not None
+    assert report.loaded == {("warehouse", "events"): 2}
+    assert "dst=warehouse" in staged
+    assert "events" not in staged  # read where it is: 2 events are far below 8 MB
