@@ -97,6 +97,14 @@ class _Prepared:
         return prepared
 
 
+def _token(request: Request) -> str | None:
+    """The key a request names: ``?token=``, else the X-Auth-Token header (the query
+    string parsed only when there is one: 4% of a single-event request's time)."""
+    if request.scope["query_string"] and (token := request.query_params.get("token")):
+        return token
+    return request.headers.get("x-auth-token")
+
+
 def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
     return Response(
         orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers
@@ -154,15 +162,12 @@ class Collector:
 
     async def _ingest(self, request: Request, endpoint: _Endpoint) -> Response:
         response = await self._ingest_inner(request, endpoint)
-        self.metrics.requests.labels(
-            endpoint=endpoint.label, status=str(response.status_code)
-        ).inc()
+        self.metrics.request(endpoint.label, response.status_code)
         return response
 
     async def _ingest_inner(self, request: Request, endpoint: _Endpoint) -> Response:
         headers = request.headers
-        token = request.query_params.get("token") or headers.get("x-auth-token")
-        match = self.keyring.match(token)
+        match = self.keyring.match(_token(request))
         if match is None:
             self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
             return _json(
@@ -220,12 +225,12 @@ class Collector:
         fsynced; ids derived from content as ``eventpipe import`` does, so a retried
         upload adds nothing to a destination with a primary key on the event id."""
         response = await self._bulk(request)
-        self.metrics.requests.labels(endpoint="bulk", status=str(response.status_code)).inc()
+        self.metrics.request("bulk", response.status_code)
         return response
 
     async def _bulk(self, request: Request) -> Response:
         headers = request.headers
-        match = self.keyring.match(request.query_params.get("token") or headers.get("x-auth-token"))
+        match = self.keyring.match(_token(request))
         if match is None or match.kind is not KeyKind.SERVER:
             reason = "unauthorized" if match is None else "wrong_key_kind"
             self.metrics.events_rejected.labels(api_key="-", reason=reason).inc()
@@ -300,7 +305,7 @@ class Collector:
             response = _json(404, {"success": False, "error": "no such Segment API path"})
         else:
             response = await self._segment(request, kind, None)
-        self.metrics.requests.labels(endpoint="segment", status=str(response.status_code)).inc()
+        self.metrics.request("segment", response.status_code)
         return response
 
     async def pixel(self, request: Request) -> Response:
@@ -316,7 +321,7 @@ class Collector:
             except segment.MessageError as exc:
                 self.metrics.events_rejected.labels(api_key="-", reason=exc.reason).inc()
                 answer = _json(400, {"success": False, "error": str(exc)})
-        self.metrics.requests.labels(endpoint="pixel", status=str(answer.status_code)).inc()
+        self.metrics.request("pixel", answer.status_code)
         no_store = "no-store, no-cache, must-revalidate, max-age=0"
         return Response(segment.PIXEL_GIF, status_code=answer.status_code, media_type="image/gif",
                         headers={"Cache-Control": no_store, "Pragma": "no-cache",
@@ -420,7 +425,7 @@ class Collector:
         body = await read_limited(
             request.stream(), max_body, self.config.server.body_timeout_seconds
         )
-        self.metrics.request_bytes.labels(endpoint=label).inc(len(body))
+        self.metrics.body_read(label, len(body))
         return gunzip_limited(body, max_body) if encoding == "gzip" else body
 
     def _refused_body(
@@ -485,7 +490,7 @@ class Collector:
             return self._busy(ctx.key_id, exc.message, cors)
         del events, failed
         if accepted:
-            self.metrics.events_accepted.labels(api_key=ctx.key_id).inc(accepted)
+            self.metrics.accepted(ctx.key_id, accepted)
         for reason, count in batch.rejected.items():
             self.metrics.events_rejected.labels(api_key=ctx.key_id, reason=reason).inc(count)
         return accepted, batch

@@ -38,12 +38,13 @@ class KeyRing:
     """Finds which configured key, and which of its two secrets, a token is."""
 
     def __init__(self, keys: Sequence[ApiKey]) -> None:
-        entries: list[tuple[bytes, ApiKey, KeyKind]] = []
+        entries: list[tuple[bytes, KeyMatch]] = []
         for key in keys:
             if key.js is not None:
-                entries.append((_digest(key.js.get_secret_value()), key, KeyKind.JS))
+                entries.append((_digest(key.js.get_secret_value()), KeyMatch(key, KeyKind.JS)))
             if key.server is not None:
-                entries.append((_digest(key.server.get_secret_value()), key, KeyKind.SERVER))
+                secret = key.server.get_secret_value()
+                entries.append((_digest(secret), KeyMatch(key, KeyKind.SERVER)))
         self._entries = tuple(entries)
 
     def match(self, token: str | None) -> KeyMatch | None:
@@ -51,10 +52,10 @@ class KeyRing:
             return None
         digest = _digest(token)
         found: KeyMatch | None = None
-        for candidate, key, kind in self._entries:
+        for candidate, match in self._entries:
             if hmac.compare_digest(candidate, digest):
-                found = KeyMatch(key, kind)
+                found = match
         return found
 
     def keys_with_js(self) -> list[ApiKey]:
-        return [key for _, key, kind in self._entries if kind is KeyKind.JS]
+        return [match.key for _, match in self._entries if match.kind is KeyKind.JS]
