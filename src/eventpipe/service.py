@@ -307,15 +307,18 @@ def process(
 
     from eventpipe.errors import retry_transient
     from eventpipe.processing import shutdown, stream
-    from eventpipe.processing.job import has_work, process_pending
+    from eventpipe.processing.job import has_work, process_pending, small_work
     from eventpipe.processing.run import PipelineBusyError
-    from eventpipe.processing.spark import on_terminal, start_session
+    from eventpipe.processing.spark import on_terminal, short_lived, start_session
 
     streaming = any(d.mode == "stream" for d in config.destinations.values())
     if once and not streaming and not has_work(config):
         idle()  # no Spark session (5-15 s) for nothing
         return
-    spark = start_session(on_terminal(config.spark.settings))
+    settings = on_terminal(config.spark.settings)
+    if once and not streaming and small_work(config):
+        settings = short_lived(settings)
+    spark = start_session(settings)
     # SIGTERM (from `eventpipe run`, or an init system): nothing new starts, loads under
     # way get shutdown_grace_seconds to finish and record their progress (a second
     # SIGTERM, or Ctrl-C: at once). What is cut short resumes with its batch ids.

@@ -39,6 +39,7 @@ def test_help_lists_the_commands_that_exist() -> None:
         "reprocess",
         "rotate",
         "run",
+        "spark-archive",
         "spark-entry",
         "status",
     }

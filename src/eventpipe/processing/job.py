@@ -104,6 +104,13 @@ def has_work(config: Config) -> bool:
     return bool(open_state(config).unfinished_runs())
 
 
+def small_work(config: Config) -> bool:
+    """Whether a batch run would read at most SMALL_BATCH_BYTES: no run left unfinished,
+    and that much sealed (found without Spark, after :func:`has_work`)."""
+    sealed = sum(p.stat().st_size for p in config.layout.sealed_segments())
+    return sealed <= SMALL_BATCH_BYTES and not open_state(config).unfinished_runs()
+
+
 def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") -> RunReport | None:
     """Process every sealed segment not yet processed (and first finish interrupted
     runs); the report of the last run, None if there was nothing to do. See

@@ -75,6 +75,22 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 """For a ``local`` master only: executors on other hosts could not reach 127.0.0.1."""
 
 
+SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+
+
+def short_lived(settings: Mapping[str, str]) -> dict[str, str]:
+    """``settings`` for a local session that lives a few seconds (``process --once`` of a
+    small batch): the JVM compiles with its quick compiler only. The optimising one
+    pays off over minutes; in a run of seconds its compile threads take the cores from
+    the job (bench/cold_start.py). Java options configured come after, and win."""
+    out = dict(settings)
+    if not out.get("spark.master", DEFAULTS["spark.master"]).startswith("local"):
+        return out
+    configured = out.get(class_data.JAVA_OPTIONS)
+    out[class_data.JAVA_OPTIONS] = " ".join(filter(None, [SHORT_LIVED_JAVA_OPTIONS, configured]))
+    return out
+
+
 class JavaMissingError(EventpipeError):
     exit_code = 2  # the machine's setup, not something a retry fixes
     name = "java_missing"

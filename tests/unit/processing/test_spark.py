@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from eventpipe.processing import spark as spark_module
+from eventpipe.processing import class_data
 from eventpipe.processing.spark import JavaMissingError, check_java, spark_settings
 
 
@@ -39,7 +39,7 @@ def test_a_launchers_settings_win_over_the_defaults_and_config_over_both() -> No
 
 def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
-    monkeypatch.setattr(spark_module.shutil, "which", lambda name: None)
+    monkeypatch.setattr(class_data.shutil, "which", lambda name: None)
     with pytest.raises(JavaMissingError) as info:
         check_java()
     assert "openjdk-17" in str(info.value)
@@ -89,3 +89,14 @@ def test_a_terminal_gets_sparks_progress_bar_and_a_log_does_not(
     assert on_terminal(configured) == configured  # configured either way: as configured
     monkeypatch.setattr(sys.stderr, "isatty", lambda: False)
     assert "spark.ui.showConsoleProgress" not in on_terminal({})
+
+
+def test_a_short_lived_local_session_compiles_quickly_unless_configured_otherwise() -> None:
+    from eventpipe.processing.spark import short_lived
+
+    quick = short_lived({"spark.master": "local[2]"})
+    assert quick[class_data.JAVA_OPTIONS] == "-XX:TieredStopAtLevel=1"
+    mine = short_lived({class_data.JAVA_OPTIONS: "-XX:TieredStopAtLevel=4"})
+    assert mine[class_data.JAVA_OPTIONS] == "-XX:TieredStopAtLevel=1 -XX:TieredStopAtLevel=4"
+    cluster = {"spark.master": "spark://master:7077"}  # executors elsewhere: as they are
+    assert short_lived(cluster) == cluster
