@@ -41,6 +41,16 @@ def test_the_archive_is_named_by_this_java_and_this_spark(
     assert path.suffix == ".jsa"
 
 
+def test_a_cache_directory_it_cannot_write_is_a_clear_error_before_any_training(
+    tmp_path: Path,
+) -> None:
+    read_only = tmp_path / "not-a-directory"
+    read_only.write_text("a file where the cache directory would be")
+    with pytest.raises(class_data.ClassDataError) as info:
+        class_data.build(read_only / "spark.jsa")
+    assert "EVENTPIPE_CACHE_DIR" in str(info.value.fix)
+
+
 def _built() -> Path:
     path = class_data.archive_path()
     assert path is not None, "no Java"

@@ -33,9 +33,16 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from eventpipe.errors import EventpipeError
+
 log = logging.getLogger("eventpipe.processing")
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
+
+
+class ClassDataError(EventpipeError):
+    exit_code = 2  # the machine's setup, not something a retry fixes
+    name = "class_data"
 
 
 def cache_dir() -> Path:
@@ -98,11 +105,18 @@ def build(path: Path, work: Path | None = None) -> Path:
     from eventpipe.processing.job import process_once
     from eventpipe.processing.spark import start_session
 
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        partial.write_bytes(b"")  # writable, before a training run of half a minute
+        partial.unlink()
+    except OSError as exc:
+        raise ClassDataError(
+            f"cannot write the class-data archive in {path.parent}: {exc.strerror or exc}",
+            fix="set EVENTPIPE_CACHE_DIR to a writable directory",
+        ) from exc
     if SparkContext._active_spark_context is not None:
         raise RuntimeError("the class-data archive is built by a process without Spark")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.unlink(missing_ok=True)
     with tempfile.TemporaryDirectory(prefix="eventpipe-class-data-", dir=work) as tmp:
         root = Path(tmp)
         incoming = root / "data" / "incoming"
