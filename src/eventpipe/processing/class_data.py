@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import logging
 import os
 import random
 import shutil
@@ -34,8 +33,6 @@ from pathlib import Path
 from typing import Any
 
 from eventpipe.errors import EventpipeError
-
-log = logging.getLogger("eventpipe.processing")
 
 JAVA_OPTIONS = "spark.driver.extraJavaOptions"
 
