@@ -8,7 +8,7 @@ Each run: a fresh data directory holding one sealed segment of ``--events`` even
 DuckDB destination, the command timed from its start to its exit. "Without" points
 EVENTPIPE_CACHE_DIR at an empty directory, so no archive is found. Prints each run, the
 medians and their ratio; also the idle tick (nothing to process, no Spark). A small
-batch's JVM compiles with its quick compiler only (spark.short_lived); "both compilers"
+batch's JVM compiles with its quick compiler only (spark.java_options); "both compilers"
 configures the JVM's default back (``-XX:TieredStopAtLevel=4``), to show what that
 saves.
 """

@@ -307,18 +307,17 @@ def process(
 
     from eventpipe.errors import retry_transient
     from eventpipe.processing import shutdown, stream
-    from eventpipe.processing.job import has_work, process_pending, small_work
+    from eventpipe.processing.job import pending, process_pending
     from eventpipe.processing.run import PipelineBusyError
-    from eventpipe.processing.spark import on_terminal, short_lived, start_session
+    from eventpipe.processing.spark import on_terminal, start_session
 
     streaming = any(d.mode == "stream" for d in config.destinations.values())
-    if once and not streaming and not has_work(config):
+    work = pending(config) if once and not streaming else None
+    if work is not None and work.empty:
         idle()  # no Spark session (5-15 s) for nothing
         return
-    settings = on_terminal(config.spark.settings)
-    if once and not streaming and small_work(config):
-        settings = short_lived(settings)
-    spark = start_session(settings)
+    short = work is not None and work.small  # a JVM for a life of seconds
+    spark = start_session(on_terminal(config.spark.settings), short_lived=short)
     # SIGTERM (from `eventpipe run`, or an init system): nothing new starts, loads under
     # way get shutdown_grace_seconds to finish and record their progress (a second
     # SIGTERM, or Ctrl-C: at once). What is cut short resumes with its batch ids.

@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -94,21 +95,33 @@ micro-batch, without a staged copy of its events (stage_events): a cold ``proces
 --once`` of a few events took 0.7 s less (bench/cold_start.py)."""
 
 
-def has_work(config: Config) -> bool:
-    """Whether a batch run would have anything to do, found without Spark: a run that
-    did not finish, or a sealed segment in incoming/ (after sealing what writers that
-    are gone left active). A scheduler's idle tick then costs no Spark session."""
+@dataclass(frozen=True)
+class Pending:
+    """What a batch run would take, found without Spark: a scheduler's idle tick then
+    starts no Spark session, and a small batch a JVM made for a short life."""
+
+    segments: int
+    """Sealed segments in incoming/ (after sealing what writers that are gone left)."""
+    sealed_bytes: int
+    unfinished: bool
+    """A run that did not finish (its size is its plan's, not looked up here)."""
+
+    @property
+    def empty(self) -> bool:
+        return not self.segments and not self.unfinished
+
+    @property
+    def small(self) -> bool:
+        """At most SMALL_BATCH_BYTES, and no unfinished run."""
+        return not self.unfinished and self.sealed_bytes <= SMALL_BATCH_BYTES
+
+
+def pending(config: Config) -> Pending:
+    """What a batch run of ``config`` would take now (see Pending)."""
     recover_dead(config.layout, LogSettings.of(config))
-    if config.layout.sealed_segments():
-        return True
-    return bool(open_state(config).unfinished_runs())
-
-
-def small_work(config: Config) -> bool:
-    """Whether a batch run would read at most SMALL_BATCH_BYTES: no run left unfinished,
-    and that much sealed (found without Spark, after :func:`has_work`)."""
-    sealed = sum(p.stat().st_size for p in config.layout.sealed_segments())
-    return sealed <= SMALL_BATCH_BYTES and not open_state(config).unfinished_runs()
+    sealed = config.layout.sealed_segments()
+    size = sum(p.stat().st_size for p in sealed)
+    return Pending(len(sealed), size, bool(open_state(config).unfinished_runs()))
 
 
 def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") -> RunReport | None:

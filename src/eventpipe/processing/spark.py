@@ -37,6 +37,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eventpipe.errors import EventpipeError
@@ -76,18 +77,22 @@ LOCAL_DEFAULTS: Mapping[str, str] = {
 
 
 SHORT_LIVED_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+"""For a local JVM that lives a few seconds (``process --once`` of a small batch): the
+quick compiler only. The optimising one pays off over minutes; in a run of seconds its
+compile threads take the cores from the job (bench/cold_start.py)."""
 
 
-def short_lived(settings: Mapping[str, str]) -> dict[str, str]:
-    """``settings`` for a local session that lives a few seconds (``process --once`` of a
-    small batch): the JVM compiles with its quick compiler only. The optimising one
-    pays off over minutes; in a run of seconds its compile threads take the cores from
-    the job (bench/cold_start.py). Java options configured come after, and win."""
-    out = dict(settings)
-    if not out.get("spark.master", DEFAULTS["spark.master"]).startswith("local"):
-        return out
-    configured = out.get(class_data.JAVA_OPTIONS)
-    out[class_data.JAVA_OPTIONS] = " ".join(filter(None, [SHORT_LIVED_JAVA_OPTIONS, configured]))
+def java_options(
+    settings: Mapping[str, str], *, archive: Path | None, short_lived: bool
+) -> dict[str, str]:
+    """``settings`` (resolved: with the master) for a driver JVM this process starts:
+    the quick compiler only when ``short_lived`` on a local master, before the Java
+    options configured (which win); the class-data ``archive`` mapped, after them."""
+    out = class_data.with_archive(settings, archive)
+    if short_lived and out.get("spark.master", "").startswith("local"):
+        configured = out.get(class_data.JAVA_OPTIONS)
+        out[class_data.JAVA_OPTIONS] = " ".join(filter(None, [SHORT_LIVED_JAVA_OPTIONS,
+                                                              configured]))  # fmt: skip
     return out
 
 
@@ -157,9 +162,12 @@ def check_java() -> None:
         raise JavaMissingError(f"Spark needs Java 17 or newer; {java} is Java {major}", fix=fix)
 
 
-def start_session(overrides: Mapping[str, str], *, class_data_archive: bool = True) -> SparkSession:
-    """Start (or reuse) the Spark session with eventpipe's settings; a driver JVM this
-    starts maps the class-data archive where one was built (``class_data_archive``)."""
+def start_session(
+    overrides: Mapping[str, str], *, class_data_archive: bool = True, short_lived: bool = False
+) -> SparkSession:
+    """Start (or reuse) the Spark session with eventpipe's settings. A driver JVM this
+    starts maps the class-data archive where one was built (``class_data_archive``), and
+    compiles quickly only when it will live seconds (``short_lived``; see java_options)."""
     check_java()
     from pyspark.sql import SparkSession
 
@@ -167,8 +175,9 @@ def start_session(overrides: Mapping[str, str], *, class_data_archive: bool = Tr
         return _connect(spark_settings(overrides))
     launcher = launcher_settings()
     settings = spark_settings(overrides, launcher)
-    if class_data_archive and launcher is None:  # spark-submit started the JVM already
-        settings = class_data.with_archive(settings, class_data.archive_path())
+    if launcher is None:  # else spark-submit started the JVM already
+        archive = class_data.archive_path() if class_data_archive else None
+        settings = java_options(settings, archive=archive, short_lived=short_lived)
     if python := settings.get("spark.pyspark.python"):
         os.environ.setdefault("PYSPARK_PYTHON", python)
     builder = SparkSession.builder

@@ -91,12 +91,24 @@ def test_a_terminal_gets_sparks_progress_bar_and_a_log_does_not(
     assert "spark.ui.showConsoleProgress" not in on_terminal({})
 
 
-def test_a_short_lived_local_session_compiles_quickly_unless_configured_otherwise() -> None:
-    from eventpipe.processing.spark import short_lived
+def test_a_short_lived_local_session_compiles_quickly_unless_configured_otherwise(
+    tmp_path: Path,
+) -> None:
+    from eventpipe.processing.spark import java_options
 
-    quick = short_lived({"spark.master": "local[2]"})
+    local = {"spark.master": "local[2]"}
+    quick = java_options(local, archive=None, short_lived=True)
     assert quick[class_data.JAVA_OPTIONS] == "-XX:TieredStopAtLevel=1"
-    mine = short_lived({class_data.JAVA_OPTIONS: "-XX:TieredStopAtLevel=4"})
-    assert mine[class_data.JAVA_OPTIONS] == "-XX:TieredStopAtLevel=1 -XX:TieredStopAtLevel=4"
+    assert java_options(local, archive=None, short_lived=False) == local
+    mine = {**local, class_data.JAVA_OPTIONS: "-XX:TieredStopAtLevel=4"}
+    assert java_options(mine, archive=None, short_lived=True)[class_data.JAVA_OPTIONS] == (
+        "-XX:TieredStopAtLevel=1 -XX:TieredStopAtLevel=4"
+    )
     cluster = {"spark.master": "spark://master:7077"}  # executors elsewhere: as they are
-    assert short_lived(cluster) == cluster
+    assert java_options(cluster, archive=None, short_lived=True) == cluster
+    archive = tmp_path / "spark.jsa"
+    archive.write_bytes(b"built")
+    both = java_options(mine, archive=archive, short_lived=True)[class_data.JAVA_OPTIONS]
+    assert both == (
+        f"-XX:TieredStopAtLevel=1 -XX:TieredStopAtLevel=4 -XX:SharedArchiveFile={archive}"
+    )
