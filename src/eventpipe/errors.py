@@ -65,10 +65,10 @@ class QueryError(EventpipeError):
 
 
 class DataDirLockedError(EventpipeError):
-    exit_code = 75  # another collector holds it: it may stop
     """Another collector already owns this data directory."""
 
     name = "data_dir_locked"
+    exit_code = 75  # another collector holds it: it may stop
 
 
 def retry_transient(

@@ -20,9 +20,13 @@ from typing import Any
 from airflow.sdk import BaseHook, BaseOperator, Context
 from airflow.sdk.exceptions import AirflowException, AirflowFailException, AirflowSkipException
 
-DONE, CONFIG, DATA, TRANSIENT, IDLE = 0, 2, 65, 75, 99
-"""eventpipe's exit codes (docs/orchestration.md); IDLE is what the operators ask for when
-there was nothing to do (``--idle-exit-code 99``)."""
+from eventpipe.errors import ConfigError, TerminalError
+
+DONE, IDLE = 0, 99
+"""Done; and what the operators ask for when there was nothing to do (``--idle-exit-code
+99``). The failures' codes are the errors' own (docs/orchestration.md)."""
+NO_RETRY = (ConfigError.exit_code, TerminalError.exit_code)
+"""A configuration or data error: a retry would fail the same way."""
 
 
 class EventpipeOperator(BaseOperator):
@@ -88,8 +92,7 @@ class EventpipeOperator(BaseOperator):
             return "\n".join(lines[-20:])
         if code == IDLE and self.idle:
             raise AirflowSkipException(f"nothing to do: {last}")
-        if code in (CONFIG, DATA):
-            # A retry would fail the same way: no retry.
+        if code in NO_RETRY:
             raise AirflowFailException(f"eventpipe exited with {code}: {last}")
         raise AirflowException(f"eventpipe exited with {code}: {last}")  # retried
 
