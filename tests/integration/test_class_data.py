@@ -6,6 +6,7 @@ the same run with a broken archive in its place fails."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -39,6 +40,41 @@ def test_the_archive_is_named_by_this_java_and_this_spark(
 
     assert path.name.startswith(f"spark-{pyspark.__version__}-")
     assert path.suffix == ".jsa"
+
+
+def test_spark_installed_again_names_another_archive_and_its_build_prunes_the_old(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A new virtualenv at the same path: same Spark, jars written again. The JVM refuses
+    # an archive whose jars changed, so the old archive must not be found for them.
+    import pyspark
+
+    home = tmp_path / "site-packages" / "pyspark"
+    (home / "jars").mkdir(parents=True)
+    (home / "__init__.py").write_text("")
+    jar = home / "jars" / "spark-core.jar"
+    jar.write_bytes(b"classes")
+    os.utime(jar, ns=(1_000_000_000, 1_000_000_000))
+    monkeypatch.setattr(pyspark, "__file__", str(home / "__init__.py"))
+    monkeypatch.setenv("EVENTPIPE_CACHE_DIR", str(tmp_path / "cache"))
+    first = class_data.archive_path()
+    assert first == class_data.archive_path()  # the same jars: the same archive
+    os.utime(jar, ns=(2_000_000_000, 2_000_000_000))
+    again = class_data.archive_path()
+    assert first is not None
+    assert again is not None
+    assert again != first
+    assert again.name.rsplit("-", 1)[0] == first.name.rsplit("-", 1)[0]  # one installation
+
+    first.parent.mkdir()
+    first.write_bytes(b"stale")
+    other = first.parent / "spark-0.0.0-0000000000000000-0000000000000000.jsa"
+    other.write_bytes(b"another installation's")
+    again.write_bytes(b"built")
+    class_data._prune_stale(again)
+    assert not first.exists()
+    assert again.exists()
+    assert other.exists()
 
 
 def test_a_cache_directory_it_cannot_write_is_a_clear_error_before_any_training(

@@ -12,10 +12,11 @@ Measured here (2 cores, Java 17, Spark 4): the session start went from 7.4-7.9 s
 3.7-4.1 s, and the first job after it from 4.2-4.5 s to 1.9-2.0 s (bench/cold_start.py
 runs a whole cold ``process --once`` with and without).
 
-The archive belongs to one Java build and one Spark installation (the jars' paths are
-in it), so its name is derived from both; another Java or Spark finds no archive and
-starts as before. A JVM that cannot use an archive says so in one warning line and
-starts without it. Only the driver uses it (in local mode, the executors are the same
+The archive belongs to one Java build and one Spark installation (the jars' paths,
+sizes and times are in it), so its name is derived from both; another Java or Spark, or
+the same Spark installed again, finds no archive and starts as before. A JVM that
+cannot use an archive says so in one warning line (on standard error) and starts
+without it. Only the driver uses it (in local mode, the executors are the same
 JVM); a cluster's executors start as they always did.
 """
 
@@ -68,17 +69,41 @@ def java_version(java: str) -> str:
 
 def archive_path() -> Path | None:
     """The archive's path for this machine's Java and Spark (which may not exist yet);
-    None without Java."""
+    None without Java. Its name holds two digests: the installation (Java's build,
+    Spark's directory and version) and the jars as they are on disk (names, sizes,
+    modification times: what the JVM checks before it maps an archive). Spark installed
+    again at the same path, as a new virtualenv does, names another archive."""
     java = java_binary()
     if java is None:
         return None
     import pyspark
 
     spark_home = os.path.dirname(os.path.realpath(pyspark.__file__))
-    identity = "\n".join([os.path.realpath(java), java_version(java), spark_home,
-                          pyspark.__version__])  # fmt: skip
-    digest = hashlib.sha256(identity.encode()).hexdigest()[:16]
-    return cache_dir() / f"spark-{pyspark.__version__}-{digest}.jsa"
+    installation = _digest([os.path.realpath(java), java_version(java), spark_home,
+                            pyspark.__version__])  # fmt: skip
+    jars = _digest(_stamps(os.path.join(spark_home, "jars")))
+    return cache_dir() / f"spark-{pyspark.__version__}-{installation}-{jars}.jsa"
+
+
+def _stamps(directory: str) -> list[str]:
+    try:
+        entries = sorted(os.scandir(directory), key=lambda entry: entry.name)
+    except FileNotFoundError:
+        return []
+    return [f"{e.name} {e.stat().st_size} {e.stat().st_mtime_ns}" for e in entries]
+
+
+def _digest(lines: list[str]) -> str:
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
+
+
+def _prune_stale(path: Path) -> None:
+    """Remove the archives of this installation's earlier jars: no JVM can map them. A
+    JVM that has one mapped keeps it."""
+    installation = path.name.rsplit("-", 1)[0]
+    for stale in path.parent.glob(f"{installation}-*.jsa"):
+        if stale != path:
+            stale.unlink(missing_ok=True)
 
 
 def with_archive(settings: Mapping[str, str], archive: Path | None) -> dict[str, str]:
@@ -130,7 +155,7 @@ def build(path: Path, work: Path | None = None) -> Path:
             source="class-data training",
         )  # fmt: skip
         # Warnings off: the dump names every class it leaves out (signed jars' ones).
-        dump = f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=error"
+        dump = f"-XX:ArchiveClassesAtExit={partial} -Xlog:cds=error:stderr"
         settings = {**config.spark.settings, JAVA_OPTIONS: dump}
         spark = start_session(settings, class_data_archive=False)
         try:
@@ -141,6 +166,7 @@ def build(path: Path, work: Path | None = None) -> Path:
     if not partial.is_file():
         raise RuntimeError(f"the JVM wrote no class-data archive at {partial}")
     os.replace(partial, path)
+    _prune_stale(path)
     return path
 
 

@@ -82,17 +82,25 @@ quick compiler only. The optimising one pays off over minutes; in a run of secon
 compile threads take the cores from the job (bench/cold_start.py)."""
 
 
+JVM_LOG_OPTIONS = "-Xlog:disable -Xlog:all=warning:stderr"
+"""The JVM's own warnings on standard error, where Spark's log goes: by default they go
+to standard output, which is the commands' answer (``log step`` prints positions there).
+A class-data archive that the JVM cannot map says so in such a warning."""
+
+
 def java_options(
     settings: Mapping[str, str], *, archive: Path | None, short_lived: bool
 ) -> dict[str, str]:
-    """``settings`` (resolved: with the master) for a driver JVM this process starts:
-    the quick compiler only when ``short_lived`` on a local master, before the Java
-    options configured (which win); the class-data ``archive`` mapped, after them."""
+    """``settings`` (resolved: with the master) for a driver JVM this process starts: its
+    warnings on standard error, and the quick compiler only when ``short_lived`` on a
+    local master, before the Java options configured (which win); the class-data
+    ``archive`` mapped, after them."""
     out = class_data.with_archive(settings, archive)
+    first = [JVM_LOG_OPTIONS]
     if short_lived and out.get("spark.master", "").startswith("local"):
-        configured = out.get(class_data.JAVA_OPTIONS)
-        out[class_data.JAVA_OPTIONS] = " ".join(filter(None, [SHORT_LIVED_JAVA_OPTIONS,
-                                                              configured]))  # fmt: skip
+        first.append(SHORT_LIVED_JAVA_OPTIONS)
+    configured = out.get(class_data.JAVA_OPTIONS)
+    out[class_data.JAVA_OPTIONS] = " ".join(filter(None, [*first, configured]))
     return out
 
 

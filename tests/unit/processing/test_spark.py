@@ -94,21 +94,30 @@ def test_a_terminal_gets_sparks_progress_bar_and_a_log_does_not(
 def test_a_short_lived_local_session_compiles_quickly_unless_configured_otherwise(
     tmp_path: Path,
 ) -> None:
-    from eventpipe.processing.spark import java_options
+    from eventpipe.processing.spark import JVM_LOG_OPTIONS, java_options
+
+    def options(settings: dict[str, str], **kwargs: Any) -> str:
+        out = java_options(settings, **kwargs)[class_data.JAVA_OPTIONS]
+        assert out.startswith(f"{JVM_LOG_OPTIONS} ")  # its warnings kept off standard output
+        return out.removeprefix(f"{JVM_LOG_OPTIONS} ")
 
     local = {"spark.master": "local[2]"}
-    quick = java_options(local, archive=None, short_lived=True)
-    assert quick[class_data.JAVA_OPTIONS] == "-XX:TieredStopAtLevel=1"
-    assert java_options(local, archive=None, short_lived=False) == local
+    assert options(local, archive=None, short_lived=True) == "-XX:TieredStopAtLevel=1"
+    assert java_options(local, archive=None, short_lived=False) == {
+        **local,
+        class_data.JAVA_OPTIONS: JVM_LOG_OPTIONS,
+    }
     mine = {**local, class_data.JAVA_OPTIONS: "-XX:TieredStopAtLevel=4"}
-    assert java_options(mine, archive=None, short_lived=True)[class_data.JAVA_OPTIONS] == (
+    assert options(mine, archive=None, short_lived=True) == (
         "-XX:TieredStopAtLevel=1 -XX:TieredStopAtLevel=4"
     )
     cluster = {"spark.master": "spark://master:7077"}  # executors elsewhere: as they are
-    assert java_options(cluster, archive=None, short_lived=True) == cluster
+    assert java_options(cluster, archive=None, short_lived=True) == {
+        **cluster,
+        class_data.JAVA_OPTIONS: JVM_LOG_OPTIONS,
+    }
     archive = tmp_path / "spark.jsa"
     archive.write_bytes(b"built")
-    both = java_options(mine, archive=archive, short_lived=True)[class_data.JAVA_OPTIONS]
-    assert both == (
+    assert options(mine, archive=archive, short_lived=True) == (
         f"-XX:TieredStopAtLevel=1 -XX:TieredStopAtLevel=4 -XX:SharedArchiveFile={archive}"
     )
