@@ -36,6 +36,21 @@ def write_config(path: Path, data_dir: Path, port: int, **extra: Any) -> Path:
     return path
 
 
+def gone(pid: int) -> bool:
+    """Whether process ``pid`` has exited (a zombie waiting for its parent counts)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return True
+
+
+def wait_until_dead(pid: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not gone(pid):
+        assert time.monotonic() < deadline, f"process {pid} still runs after {timeout} s"
+        time.sleep(0.02)
+
+
 def run(
     *args: str, cwd: Path | None = None, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:

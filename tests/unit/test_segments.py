@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import os
+import signal
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from eventpipe.log import segments
 from eventpipe.log.recovery import rotate_now
 from eventpipe.log.segments import LogHooks, LogSettings, LogWriteError, SegmentLog
 from eventpipe.paths import DataLayout, SegmentName
+from tests.process import wait_until_dead
 
 W = "w-0"
 """The writer id of these tests' logs."""
@@ -247,6 +249,30 @@ def test_a_failed_write_is_cut_back_and_reported(
 
     asyncio.run(scenario())
     assert _numbers(layout.sealed_segments()) == [1, 3]
+
+
+def test_a_round_whose_syncer_died_fails_is_cut_back_and_the_next_round_starts_another(
+    opened: tuple[SegmentLog, _Recorder], layout: DataLayout
+) -> None:
+    log, recorder = opened
+
+    async def scenario() -> None:
+        await log.start()
+        await log.append("web", _line(1))
+        first = log._syncer.pid
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_until_dead(first)
+        with pytest.raises(LogWriteError, match="fsync process"):
+            await log.append("web", _line(2))
+        assert layout.active_segment("web", W).read_bytes() == _line(1)  # not kept
+        await log.append("web", _line(3))
+        assert log._syncer.pid not in (None, first)
+        await log.close()
+
+    asyncio.run(scenario())
+    assert _numbers(layout.sealed_segments()) == [1, 3]
+    assert recorder.fsyncs >= 2
 
 
 def test_rotate_now_without_a_collector_seals_itself(layout: DataLayout) -> None:

@@ -20,9 +20,11 @@ Guarantees (what the collector's 200 means):
   same host is refused. At start a writer seals what its id left (and what a data
   directory from before writer ids left).
 
-One writer task runs rounds in order: page-cache writes on the event loop thread, then the
-fsync (and any sealing) on one dedicated I/O thread, never overlapping. Sealing, torn
-tails and the recovery of writers that are gone: log/recovery.py.
+One writer task runs rounds in order, never overlapping: page-cache writes on the event
+loop thread, then the fsync in the syncer process (log/syncer.py: the loop waits for it
+as for a socket, and shares its GIL with no thread), then any sealing on one dedicated
+I/O thread. Sealing, torn tails and the recovery of writers that are gone:
+log/recovery.py.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ from eventpipe.errors import DataDirLockedError, TransientError
 from eventpipe.files import fsync_directory
 from eventpipe.log import writers
 from eventpipe.log.recovery import RecoveryReport, Sealer, now, recover_legacy
+from eventpipe.log.syncer import Syncer
 from eventpipe.paths import DataLayout, SegmentName
 
 log = logging.getLogger("eventpipe.log")
@@ -78,7 +81,8 @@ class LogSettings:
 
 @dataclass(frozen=True)
 class LogHooks:
-    """Callbacks for metrics; called on the log's I/O thread, so they must be quick."""
+    """Callbacks for metrics, so they must be quick: ``on_fsync`` is called on the event
+    loop, ``on_sealed`` on the log's I/O thread."""
 
     on_fsync: Callable[[float], None] = lambda seconds: None
     on_sealed: Callable[[Path, int, str], None] = lambda path, size, reason: None
@@ -135,6 +139,7 @@ class SegmentLog:
         self._files: dict[Path, _Active] = {}
         self._segment_paths: dict[str, Path] = {}
         self._io = ThreadPoolExecutor(max_workers=1, thread_name_prefix="eventpipe-log")
+        self._syncer = Syncer()
         self._pending: list[_Pending] = []
         self._wake = asyncio.Event()
         self._rotate_reasons: list[str] = []
@@ -205,6 +210,7 @@ class SegmentLog:
             os.close(active.fd)
         self._files.clear()
         self._io.shutdown(wait=True)
+        self._syncer.close()
         if self._lock_fd is not None:
             os.close(self._lock_fd)
             self._lock_fd = None
@@ -268,8 +274,7 @@ class SegmentLog:
             batch, self._pending = self._pending, []
             if batch:
                 try:
-                    written = self._write_round(batch)
-                    await loop.run_in_executor(self._io, self._sync_round, written)
+                    await self._sync_round(self._write_round(batch))
                 except OSError as exc:
                     error = LogWriteError(
                         f"could not append to the log: {exc.strerror or exc}",
@@ -312,10 +317,8 @@ class SegmentLog:
     def _write_round(self, batch: list[_Pending]) -> _Round:
         """Write a round's bytes to the page cache (on the loop thread: it is a memcpy).
 
-        Only the fsync goes to the I/O thread: each time a thread returns from a blocking
-        call it must take the GIL back from the busy event loop, which can take up to the
-        5 ms switch interval; one hand-off per round instead of four raised batched
-        throughput (bench/ingest.py).
+        Only the fsync leaves the loop, and not for a thread: a thread coming back from
+        a blocking call must take the GIL from the busy loop (log/syncer.py).
         """
         by_path: dict[Path, list[bytes]] = {}
         segment_keys: dict[Path, str] = {}
@@ -343,25 +346,33 @@ class SegmentLog:
             raise
         return written
 
-    def _sync_round(self, written: _Round) -> None:
-        """Make a written round durable (I/O thread), then seal segments that are full."""
+    async def _sync_round(self, written: _Round) -> None:
+        """Make a written round durable (the syncer process), then seal segments that
+        are full (the I/O thread)."""
         touched = [active for active, _ in written.touched]
         if self.settings.fsync:
+            directories: list[int] = []
             try:
-                started = time.perf_counter()
-                for active in touched:
-                    os.fsync(active.fd)
                 for directory in written.new_files_in:
-                    fsync_directory(directory)
-                self.hooks.on_fsync(time.perf_counter() - started)
+                    directories.append(os.open(directory, os.O_RDONLY | os.O_DIRECTORY))
+                fds = [active.fd for active in touched] + directories
+                self.hooks.on_fsync(await self._syncer.fsync(fds))
             except OSError:
                 self._cut_back(touched)
                 raise
+            finally:
+                for fd in directories:
+                    os.close(fd)
         for active, size in written.touched:
             active.size += size
-        for path, key_id in written.segment_keys.items():
-            if self._files[path].size >= self.settings.max_segment_bytes:
-                self._seal_sync(path, key_id, reason="size")
+        full = [(path, key_id) for path, key_id in written.segment_keys.items()
+                if self._files[path].size >= self.settings.max_segment_bytes]  # fmt: skip
+        if full:
+            await asyncio.get_running_loop().run_in_executor(self._io, self._seal_full, full)
+
+    def _seal_full(self, full: list[tuple[Path, str]]) -> None:
+        for path, key_id in full:
+            self._seal_sync(path, key_id, reason="size")
 
     def _segment_path(self, key_id: str) -> Path:
         path = self._segment_paths.get(key_id)
