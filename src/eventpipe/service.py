@@ -83,6 +83,11 @@ class Supervisor:
             code = self._child.wait()
             if self._stop.is_set():
                 return
+            if code in (130, -signal.SIGINT):
+                # Ctrl-C in a terminal reaches the whole process group: this process
+                # is stopping too. Not a crash, and nothing to restart.
+                log.info("%s stopped by Ctrl-C (SIGINT)", self.name)
+                return
             delay = backoff.wait() or 0.0  # no deadline: always a wait
             log.error("%s exited with %d; restarting in %.0f s", self.name, code, delay)
             if self._stop.wait(delay):

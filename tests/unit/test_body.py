@@ -15,6 +15,7 @@ from eventpipe.collector.body import (
     parse_events,
     read_limited,
 )
+from eventpipe.collector.imports import ndjson_lines
 
 
 def _parse_error(body: bytes) -> BodyError:
@@ -109,6 +110,69 @@ def test_reading_within_the_limit_returns_everything() -> None:
         yield b"1}"
 
     assert asyncio.run(read_limited(chunks(), 100, 30)) == b'{"a":1}'
+
+
+def test_a_body_not_all_there_in_time_is_408_and_leaves_the_task_uncancelled() -> None:
+    async def stalls() -> AsyncIterator[bytes]:
+        yield b'{"a":'
+        await asyncio.sleep(30)
+        yield b"1}"
+
+    async def scenario() -> int:
+        with pytest.raises(BodyError) as info:
+            await read_limited(stalls(), 100, 0.05)
+        assert info.value.status == 408
+        assert "got 5 bytes" in info.value.message
+        task = asyncio.current_task()
+        assert task is not None
+        await asyncio.sleep(0)  # no cancellation left pending for the next await
+        return task.cancelling()
+
+    assert asyncio.run(scenario()) == 0
+
+
+def test_a_cancellation_from_outside_is_not_a_timeout() -> None:
+    started = asyncio.Event()
+
+    async def waits() -> AsyncIterator[bytes]:
+        started.set()
+        await asyncio.sleep(30)
+        yield b""
+
+    async def scenario() -> None:
+        reader = asyncio.create_task(read_limited(waits(), 100, 30))
+        await started.wait()
+        reader.cancel()  # a server shutting down
+        with pytest.raises(asyncio.CancelledError):
+            await reader
+
+    asyncio.run(scenario())
+
+
+def test_a_bulk_body_that_stalls_is_408_after_the_lines_before_it() -> None:
+    async def stalls() -> AsyncIterator[bytes]:
+        yield b'{"a":1}\n{"a":2}\n{"a"'
+        await asyncio.sleep(30)
+        yield b":3}\n"
+
+    taken: list[tuple[int, bytes]] = []
+
+    async def take() -> None:
+        async for line in ndjson_lines(stalls(), gzip=False, limit=1000, idle_seconds=0.05):
+            taken.append(line)
+
+    async def scenario() -> list[tuple[int, bytes]]:
+        with pytest.raises(BodyError) as info:
+            await take()
+        assert info.value.status == 408
+        assert "after line 2" in info.value.message
+        task = asyncio.current_task()
+        assert task is not None
+        await asyncio.sleep(0)
+        assert task.cancelling() == 0
+        return taken
+
+    assert asyncio.run(scenario()) == [(1, b'{"a":1}'), (2, b'{"a":2}')]
 
 
 def test_empty_keys_are_named_at_any_depth_and_never_collide() -> None:

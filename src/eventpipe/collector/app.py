@@ -33,7 +33,6 @@ from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from eventpipe.collector import imports, segment
 from eventpipe.collector.auth import KeyKind, KeyRing
@@ -440,7 +439,8 @@ class Collector:
 
     def _context(self, request: Request, key_id: str, *, browser: bool) -> RequestContext:
         headers = request.headers
-        peer = request.client.host if request.client else "0.0.0.0"
+        client = request.scope.get("client")
+        peer = client[0] if client else "0.0.0.0"
         source_ip = client_address(peer, headers.get("x-forwarded-for"), self.trusted)
         if self.config.server.anonymize_ip:
             source_ip = anonymize(source_ip)
@@ -567,18 +567,3 @@ class Collector:
                 await monitor
             sealed = await self.segment_log.close()
             log.info("collector stopped; sealed %d segment(s)", len(sealed))
-
-
-def create_app(collector: Collector) -> Starlette:
-    routes: list[Route] = [
-        Route(BROWSER_PATH, collector.ingest_browser, methods=["POST"]),
-        Route(BROWSER_PATH, collector.preflight, methods=["OPTIONS"]),
-        Route(SERVER_PATH, collector.ingest_server, methods=["POST"]),
-        Route(BULK_PATH, collector.bulk, methods=["POST"]),
-        Route("/v1/pixel/{name}", collector.pixel, methods=["GET"]),
-        Route("/v1/{name}", collector.segment, methods=["POST"]),
-        Route("/v1/{name}", collector.preflight, methods=["OPTIONS"]),
-        Route("/health", collector.health, methods=["GET"]),
-        Route("/metrics", collector.metrics_page, methods=["GET"]),
-    ]
-    return Starlette(routes=routes, lifespan=collector.lifespan)

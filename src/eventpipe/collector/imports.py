@@ -37,7 +37,7 @@ from typing import IO, Any
 
 import orjson
 
-from eventpipe.collector.body import BodyError, parse_events
+from eventpipe.collector.body import BodyError, Deadline, parse_events
 from eventpipe.collector.enrich import EnrichedBatch, EnrichSettings, RequestContext, enrich_batch
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
@@ -143,7 +143,8 @@ async def ndjson_lines(
     iterator = chunks.__aiter__()
     while True:
         try:
-            data = await asyncio.wait_for(iterator.__anext__(), idle_seconds)
+            with Deadline(idle_seconds):
+                data = await iterator.__anext__()
         except StopAsyncIteration:
             break
         except TimeoutError:

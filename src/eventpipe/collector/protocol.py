@@ -2,9 +2,10 @@
 
 Time: a client that connects and sends nothing, or sends a request's head a byte at a
 time, holds a connection (slowloris); uvicorn has no timer for that. A timer armed when
-the connection is made, and again when each request begins, answers 408 and closes the
-connection when the head is not complete within ``header_timeout_seconds``. (The body's
-time limit is the app's: collector/body.py.)
+the connection is made, and when a read leaves a request's head incomplete, answers 408
+and closes the connection when the head is not complete within
+``header_timeout_seconds``. (Between requests, uvicorn's keep-alive timeout closes an
+idle connection; the body's time limit is the app's: collector/body.py.)
 
 Size:
 
@@ -62,7 +63,6 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         self._head_bytes = 0
         self._unparsed_head_bytes = 0
         self._head_done = False
-        self._arm_head_timer()
 
     def _arm_head_timer(self) -> None:
         self._cancel_head_timer()
@@ -106,6 +106,9 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
         if self._unparsed_head_bytes > self.max_header_bytes:
             self._head_refused = True
             self.send_400_response("")
+        elif self._head_timer is None:
+            # A head that came whole in one read (nearly every request) needs no timer.
+            self._arm_head_timer()
 
     def send_400_response(self, msg: str) -> None:
         if not self._head_refused:

@@ -20,7 +20,8 @@ from types import FrameType
 import uvicorn
 
 from eventpipe import __version__
-from eventpipe.collector.app import BROWSER_PATH, Collector, create_app
+from eventpipe.collector.app import BROWSER_PATH, Collector
+from eventpipe.collector.asgi import create_app
 from eventpipe.collector.protocol import limited_protocol
 from eventpipe.config import ApiKey, Config, LoadedConfig, with_dev_keys
 from eventpipe.errors import ConfigError
