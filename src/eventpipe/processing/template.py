@@ -14,6 +14,7 @@ names an object or array.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
@@ -158,19 +159,43 @@ def render(template: Template, schema: StructType) -> tuple[Column, Column]:
 
 
 def sanitize_table_name(text: Column) -> Column:
-    """:func:`eventpipe.schema.naming.table_name`, as a Spark expression."""
-    cleaned = F.regexp_replace(F.lower(text), "[^a-z0-9_]", "_")
-    no_alnum = ~cleaned.rlike("[a-z0-9]")
-    keyed = F.when(no_alnum, F.concat(F.lit("_k"), F.substring(F.sha1(text), 1, 8))).otherwise(
-        cleaned
+    """:func:`eventpipe.schema.naming.table_name`, as a Spark expression.
+
+    Each step's value is bound once (a lambda over a one-element array), not written
+    again at each use: as nested expressions, the steps' references to each other made
+    some 70 regular-expression calls per row (3M rows: 35 s, against 3 s bound)."""
+
+    def let(value: Column, body: Callable[[Column], Column]) -> Column:
+        return F.transform(F.array(value), body)[0]
+
+    def named(text: Column) -> Column:
+        def keyed(cleaned: Column) -> Column:
+            key = F.concat(F.lit("_k"), F.substring(F.sha1(text), 1, 8))
+            return F.when(~cleaned.rlike("[a-z0-9]"), key).otherwise(cleaned)
+
+        cleaned = F.regexp_replace(F.lower(text), "[^a-z0-9_]", "_")
+        name = let(let(let(let(cleaned, keyed), digit_escaped), escaped), shortened)
+        return F.when(text == F.lit(""), F.lit("")).otherwise(name)
+
+    def digit_escaped(name: Column) -> Column:
+        return F.when(name.rlike("^[0-9]"), F.concat(F.lit("_"), name)).otherwise(name)
+
+    def escaped(name: Column) -> Column:  # eventpipe.reserved.escape, on lower-case names
+        return F.when(name.rlike(RESERVED_PATTERN), F.concat(F.lit("_"), name)).otherwise(name)
+
+    def shortened(name: Column) -> Column:
+        return F.when(
+            F.length(name) > MAX_NAME_LENGTH,
+            F.concat(F.substring(name, 1, 54), F.lit("_"), F.substring(F.sha1(name), 1, 8)),
+        ).otherwise(name)
+
+    # Most texts are names already (``page_view``): those skip the steps.
+    valid = (
+        text.rlike(VALID_NAME) & (F.length(text) <= MAX_NAME_LENGTH) & ~text.rlike(RESERVED_PATTERN)
     )
-    prefixed = F.when(keyed.rlike("^[0-9]"), F.concat(F.lit("_"), keyed)).otherwise(keyed)
-    # eventpipe.reserved.escape, on names already lower-cased
-    prefixed = F.when(prefixed.rlike(RESERVED_PATTERN), F.concat(F.lit("_"), prefixed)).otherwise(
-        prefixed
-    )
-    shortened = F.when(
-        F.length(prefixed) > MAX_NAME_LENGTH,
-        F.concat(F.substring(prefixed, 1, 54), F.lit("_"), F.substring(F.sha1(prefixed), 1, 8)),
-    ).otherwise(prefixed)
-    return F.when(text == F.lit(""), F.lit("")).otherwise(shortened)
+    return F.when(valid, text).otherwise(let(text, named))
+
+
+VALID_NAME = r"^(?:[a-z]|_+[a-z0-9])[a-z0-9_]*\z"
+"""A text that :func:`eventpipe.schema.naming.table_name` leaves as it is (with at most
+MAX_NAME_LENGTH characters, and not reserved)."""

@@ -83,7 +83,10 @@ def test_empty_results_mean_skip_and_objects_are_errors(spark: Any, tmp_path: Pa
 @pytest.mark.parametrize(
     "text",
     ["events", "Page View", "x; DROP TABLE y", "?!", "名前", "1a", "a" * 100, "select",
-     "ünïcödé", "", "__", "Ab-Cd.Ef"],
+     "ünïcödé", "", "__", "Ab-Cd.Ef",
+     # names already (the fast path) and texts that only look like them
+     "page_view", "_1", "_a", "a" * 63, "a" * 64, "a\n", "_eventpipe_x", "__unmapped_data",
+     "_unmapped_data_2", "a__b", "1_"],
 )  # fmt: skip
 def test_native_sanitising_matches_the_python_rules(spark: Any, text: str) -> None:
     [row] = spark.range(1).select(sanitize_table_name(F.lit(text)).alias("t")).collect()
