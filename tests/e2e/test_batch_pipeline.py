@@ -300,7 +300,9 @@ def test_runs_stage_their_files_in_the_work_dir(
     start_collector: Any, spark: Any, tmp_path: Path
 ) -> None:
     work = tmp_path / "work"
-    c = start_collector(processing={"work_dir": str(work)})
+    c = start_collector(processing={"work_dir": str(work)}, destinations={
+        "warehouse": {"type": "duckdb"},
+        "files": {"type": "parquet", "path": str(tmp_path / "lake")}})  # fmt: skip
     staged: list[str] = []
     real_rmtree = shutil.rmtree
 
@@ -316,14 +318,16 @@ def test_runs_stage_their_files_in_the_work_dir(
         patch.setattr(job, "SMALL_BATCH_BYTES", 0)  # a copy of the events, as a large run
         report = process_once(c.config, spark)
     assert report is not None
-    assert report.loaded == {("warehouse", "events"): 1}
-    runs = {p.split("/")[1] for p in staged}  # the read step's events, the destination's rows
-    assert runs == {"events", "dst=warehouse"}, staged
+    assert report.loaded == {("warehouse", "events"): 1, ("files", "events"): 1}
+    # The read step's events (two destinations read them), each destination's rows.
+    runs = {p.split("/")[1] for p in staged}
+    assert runs == {"events", "dst=warehouse", "dst=files"}, staged
     assert not c.layout.root.joinpath("tmp").exists()
 
 
-def test_a_small_run_keeps_no_copy_of_its_events(start_collector: Any, spark: Any) -> None:
-    c = start_collector()
+def _run_and_list_its_files(c: Any, spark: Any, *, large: bool) -> tuple[Any, list[str]]:
+    """process_once of two sealed events, and what the run had in tmp/<run>/ as it
+    ended (``large``: as a batch above job.SMALL_BATCH_BYTES)."""
     _post(c, [{"event_id": "s", "n": 1}, {"event_id": "t", "n": "two"}], server=True)
     _seal(c)
     staged: list[str] = []
@@ -335,7 +339,24 @@ def test_a_small_run_keeps_no_copy_of_its_events(start_collector: Any, spark: An
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(shutil, "rmtree", rmtree)
-        report = process_once(c.config, spark)
+        if large:
+            patch.setattr(job, "SMALL_BATCH_BYTES", 0)
+        return process_once(c.config, spark), staged
+
+
+def test_a_large_run_into_one_destination_reads_its_json_where_it_is(
+    start_collector: Any, spark: Any
+) -> None:
+    report, staged = _run_and_list_its_files(start_collector(), spark, large=True)
+    assert report is not None
+    assert report.loaded == {("warehouse", "events"): 2}
+    assert "dst=warehouse" in staged
+    assert "events" not in staged  # one destination: no copy for others to read
+    assert "splits.json" in staged  # how its files split, for every attempt of the run
+
+
+def test_a_small_run_keeps_no_copy_of_its_events(start_collector: Any, spark: Any) -> None:
+    report, staged = _run_and_list_its_files(start_collector(), spark, large=False)
     assert report is not None
     assert report.loaded == {("warehouse", "events"): 2}
     assert "dst=warehouse" in staged

@@ -335,8 +335,8 @@ def run_job(
     """Read ``paths`` once, then load every destination of ``config``, each the segments
     ``plan`` gives it (with the table schemas of ``schemas`` where given, else read from
     each destination). ``small``: a micro-batch or a small batch, read where it is rather
-    than staged first (see stage_events). ``by_segment``: destinations take different segments
-    (the staged rows keep their segment's name).
+    than staged first even for several destinations (see stage_events). ``by_segment``:
+    destinations take different segments (the staged rows keep their segment's name).
 
     HTTP sinks are sent on threads of their own beside the tables' loads: an API that is
     down for minutes delays no other destination of the run. ``failing``: a destination
@@ -356,7 +356,10 @@ def run_job(
             failing[dest_id] = stopped
 
     try:
-        events = stage_events(spark, config, run_id, paths, lookups, staged=not small,
+        # A copy of the events pays when several destinations read them (one JSON read
+        # and one lookup pass for all); one destination reads the JSON where it is.
+        staged = not small and len(config.destinations) > 1
+        events = stage_events(spark, config, run_id, paths, lookups, staged=staged,
                                by_segment=by_segment, days=days)  # fmt: skip
         if CORRUPT in events.columns and rebuild is None:
             report.corrupt = once(
@@ -376,7 +379,8 @@ def run_job(
     )
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     shared = RunContext(run_id, segments, config, state, report, originals, lookups, tuple(paths),
-                  catalogues, pause, rebuild, ahead=ahead)  # fmt: skip
+                  catalogues, pause, rebuild, ahead=ahead,
+                  staged=(config.layout.tmp / run_id / "events" / "_SUCCESS").exists())  # fmt: skip
 
     def process(dest_id: str, open_target: Callable[[], Target]) -> None:
         shutdown.check(f"{dest_id}'s part of the run")

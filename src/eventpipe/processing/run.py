@@ -90,6 +90,8 @@ class RunContext:
     """When the run started here: metering's window and order of arrival count from it."""
     ahead: ArchiveAhead | None = None
     """The segments' archiving, begun when the run's Spark passes are done (load_tables)."""
+    staged: bool = False
+    """Whether the events are a staged copy (cheap to read again), not the JSON files."""
 
     @property
     def layout(self) -> DataLayout:
