@@ -12,6 +12,7 @@ kernel spreads new connections over them.
 from __future__ import annotations
 
 import logging
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -72,8 +73,17 @@ class _Server(uvicorn.Server):
     run`) should see a clean stop as exit status 0.
     """
 
+    _interrupts = 0
+
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
-        super().handle_exit(sig, frame)
+        # uvicorn stops at once, without the lifespan's shutdown (no sealing), on any
+        # SIGINT after a stop began. A Ctrl-C reaches the workers twice over: from the
+        # terminal (the whole process group) and as the supervisor's SIGTERM, in either
+        # order. Only a second Ctrl-C is "stop now".
+        if sig == signal.SIGINT:
+            self._interrupts += 1
+        if not self.should_exit or (sig == signal.SIGINT and self._interrupts > 1):
+            super().handle_exit(sig, frame)
         self._captured_signals.clear()
 
 

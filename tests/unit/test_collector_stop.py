@@ -1,0 +1,29 @@
+"""A collector worker's stop (collector/server.py): Ctrl-C in a terminal reaches a
+worker twice over, from the terminal (the whole process group) and as the supervisor's
+SIGTERM, in either order. That is one stop, which seals the log; only a second Ctrl-C
+stops at once."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from eventpipe.collector.app import Collector
+from eventpipe.collector.server import _Server, uvicorn_config
+from tests.conftest import make_config
+
+
+@pytest.mark.parametrize(
+    "first", [signal.SIGTERM, signal.SIGINT], ids=["supervisor first", "terminal first"]
+)
+def test_ctrl_c_and_the_supervisors_sigterm_are_one_stop(tmp_path: Path, first: int) -> None:
+    server = _Server(uvicorn_config(Collector(make_config(tmp_path / "data"))))
+    second = signal.SIGINT if first == signal.SIGTERM else signal.SIGTERM
+    server.handle_exit(first, None)
+    server.handle_exit(second, None)
+    assert server.should_exit
+    assert not server.force_exit  # the lifespan's shutdown runs: segments are sealed
+    server.handle_exit(signal.SIGINT, None)  # a second Ctrl-C
+    assert server.force_exit
