@@ -238,6 +238,18 @@ def _config(
     return make_config(tmp_path / "data", **{k: v for k, v in raw.items() if k != "data_dir"}), path
 
 
+def _slot_released(dsn: str, slot: str = "eventpipe_pg", timeout: float = 30) -> None:
+    """Wait until no connection holds the source's replication slot: the backend of a
+    reader killed in a query lets it go when it next reads its socket (a restarted
+    `eventpipe read` retries meanwhile; a read in the test would fail once)."""
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(dsn, autocommit=True) as db:
+        query = "SELECT active FROM pg_replication_slots WHERE slot_name = %s"
+        while db.execute(query, [slot]).fetchone() == (True,):
+            assert time.monotonic() < deadline, f"{slot} still held {timeout} s after the kill"
+            time.sleep(0.05)
+
+
 @pytest.mark.slow
 def test_destinations_equal_the_source_after_20_kills_of_the_reader(
     tmp_path: Path, spark: Any, source_database: str, postgres_dsn: str, postgres_schema: str
@@ -245,9 +257,11 @@ def test_destinations_equal_the_source_after_20_kills_of_the_reader(
     source_sql(source_database, *SCHEMA)
     config, config_file = _config(tmp_path, source_database, postgres_dsn, postgres_schema)
     rng = random.Random(2026_11_24)
-    log_file = (tmp_path / "reader.log").open("ab")
     kills = 0
-    with Workload(source_database, rng) as workload:
+    with (
+        (tmp_path / "reader.log").open("ab") as log_file,
+        Workload(source_database, rng) as workload,
+    ):
         workload.transactions(20)  # rows for the copy
         for round_ in range(20):
             reader = subprocess.Popen([*EVENTPIPE, "read", "pg", "-c", str(config_file)],
@@ -267,9 +281,9 @@ def test_destinations_equal_the_source_after_20_kills_of_the_reader(
         # The copy done, whatever the kills left of it (on a busy machine a reader may
         # be killed in its copy every time): then changes that come after it, whatever
         # the timing, on every table.
+        _slot_released(source_database)
         PostgresSource(config, "pg").read(once=True)
         workload.transactions(30)
-    log_file.close()
     PostgresSource(config, "pg").read(once=True)  # what is left
     process_pending(config, spark)
 
