@@ -237,3 +237,48 @@ def test_stopping_seals_and_releases_the_directory(start_collector: Any) -> None
     assert len(read_lines(c.layout.sealed_segments())) == 1
     again = start_collector(data_dir=c.config.data_dir)  # the lock was released
     assert httpx.get(again.url + "/health").status_code == 200
+
+
+class _CountedWrites:
+    """The socket's transport, counting the writes that reach it."""
+
+    def __init__(self, transport: Any, writes: list[bytes]) -> None:
+        self._transport = transport
+        self.writes = writes
+
+    def write(self, data: bytes) -> None:
+        self.writes.append(data)
+        self._transport.write(data)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
+def test_each_answer_leaves_in_one_write(start_collector: Any, monkeypatch: Any) -> None:
+    """A response's head and body reach the socket together: a collector killed between
+    two writes would leave a 200 head without its body, which an SDK takes as a failed
+    batch it must not retry (tests/e2e/test_segment.py kills it while SDKs send)."""
+    from eventpipe.collector.protocol import LimitedHttpToolsProtocol
+
+    writes: list[bytes] = []
+    made = LimitedHttpToolsProtocol.connection_made
+
+    def counted(self: Any, transport: Any) -> None:
+        made(self, _CountedWrites(transport, writes))
+
+    monkeypatch.setattr(LimitedHttpToolsProtocol, "connection_made", counted)
+    c = start_collector()
+    track = {"event": "Tick", "userId": "u1"}
+    with httpx.Client(base_url=c.url, params={"token": WEB_JS}) as client:  # one connection
+        answers = [
+            client.post(BROWSER, content=b'{"event_type": "page"}'),
+            client.post(BROWSER, content=b'[{"a": 1}, {"a": 2}]'),
+            client.post(BROWSER, content=b'{"a": 1'),  # malformed: 400
+            client.post("/v1/track", json=track, auth=(WEB_SERVER, "")),
+            client.get("/health"),  # through the router
+        ]
+    assert [a.status_code for a in answers] == [200, 200, 400, 200, 200]
+    assert len(writes) == len(answers)
+    for write, answer in zip(writes, answers, strict=True):
+        assert write.startswith(b"HTTP/1.1 ")
+        assert write.endswith(answer.content)

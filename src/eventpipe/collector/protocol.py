@@ -21,6 +21,13 @@ header only once it is complete:
 * bytes read while the head is still incomplete after parsing catch a single header that
   keeps growing (a slow drip never reaches a callback). Body bytes never count.
 
+One write per answer: uvicorn writes a response's head and its body to the socket in two
+writes. A collector killed between the two (SIGKILL, the OOM killer) left the client a
+``200`` head with its body cut off: the events were logged, yet an SDK takes that as a
+failed batch it must not retry (RudderStack's Node SDK reports it as an error). All writes
+of one step of the event loop now leave in one write (:class:`OneWrite`), so a kill leaves
+either the whole answer or none, which the SDK retries and the event id makes one row.
+
 It leans on uvicorn's protocol class; uvicorn is pinned below 1.0 and
 ``tests/integration/test_http_bad_input.py`` checks this behaviour.
 """
@@ -38,6 +45,42 @@ class _HeadTooLarge(Exception):
     pass
 
 
+class OneWrite:
+    """A transport whose writes within one step of the event loop reach the socket as
+    one write, at the end of that step; ``close`` writes what is held first. Every other
+    call goes to the transport as it is.
+
+    uvicorn's ``send`` writes a response's head and then its body with no await between
+    them, so they leave together. Order is kept: the protocol and its requests all write
+    through this one object.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes) -> None:
+        if not self._held:
+            self._loop.call_soon(self.flush)
+        self._held.append(data)
+
+    def flush(self) -> None:
+        if not self._held:
+            return
+        data = b"".join(self._held)
+        self._held.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self.flush()
+        self._transport.close()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class LimitedHttpToolsProtocol(HttpToolsProtocol):
     max_header_bytes = 65_536
     header_timeout_seconds = 10.0
@@ -52,6 +95,7 @@ class LimitedHttpToolsProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self.transport = OneWrite(transport, self.loop)  # type: ignore[assignment]
         self._arm_head_timer()
 
     def connection_lost(self, exc: Exception | None) -> None:
