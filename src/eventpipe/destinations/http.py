@@ -44,7 +44,8 @@ from one Spark task, which owns its sessions (the job partitions events by sessi
   same when the same events are sent again, for APIs that can drop repeats.
 
 Length (over 500 lines): one delivery engine whose parts (buffers, requests, retries,
-splitting, progress records) share each session's state and its locks.
+splitting) share each session's state and its locks. The progress records are
+http_progress.py.
 """
 
 from __future__ import annotations
@@ -53,18 +54,17 @@ import email.utils
 import enum
 import gzip
 import logging
-import os
 import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
+from eventpipe.destinations.http_progress import Failed, Progress
 from eventpipe.retry import Backoff
 
 if TYPE_CHECKING:
@@ -141,12 +141,6 @@ class HttpSink:
             max_buffer_bytes=dest.max_buffer_bytes, gzip=dest.gzip, progress=progress, run=run,
             hold_seconds=min(hold_seconds, dest.retry_max_elapsed_seconds),
         )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class Failed:
-    row: int
-    error: str
 
 
 @dataclass
@@ -612,113 +606,3 @@ def deliver_batches(
     yield pa.RecordBatch.from_pylist(
         [{"stats": orjson.dumps(summary).decode()}], schema=pa.schema([("stats", pa.string())])
     )
-
-
-@dataclass
-class Totals:
-    """What a run's progress records add up to, over every attempt."""
-
-    delivered: int = 0
-    requests: int = 0
-    payload_bytes: int = 0
-    possible_duplicates: int = 0
-    failed: list[Failed] = field(default_factory=list)
-
-
-class Progress:
-    """The outcome of each request of a run, one JSON line per request (or per piece of
-    a split one), appended and fsynced the moment it is known: the session key, the last
-    row it covered, and what was delivered or failed (with the answer). Each task attempt
-    writes a file of its own in a directory the run's tasks share (under the run's tmp/,
-    where its staged rows are too).
-
-    A session's requests cover its rows in order, one at a time, so the last row of its
-    records is how far it got. Before each request a ``sending`` line is written: a
-    crash leaves at most one request per session without an outcome, and those events,
-    sent again by the next attempt, are counted as possible duplicates (the API may have
-    stored them before the crash)."""
-
-    def __init__(self, directory: str | Path) -> None:
-        self.directory = Path(directory)
-        self._file: Any = None
-        self._lock = threading.Lock()
-
-    def sending(self, key: str, events: list[_Event]) -> None:
-        """A request is about to be sent: if no outcome follows (a crash), the API may
-        have stored its events, and they are counted as possible duplicates."""
-        self._append({"key": key, "sending": len(events)})
-
-    def record(self, key: str, events: list[_Event], *, delivered: bool, error: str = "",
-               payload_bytes: int = 0, duplicates: int = 0) -> None:  # fmt: skip
-        """The outcome of a request: its events delivered, or failed with ``error``;
-        ``duplicates``: events the API may have stored by an earlier try that timed out."""
-        entry: dict[str, Any] = {"key": key, "last": events[-1].row, "duplicates": duplicates}
-        if delivered:
-            entry.update(delivered=len(events), bytes=payload_bytes)
-        else:
-            entry.update(failed=[e.row for e in events], error=error)
-        self._append(entry)
-
-    def waiting(self, key: str, events: list[_Event], *, duplicates: int = 0) -> None:
-        """A request handed back: answered (not stored, unless a try timed out), but not
-        done; its events are sent again by the next attempt."""
-        self._append({"key": key, "waiting": len(events), "duplicates": duplicates})
-
-    def _append(self, entry: dict[str, Any]) -> None:
-        line = orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
-        with self._lock:
-            if self._file is None:
-                self.directory.mkdir(parents=True, exist_ok=True)
-                self._file = (self.directory / f"{uuid.uuid4().hex}.jsonl").open("ab")
-            self._file.write(line)
-            self._file.flush()
-            os.fsync(self._file.fileno())
-
-    def close(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                self._file.close()
-                self._file = None
-
-    def _files(self) -> Iterator[list[dict[str, Any]]]:
-        """The records of each attempt's file."""
-        if not self.directory.is_dir():
-            return
-        for path in sorted(self.directory.glob("*.jsonl")):
-            records = []
-            with path.open("rb") as lines:
-                for line in lines:
-                    try:
-                        records.append(orjson.loads(line))
-                    except orjson.JSONDecodeError:
-                        break  # torn by a crash: the last line, its request is sent again
-            yield records
-
-    def done(self) -> dict[str, int]:
-        """The last row handled per session key."""
-        last: dict[str, int] = {}
-        for records in self._files():
-            for record in records:
-                if "last" in record:
-                    last[record["key"]] = max(last.get(record["key"], -1), record["last"])
-        return last
-
-    def totals(self) -> Totals:
-        totals = Totals()
-        for records in self._files():
-            unanswered: dict[str, int] = {}  # per session: events of a request in flight
-            for record in records:
-                if "sending" in record:
-                    unanswered[record["key"]] = record["sending"]
-                    continue
-                unanswered.pop(record["key"], None)
-                totals.possible_duplicates += record["duplicates"]
-                if "failed" in record:
-                    totals.failed += [Failed(row, record["error"]) for row in record["failed"]]
-                elif "delivered" in record:
-                    totals.delivered += record["delivered"]
-                    totals.requests += 1
-                    totals.payload_bytes += record["bytes"]
-            # The attempt ended with these in flight; a later one sent them again.
-            totals.possible_duplicates += sum(unanswered.values())
-        return totals

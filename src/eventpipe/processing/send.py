@@ -49,7 +49,7 @@ def send(
     in flight per session, in order, on a cluster too). Events that could not be
     delivered go to failed/ with the API's answer. Progress records go to
     ``where``/sent (the destination's directory of the run)."""
-    from eventpipe.destinations.http import Progress
+    from eventpipe.destinations.http_progress import Progress
 
     dest_id, dest = target.id, cast(HttpConfig, target.config)
     columns = flattened.columns
