@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -81,7 +82,11 @@ def _lattice(sql_type: str) -> DataType:
 
 class DuckDBDestination:
     dialect = DUCKDB
-    parallel_loads = 1  # DuckDB takes one writing process at a time
+    parallel_loads = 1
+    """One process writes a DuckDB file at a time. Its connections could load tables side
+    by side (tests/integration/destinations/test_conformance.py does), but on the batch
+    benchmark that gained nothing: the archiving that shares the cores with the loads
+    was left to finish after them (docs/pipeline.md)."""
 
     def __init__(self, destination_id: str, path: Path, locks: Locks) -> None:
         self.id = destination_id
@@ -311,13 +316,24 @@ def read_only_query(
     return names, cursor.fetchall()
 
 
+_loads_table_lock = threading.Lock()
+"""Creating or altering the loads table while another load's transaction writes to it
+conflicts in DuckDB's catalog: each is done only when needed, one thread at a time."""
+
+
 def _ensure_loads_table(db: duckdb.DuckDBPyConnection) -> None:
-    db.execute(
-        f"CREATE TABLE IF NOT EXISTS {LOADS_TABLE} (batch_id VARCHAR, tbl VARCHAR, "
-        "rows BIGINT, loaded_at TIMESTAMP DEFAULT current_timestamp, "
-        "PRIMARY KEY (batch_id, tbl))"
-    )
-    db.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rejected VARCHAR")
+    columns = {name for (name,) in db.execute(
+        "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' "
+        "AND table_name = ?", [LOADS_TABLE]).fetchall()}  # fmt: skip
+    if "rejected" in columns:
+        return
+    with _loads_table_lock:
+        db.execute(
+            f"CREATE TABLE IF NOT EXISTS {LOADS_TABLE} (batch_id VARCHAR, tbl VARCHAR, "
+            "rows BIGINT, loaded_at TIMESTAMP DEFAULT current_timestamp, "
+            "PRIMARY KEY (batch_id, tbl))"
+        )
+        db.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rejected VARCHAR")
 
 
 def _open_for_writing(path: Path, wait: float) -> duckdb.DuckDBPyConnection:

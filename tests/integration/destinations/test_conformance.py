@@ -5,6 +5,7 @@ idempotent loads, upserts, values a column cannot take."""
 from __future__ import annotations
 
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -215,6 +216,28 @@ def test_csv_chunks_made_ahead_stop_with_their_consumer_and_pass_on_errors() -> 
     taken.close()  # the consumer stops early: the thread ends instead of blocking
     with pytest.raises(ValueError, match="bad file"):
         list(_ahead(chunks(fail_at=5)))
+
+
+def test_tables_loaded_on_parallel_threads_each_land_once(
+    dest: Destination, tmp_path: Path
+) -> None:
+    """A run patches and loads its tables on the destination's ``parallel_loads``
+    threads; into a new database, so the loads' own bookkeeping is made while they run."""
+    tables = [f"t{i}" for i in range(6)]
+
+    def load(table: str) -> int:
+        _ensure(dest, Table(table, {"id": S, "n": N}))
+        rows = [{"id": f"{table}-{n}", "n": n} for n in range(3)]
+        files = (_parquet(tmp_path / f"{table}.parquet", rows),)
+        return dest.load(LoadRequest(table, "batch-1", files, {"id": S, "n": N})).rows
+
+    with ThreadPoolExecutor(max_workers=max(2, dest.parallel_loads)) as pool:
+        assert list(pool.map(load, tables)) == [3] * len(tables)
+    for table in tables:
+        assert _rows(dest, f"SELECT count(*) FROM {table}") == [(3,)]
+    again = [dest.load(LoadRequest(t, "batch-1", (tmp_path / f"{t}.parquet",), {"id": S, "n": N}))
+             for t in tables]  # fmt: skip
+    assert all(result.already_loaded for result in again)
 
 
 def test_patchers_of_different_tables_create_the_schema_once(
