@@ -13,6 +13,9 @@ type varies, ~200 distinct user agents, random IPs) as sealed segments, then tim
   compiled and the Python workers started. Then once more on as many other events
   (steady state: what a running service sees). The floor runs after the warm-up too,
   three times (median);
+* the hand-written job's tables loaded into a DuckDB file, and the segments archived
+  with eventpipe's writer, one after another: what eventpipe does beyond that job,
+  timed alone (the reference the job plus them makes is printed too);
 * eventpipe's steady state once more, into a Parquet lake (``type: parquet``) instead of
   DuckDB: the kind of output the hand-written job writes, on other events again;
 * Spark floor: `spark.read.json` then write Parquet, same session and settings;
@@ -145,6 +148,31 @@ def hand_written(spark: Any, paths: list[str], out: Path, database: str) -> None
     ).parquet(str(out))
 
 
+def load_by_hand(hand: Path, database: Path) -> None:
+    """The hand-written job's tables into a DuckDB file, one per event type: the load
+    eventpipe makes and the hand-written job does not."""
+    import duckdb
+
+    db = duckdb.connect(str(database))
+    for part in sorted(hand.glob("event_type=*")):
+        table = part.name.split("=", 1)[1]
+        db.execute(f'CREATE TABLE "{table}" AS SELECT * FROM read_parquet(?)',
+                   [str(part / "*.parquet")])  # fmt: skip
+    db.close()
+
+
+def archive_by_hand(paths: list[str], out: Path, settings: Any) -> None:
+    """The segments archived (LZ4 frames, index, ids, manifest) with eventpipe's own
+    writer, one after another: the archive eventpipe keeps and the hand-written job
+    does not."""
+    from eventpipe.archive.files import SUFFIX, ArchivedSegment
+    from eventpipe.archive.write import write_segment
+
+    out.mkdir(parents=True, exist_ok=True)
+    for path in paths:
+        write_segment(Path(path), ArchivedSegment(out / (Path(path).name + SUFFIX)), settings)
+
+
 def dlt_load(source: Path, work: Path) -> None:
     """dlt loading the events of ``source`` into DuckDB (dlt's defaults plus its
     documented speed settings); run as ``batch.py --dlt-only SOURCE WORK``."""
@@ -201,6 +229,8 @@ def run_dlt(source: Path, work: Path, limit_mb: int, results: dict[str, float]) 
 
 HAND = "hand-written Spark job: read.json, lookups, flatten -> parquet (second run)"
 LAKE = "eventpipe steady state into a Parquet lake, on other events"
+HAND_LOAD = "the hand-written job's tables into DuckDB"
+HAND_ARCHIVE = "the segments archived with eventpipe's writer, one after another"
 PEAKS: dict[str, float] = {}
 
 
@@ -317,12 +347,16 @@ def main() -> None:
         again = config.model_copy(update={"data_dir": work / "again"})
         timed("eventpipe again, on other events (steady state)", results,
               lambda: process_once(again, spark))  # fmt: skip
+        record_peaks()  # of the runs into DuckDB, as before the runs that follow
         # The steady state into a Parquet lake, what the hand-written job writes, on yet
         # other events (seen IPs would be found in the workers' memo).
         generate(work / "lake" / "incoming", args.events, seed=11)
         lake = bench_config(work / "lake", "parquet")
         timed(LAKE, results, lambda: process_once(lake, spark))
-        record_peaks()
+        if HAND in results:
+            timed(HAND_LOAD, results, lambda: load_by_hand(work / "hand", work / "hand.duckdb"))
+            archive = work / "hand-archive"
+            timed(HAND_ARCHIVE, results, lambda: archive_by_hand(paths, archive, config.archive))
         loaded = sum(report.loaded.values()) if report else 0
         spark.stop()
 
@@ -356,6 +390,12 @@ def main() -> None:
             f"hand-written job with lookups: {hand / floor:.2f}x the floor's time; eventpipe "
             f"(steady state) {steady / hand:.2f}x the hand-written job's"
         )
+    if hand and HAND_LOAD in results and HAND_ARCHIVE in results:
+        extras = hand + results[HAND_LOAD] + results[HAND_ARCHIVE]
+        print(
+            f"hand-written job, then its DuckDB load and the archive: {extras:.1f} s; "
+            f"eventpipe (steady state) {steady / extras:.2f}x that"
+        )
     if hand and LAKE in results:
         print(
             f"eventpipe steady state into a Parquet lake: {results[LAKE] / hand:.2f}x the "
@@ -365,7 +405,7 @@ def main() -> None:
         print(f"dlt / eventpipe time: {results['dlt -> duckdb'] / ep:.2f}x")
     duck = results["duckdb read_json_auto -> table"]
     print(f"duckdb read_json_auto / eventpipe time: {duck / ep:.2f}x")
-    print(f"peak RSS: python driver {PEAKS.get('python', 0):.0f} MB, "
+    print(f"peak RSS of the runs into DuckDB: python driver {PEAKS.get('python', 0):.0f} MB, "
           f"Spark JVM {PEAKS.get('jvm', 0):.0f} MB")  # fmt: skip
 
 
