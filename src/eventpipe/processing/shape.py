@@ -171,15 +171,20 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
         # its own): what each day's rows were built with is recorded (day_versions).
         types = {f.name: f.dataType for f in flat.schema.fields}
         stamped = isinstance(types.get(TIMESTAMP), TimestampType)
-        day = F.date_format(F.col(TIMESTAMP), "yyyy-MM-dd") if stamped else F.lit(None)
+        # Dates per row, formatted once each in the aggregate: date_format on every row
+        # cost 0.1-0.2 s of the write of 1M events, to_date nothing measurable (both in
+        # the session's time zone, UTC). Formatted by Spark, not by Python, which has no
+        # year 0 (a timestamp of 0000-01-01 is one).
+        day = F.to_date(F.col(TIMESTAMP)) if stamped else F.lit(None).cast("date")
         loaded = table.isNotNull() & (table != F.lit("")) & (table != F.lit(FILTERED))
+        days = F.collect_set(F.when(loaded, day))
         with step(f"{where.name}: enrich, map, flatten and stage"):
             flat_rows = flat.observe(
                 observed,
                 F.count_if(table == F.lit("")).alias("skipped"),
                 F.count_if(table == F.lit(FILTERED)).alias("filtered"),
                 F.count_if(table.isNull()).alias("failed"),
-                F.collect_set(F.when(loaded, day)).alias("days"),
+                F.transform(days, lambda d: F.date_format(d, "yyyy-MM-dd")).alias("days"),
             )
             kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
             staging_writer(kept.drop(ERROR)).partitionBy(TABLE).parquet(str(out))
