@@ -322,18 +322,27 @@ conflicts in DuckDB's catalog: each is done only when needed, one thread at a ti
 
 
 def _ensure_loads_table(db: duckdb.DuckDBPyConnection) -> None:
-    columns = {name for (name,) in db.execute(
-        "SELECT column_name FROM duckdb_columns() WHERE schema_name = 'main' "
-        "AND table_name = ?", [LOADS_TABLE]).fetchall()}  # fmt: skip
-    if "rejected" in columns:
+    if _has_loads_table(db):
         return
     with _loads_table_lock:
+        if _has_loads_table(db):  # made by another thread meanwhile
+            return
         db.execute(
             f"CREATE TABLE IF NOT EXISTS {LOADS_TABLE} (batch_id VARCHAR, tbl VARCHAR, "
             "rows BIGINT, loaded_at TIMESTAMP DEFAULT current_timestamp, "
             "PRIMARY KEY (batch_id, tbl))"
         )
         db.execute(f"ALTER TABLE {LOADS_TABLE} ADD COLUMN IF NOT EXISTS rejected VARCHAR")
+
+
+def _has_loads_table(db: duckdb.DuckDBPyConnection) -> bool:
+    """Whether the loads table exists with every column this version writes."""
+    found = db.execute(
+        "SELECT count(*) FROM duckdb_columns() WHERE schema_name = 'main' "
+        "AND table_name = ? AND column_name = 'rejected'",
+        [LOADS_TABLE],
+    ).fetchone()
+    return bool(found and found[0])
 
 
 def _open_for_writing(path: Path, wait: float) -> duckdb.DuckDBPyConnection:
