@@ -49,7 +49,14 @@ from eventpipe.processing.archiving import ArchiveAhead, archive_segments
 from eventpipe.processing.failures import fail_corrupt, fail_once, once
 from eventpipe.processing.isolation import Isolation, caused_by_data
 from eventpipe.processing.load import load_tables
-from eventpipe.processing.read import Lookups, day_of, entry_file, event_json, stage_events
+from eventpipe.processing.read import (
+    Lookups,
+    day_of,
+    entry_file,
+    event_json,
+    events_copy,
+    stage_events,
+)
 from eventpipe.processing.run import (
     DestinationsFailingError,
     Rebuild,
@@ -380,7 +387,7 @@ def run_job(
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     shared = RunContext(run_id, segments, config, state, report, originals, lookups, tuple(paths),
                   catalogues, pause, rebuild, ahead=ahead,
-                  staged=(config.layout.tmp / run_id / "events" / "_SUCCESS").exists())  # fmt: skip
+                  staged=(events_copy(config.layout, run_id) / "_SUCCESS").exists())  # fmt: skip
 
     def process(dest_id: str, open_target: Callable[[], Target]) -> None:
         shutdown.check(f"{dest_id}'s part of the run")

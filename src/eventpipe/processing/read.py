@@ -142,6 +142,11 @@ IMPLICIT_RULES = (
 )
 
 
+def events_copy(layout: DataLayout, run_id: str) -> Path:
+    """Where a run writes its staged copy of its events (whole once ``_SUCCESS`` is in it)."""
+    return layout.tmp / run_id / "events"
+
+
 def stage_events(
     spark: SparkSession,
     config: Config,
@@ -174,7 +179,7 @@ def stage_events(
     (by ``_timestamp``, read as the pipeline reads it), before any lookup (a reprocess).
     """
     layout = config.layout
-    out = layout.tmp / run_id / "events"
+    out = events_copy(layout, run_id)
     if not (out / "_SUCCESS").exists():
         if not staged:
             spark = run_session(spark, layout.tmp / run_id)
