@@ -11,8 +11,13 @@ type varies, ~200 distinct user agents, random IPs) as sealed segments, then tim
   running `eventpipe process` has: one earlier run, here of 20,000 other events (other
   IPs) into another data directory, so that the JVM's Arrow and Parquet paths are
   compiled and the Python workers started. Then once more on as many other events
-  (steady state: what a running service sees). The floor runs after the warm-up too,
+  (steady state: what a scheduler's `process --once` sees, its run compressing the
+  segments for the archive beside its loads). The floor runs after the warm-up too,
   three times (median);
+* eventpipe's run as a running `eventpipe process` makes it, on other events: the
+  segments compressed for the archive in the service's wait before the run, while
+  Spark is idle (``prepare_sealed``, what that wait calls; its time printed apart), then
+  the run;
 * the hand-written job's tables loaded into a DuckDB file, and the segments archived
   with eventpipe's writer, one after another: what eventpipe does beyond that job,
   timed alone (the reference the job plus them makes is printed too);
@@ -229,6 +234,8 @@ def run_dlt(source: Path, work: Path, limit_mb: int, results: dict[str, float]) 
 
 HAND = "hand-written Spark job: read.json, lookups, flatten -> parquet (second run)"
 LAKE = "eventpipe steady state into a Parquet lake, on other events"
+SERVICE = "eventpipe's run in a service, after its wait, on other events"
+WAITED = "  its segments compressed for the archive in the wait before it (one core)"
 HAND_LOAD = "the hand-written job's tables into DuckDB"
 HAND_ARCHIVE = "the segments archived with eventpipe's writer, one after another"
 PEAKS: dict[str, float] = {}
@@ -290,6 +297,7 @@ def main() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     from eventpipe.config import parse_config
+    from eventpipe.processing.archiving import prepare_sealed
     from eventpipe.processing.job import process_once
     from eventpipe.processing.spark import start_session
 
@@ -347,6 +355,12 @@ def main() -> None:
         again = config.model_copy(update={"data_dir": work / "again"})
         timed("eventpipe again, on other events (steady state)", results,
               lambda: process_once(again, spark))  # fmt: skip
+        # As `eventpipe process` runs it: its segments sealed during the wait between two
+        # runs, and compressed for the archive in that wait (Spark idle), timed apart.
+        generate(work / "service" / "incoming", args.events, seed=13)
+        service = config.model_copy(update={"data_dir": work / "service"})
+        timed(WAITED, results, lambda: prepare_sealed(service))
+        timed(SERVICE, results, lambda: process_once(service, spark))
         record_peaks()  # of the runs into DuckDB, as before the runs that follow
         # The steady state into a Parquet lake, what the hand-written job writes, on yet
         # other events (seen IPs would be found in the workers' memo).
@@ -384,12 +398,19 @@ def main() -> None:
         f"eventpipe steady state: {args.events / steady:,.0f} events/s; "
         f"{steady / floor:.2f}x the Spark floor's time"
     )
+    run = results[SERVICE]
+    print(
+        f"eventpipe's run in a service ({results[WAITED]:.1f} s of archiving done in the wait "
+        f"before it): {args.events / run:,.0f} events/s; {run / floor:.2f}x the floor's time"
+    )
     hand = results.get(HAND)
     if hand:
         print(
             f"hand-written job with lookups: {hand / floor:.2f}x the floor's time; eventpipe "
             f"(steady state) {steady / hand:.2f}x the hand-written job's"
         )
+    if hand:
+        print(f"eventpipe's run in a service: {run / hand:.2f}x the hand-written job's")
     if hand and HAND_LOAD in results and HAND_ARCHIVE in results:
         extras = hand + results[HAND_LOAD] + results[HAND_ARCHIVE]
         print(

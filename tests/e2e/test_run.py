@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 from pathlib import Path
@@ -31,24 +32,33 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
     port = free_port()
     config = write_config(
         tmp_path / "eventpipe.yaml", tmp_path / "data", port,
-        incoming={"rotate_seconds": 1}, processing={"batch_period_seconds": 1},
+        incoming={"rotate_seconds": 1}, processing={"batch_period_seconds": 4},
         spark={"master": "local[2]", "spark.sql.shuffle.partitions": 2},
     )  # fmt: skip
     proc = CollectorProcess(config, port, tmp_path / "run.log", command="run")
     try:
         proc.wait_ready()
-        for i in range(5):
-            response = httpx.post(
-                proc.url + "/api/v1/event", params={"token": "js-web-secret-1"}, json={"i": i}
-            )
-            assert response.status_code == 200
-        deadline = time.monotonic() + 120
-        while _count(tmp_path / "data/warehouse.duckdb") != 5:
-            assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
-            time.sleep(0.5)
+        # Five events, then five more once the first are loaded: those seal (after 1 s)
+        # while the pipeline waits its 4 s for the next run, and that wait compresses
+        # them for the archive.
+        for first in (0, 5):
+            for i in range(first, first + 5):
+                response = httpx.post(
+                    proc.url + "/api/v1/event", params={"token": "js-web-secret-1"}, json={"i": i}
+                )
+                assert response.status_code == 200
+            deadline = time.monotonic() + 120
+            while _count(tmp_path / "data/warehouse.duckdb") != first + 5:
+                assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
+                time.sleep(0.5)
         proc.signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
         proc.kill()
     log = proc.log_path.read_text()
     assert "pipeline started" in log
+    # (a segment per collector worker)
+    assert re.search(r"compressed \d+ segment\(s\) for the archive while waiting", log), log[-3000:]
+    data = tmp_path / "data"
+    assert len(list((data / "archive").rglob("*.lz4"))) >= 2
+    assert not any((data / "tmp/archive-ahead").iterdir())  # moved in, none left

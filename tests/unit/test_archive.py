@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import threading
+import time
 from pathlib import Path
 
 import orjson
@@ -22,8 +24,11 @@ from eventpipe.archive.files import (
 )
 from eventpipe.archive.verify import verify
 from eventpipe.archive.write import ahead_of, archive_segment, prepare_segment
-from eventpipe.config import ArchiveConfig
+from eventpipe.config import ArchiveConfig, Config, parse_config
 from eventpipe.paths import DataLayout
+from eventpipe.processing import shutdown
+from eventpipe.processing.archiving import prepare_sealed, wait_archiving_ahead
+from eventpipe.processing.run import pipeline_lock
 
 SEGMENT = "incoming.tok=web-2026-11-20T10-00-00.000.log"
 SMALL_FRAMES = ArchiveConfig(frame_events=100)
@@ -288,3 +293,64 @@ def test_files_archived_ahead_that_do_not_fit_are_not_used(tmp_path: Path, spoil
     segment = ArchivedSegment(archive_segment(layout, SEGMENT, SMALL_FRAMES))
     assert Manifest.read(segment.manifest).events == (600 if spoilt == "appended" else 500)
     assert verify(layout).problems == []
+
+
+def _service_config(tmp_path: Path) -> Config:
+    return parse_config({"data_dir": str(tmp_path / "data"), "archive": {"frame_events": 100}},
+                        source="test")  # fmt: skip
+
+
+def test_the_services_wait_compresses_the_segments_sealed_meanwhile(tmp_path: Path) -> None:
+    """Between two runs, `eventpipe process` compresses ahead what has sealed, each
+    segment once; the run then moves those files in, as it moves its own."""
+    config = _service_config(tmp_path)
+    layout = config.layout
+    layout.incoming.mkdir(parents=True)
+    (layout.incoming / SEGMENT).write_bytes(_events(300))
+    later = "incoming.tok=web-2026-11-20T10-00-05.000.log"
+
+    def seal_later() -> None:
+        time.sleep(0.2)
+        (layout.incoming / later).write_bytes(_events(200, start=300))
+
+    sealing = threading.Thread(target=seal_later)
+    sealing.start()
+    assert wait_archiving_ahead(config, 1.0, poll=0.05) is False
+    sealing.join()
+    for name, events in ((SEGMENT, 300), (later, 200)):
+        ahead = ahead_of(layout, name)
+        assert Manifest.read(ahead.manifest).events == events
+        assert (layout.incoming / name).exists()  # still the run's to process
+    assert not layout.archive.exists()
+    assert prepare_sealed(config) == []  # each once
+    segment = ArchivedSegment(archive_segment(layout, later, config.archive))
+    assert not ahead_of(layout, later).data.exists()  # moved in
+    assert Manifest.read(segment.manifest).events == 200
+    assert verify(layout).problems == []
+
+
+def test_the_services_wait_leaves_segments_to_a_run_that_holds_the_lock(tmp_path: Path) -> None:
+    """A run (of this process or another) holds the pipeline lock: the wait compresses
+    nothing beside it, since the run's own archiving writes the same files."""
+    config = _service_config(tmp_path)
+    layout = config.layout
+    layout.incoming.mkdir(parents=True)
+    (layout.incoming / SEGMENT).write_bytes(_events(300))
+    with pipeline_lock(config):
+        assert prepare_sealed(config) == []
+    assert not ahead_of(layout, SEGMENT).data.exists()
+    assert prepare_sealed(config) == [SEGMENT]
+
+
+def test_the_services_wait_ends_at_once_when_the_process_stops(tmp_path: Path) -> None:
+    config = _service_config(tmp_path)
+    config.layout.incoming.mkdir(parents=True)
+    (config.layout.incoming / SEGMENT).write_bytes(_events(300))
+    shutdown.request(grace=86_400)  # the grace's timer never ends this test's process
+    try:
+        started = time.monotonic()
+        assert wait_archiving_ahead(config, 30.0) is True
+        assert time.monotonic() - started < 10  # not the 30 s asked for
+        assert not ahead_of(config.layout, SEGMENT).data.exists()  # nothing begun
+    finally:
+        shutdown.reset()

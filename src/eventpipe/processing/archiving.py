@@ -6,18 +6,20 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eventpipe.archive.files import SUFFIX
-from eventpipe.archive.write import archive_segment, prepare_segment
+from eventpipe.archive.write import ahead_of, archive_segment, prepare_segment
 from eventpipe.config import Config
 from eventpipe.errors import first_line
 from eventpipe.files import replacing
 from eventpipe.paths import DataLayout
-from eventpipe.processing.run import step, stream_ids
+from eventpipe.processing import shutdown
+from eventpipe.processing.run import PipelineBusyError, pipeline_lock, step, stream_ids
 
 if TYPE_CHECKING:
     pass
@@ -35,6 +37,10 @@ class ArchiveAhead:
     (regex scans that hold the GIL) uses about 60%. On the batch benchmark the two then
     share the cores instead of running one after the other.
 
+    Segments compressed already (by the wait of ``eventpipe process`` before the run,
+    :func:`wait_archiving_ahead`) are skipped: with none left, no thread starts, and the
+    loads take every thread they may (processing/load.py).
+
     A segment the thread could not prepare (an error, or not reached) is compressed when
     it is archived, as without it. What is not an error (a BaseException: an interrupt,
     an exit) ends the thread and is raised again by :meth:`finish`, in the run's thread.
@@ -48,12 +54,19 @@ class ArchiveAhead:
         self._lock = threading.Lock()
         self._stopped_by: BaseException | None = None
 
-    def begin(self) -> None:
+    def begin(self) -> bool:
+        """Start the thread if there is anything to compress (segments still in
+        incoming/ without their files ahead); whether it runs."""
         with self._lock:
-            if self._thread is None and self._names and not self._cancelled.is_set():
-                self._thread = threading.Thread(target=self._prepare, name="archive-ahead",
-                                                daemon=True)  # fmt: skip
-                self._thread.start()
+            if self._thread is None and not self._cancelled.is_set():
+                layout = self._config.layout
+                self._names = [n for n in self._names if (layout.incoming / n).exists()
+                               and not ahead_of(layout, n).data.exists()]  # fmt: skip
+                if self._names:
+                    self._thread = threading.Thread(target=self._prepare, name="archive-ahead",
+                                                    daemon=True)  # fmt: skip
+                    self._thread.start()
+            return self.running
 
     @property
     def running(self) -> bool:
@@ -85,6 +98,57 @@ class ArchiveAhead:
             except BaseException as exc:  # noqa: BLE001 (not an error: finish raises it)
                 self._stopped_by = exc
                 return
+
+
+def prepare_sealed(config: Config) -> list[str]:
+    """Compress ahead, as :class:`ArchiveAhead` does, the sealed segments that have no
+    archive files ahead yet; the names of those it compressed.
+
+    Each segment under the pipeline lock, taken for that segment only: never beside a
+    run (whose own archiving writes the same files), in this process or another. When a
+    run holds the lock, or the process is stopping, it returns at once: the run
+    archives what is left."""
+    layout = config.layout
+    prepared: list[str] = []
+    for path in layout.sealed_segments():
+        if shutdown.requested():
+            break
+        if ahead_of(layout, path.name).data.exists():
+            continue
+        try:
+            with pipeline_lock(config):
+                prepare_segment(layout, path.name, config.archive)
+        except PipelineBusyError:
+            break
+        except Exception as exc:  # noqa: BLE001 (the run compresses it itself)
+            log.warning("archiving %s ahead: %s; it is compressed when archived", path.name,
+                        first_line(exc))  # fmt: skip
+            continue
+        prepared.append(path.name)
+    return prepared
+
+
+def wait_archiving_ahead(config: Config, seconds: float, *, poll: float = 1.0) -> bool:
+    """The wait between two batch runs of ``eventpipe process`` (``seconds``), spent
+    compressing ahead the segments sealed meanwhile (:func:`prepare_sealed`, looked for
+    every ``poll`` seconds): the next run then moves their archive files into place
+    instead of compressing them beside its loads. True at once if the process is
+    stopping (as :func:`shutdown.wait`).
+
+    Spark is idle in that wait, so the archive costs the run nothing: on the batch
+    benchmark (1M events), what the run otherwise spends on it beside and after its
+    loads (docs/pipeline.md)."""
+    deadline = time.monotonic() + seconds
+    while True:
+        started = time.monotonic()
+        if prepared := prepare_sealed(config):
+            log.info("compressed %d segment(s) for the archive while waiting: %.1f s",
+                     len(prepared), time.monotonic() - started)  # fmt: skip
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return shutdown.requested()
+        if shutdown.wait(min(poll, left)):
+            return True
 
 
 def archive_segments(config: Config, names: Sequence[str]) -> list[Path]:
