@@ -15,9 +15,9 @@ type varies, ~200 distinct user agents, random IPs) as sealed segments, then tim
   segments for the archive beside its loads). The floor runs after the warm-up too,
   three times (median);
 * eventpipe's run as a running `eventpipe process` makes it, on other events: the
-  segments compressed for the archive in the service's wait before the run, while
-  Spark is idle (``prepare_sealed``, what that wait calls; its time printed apart), then
-  the run;
+  segments compressed for the archive and their schemas inferred in the service's wait
+  before the run, while Spark is idle (``prepare_sealed``, what that wait calls; its time
+  printed apart), then the run;
 * the hand-written job's tables loaded into a DuckDB file, and the segments archived
   with eventpipe's writer, one after another: what eventpipe does beyond that job,
   timed alone (the reference the job plus them makes is printed too);
@@ -235,7 +235,7 @@ def run_dlt(source: Path, work: Path, limit_mb: int, results: dict[str, float]) 
 HAND = "hand-written Spark job: read.json, lookups, flatten -> parquet (second run)"
 LAKE = "eventpipe steady state into a Parquet lake, on other events"
 SERVICE = "eventpipe's run in a service, after its wait, on other events"
-WAITED = "  its segments compressed for the archive in the wait before it (one core)"
+WAITED = "  its segments compressed for the archive and their schemas inferred in the wait"
 HAND_LOAD = "the hand-written job's tables into DuckDB"
 HAND_ARCHIVE = "the segments archived with eventpipe's writer, one after another"
 PEAKS: dict[str, float] = {}
@@ -356,10 +356,11 @@ def main() -> None:
         timed("eventpipe again, on other events (steady state)", results,
               lambda: process_once(again, spark))  # fmt: skip
         # As `eventpipe process` runs it: its segments sealed during the wait between two
-        # runs, and compressed for the archive in that wait (Spark idle), timed apart.
+        # runs, compressed for the archive and their schemas inferred in that wait (Spark
+        # idle), timed apart.
         generate(work / "service" / "incoming", args.events, seed=13)
         service = config.model_copy(update={"data_dir": work / "service"})
-        timed(WAITED, results, lambda: prepare_sealed(service))
+        timed(WAITED, results, lambda: prepare_sealed(service, spark))
         timed(SERVICE, results, lambda: process_once(service, spark))
         record_peaks()  # of the runs into DuckDB, as before the runs that follow
         # The steady state into a Parquet lake, what the hand-written job writes, on yet
@@ -400,8 +401,9 @@ def main() -> None:
     )
     run = results[SERVICE]
     print(
-        f"eventpipe's run in a service ({results[WAITED]:.1f} s of archiving done in the wait "
-        f"before it): {args.events / run:,.0f} events/s; {run / floor:.2f}x the floor's time"
+        f"eventpipe's run in a service ({results[WAITED]:.1f} s of archiving and inference in "
+        f"the wait before it): {args.events / run:,.0f} events/s; {run / floor:.2f}x the "
+        "floor's time"
     )
     hand = results.get(HAND)
     if hand:

@@ -307,13 +307,14 @@ def process(
     """``eventpipe process``: batch runs every ``processing.batch_period_seconds`` (``once``:
     one, after the streams caught up with the log), beside a streaming query per stream
     destination. Between two runs, the segments sealed meanwhile are compressed for the
-    archive (processing/archiving.py, ``wait_archiving_ahead``). ``report`` is given each
+    archive and their schemas inferred (processing/archiving.py, ``wait_preparing_sealed``;
+    processing/segment_schemas.py). ``report`` is given each
     run's report; ``idle`` is called when there was nothing to process."""
     import signal
 
     from eventpipe.errors import retry_transient
     from eventpipe.processing import shutdown, stream
-    from eventpipe.processing.archiving import wait_archiving_ahead
+    from eventpipe.processing.archiving import wait_preparing_sealed
     from eventpipe.processing.job import pending, process_pending
     from eventpipe.processing.run import PipelineBusyError
     from eventpipe.processing.spark import on_terminal, start_session
@@ -359,8 +360,8 @@ def process(
                 idle()
             for one in reports:
                 report(one)
-            # The wait compresses for the archive what seals meanwhile: Spark is idle.
-            if once or wait_archiving_ahead(config, period):
+            # The wait prepares what seals meanwhile (archive, schema): Spark is idle.
+            if once or wait_preparing_sealed(config, period, spark):
                 return
     finally:
         streams.stop()

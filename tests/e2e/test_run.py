@@ -40,7 +40,7 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
         proc.wait_ready()
         # Five events, then five more once the first are loaded: those seal (after 1 s)
         # while the pipeline waits its 4 s for the next run, and that wait compresses
-        # them for the archive.
+        # them for the archive and infers their schemas.
         for first in (0, 5):
             for i in range(first, first + 5):
                 response = httpx.post(
@@ -57,8 +57,10 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
         proc.kill()
     log = proc.log_path.read_text()
     assert "pipeline started" in log
-    # (a segment per collector worker)
-    assert re.search(r"compressed \d+ segment\(s\) for the archive while waiting", log), log[-3000:]
+    # (a segment per collector worker), compressed for the archive and its schema
+    # inferred in the wait; the next run merged those schemas instead of inferring.
+    assert re.search(r"prepared \d+ sealed segment\(s\) while waiting", log), log[-3000:]
+    assert re.search(r"merge the kept schemas of \d+ segment\(s\)", log), log[-3000:]
     data = tmp_path / "data"
     assert len(list((data / "archive").rglob("*.lz4"))) >= 2
     assert not any((data / "tmp/archive-ahead").iterdir())  # moved in, none left

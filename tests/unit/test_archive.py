@@ -27,7 +27,7 @@ from eventpipe.archive.write import ahead_of, archive_segment, prepare_segment
 from eventpipe.config import ArchiveConfig, Config, parse_config
 from eventpipe.paths import DataLayout
 from eventpipe.processing import shutdown
-from eventpipe.processing.archiving import prepare_sealed, wait_archiving_ahead
+from eventpipe.processing.archiving import prepare_sealed, wait_preparing_sealed
 from eventpipe.processing.run import pipeline_lock
 
 SEGMENT = "incoming.tok=web-2026-11-20T10-00-00.000.log"
@@ -315,7 +315,7 @@ def test_the_services_wait_compresses_the_segments_sealed_meanwhile(tmp_path: Pa
 
     sealing = threading.Thread(target=seal_later)
     sealing.start()
-    assert wait_archiving_ahead(config, 1.0, poll=0.05) is False
+    assert wait_preparing_sealed(config, 1.0, poll=0.05) is False
     sealing.join()
     for name, events in ((SEGMENT, 300), (later, 200)):
         ahead = ahead_of(layout, name)
@@ -349,7 +349,7 @@ def test_the_services_wait_ends_at_once_when_the_process_stops(tmp_path: Path) -
     shutdown.request(grace=86_400)  # the grace's timer never ends this test's process
     try:
         started = time.monotonic()
-        assert wait_archiving_ahead(config, 30.0) is True
+        assert wait_preparing_sealed(config, 30.0) is True
         assert time.monotonic() - started < 10  # not the 30 s asked for
         assert not ahead_of(config.layout, SEGMENT).data.exists()  # nothing begun
     finally:

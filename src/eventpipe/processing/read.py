@@ -20,7 +20,7 @@ from eventpipe import reserved
 from eventpipe.config import Config
 from eventpipe.files import replacing, write_file
 from eventpipe.paths import DataLayout
-from eventpipe.processing import lookup
+from eventpipe.processing import lookup, segment_schemas
 from eventpipe.processing.fields import (
     column_at,
     has_arrays,
@@ -174,6 +174,10 @@ def stage_events(
     cannot parse still get a copy: Spark refuses queries on the corrupt-record column
     of raw JSON.
 
+    The schema is Spark's inference of the files, or, where the service's wait kept one
+    for each of the run's segments, those merged (segment_schemas.py: exactly what the
+    inference would give, else inferred here).
+
     ``by_segment``: each row keeps its segment's name (SEGMENT), for destinations that
     take only some of the run's segments. ``days``: only the events of these UTC days
     (by ``_timestamp``, read as the pipeline reads it), before any lookup (a reprocess).
@@ -181,10 +185,13 @@ def stage_events(
     layout = config.layout
     out = events_copy(layout, run_id)
     if not (out / "_SUCCESS").exists():
+        # Kept by the service's wait for each segment (none for a scheduler's run).
+        kept = segment_schemas.kept_schema(spark, layout, paths)
         if not staged:
             spark = run_session(spark, layout.tmp / run_id)
-        with step(f"infer the schema of {len(paths)} segment(s)"):
-            raw = read_events(spark, paths, by_segment=by_segment)
+        how = "merge the kept schemas" if kept is not None else "infer the schema"
+        with step(f"{how} of {len(paths)} segment(s)"):
+            raw = read_events(spark, paths, inferred=kept, by_segment=by_segment)
         if days is not None:
             raw = raw.filter(day_of(raw.schema).isin(list(days)))
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
@@ -265,10 +272,13 @@ def read_events(
     paths: Sequence[str],
     *,
     schema: StructType | None = None,
+    inferred: StructType | None = None,
     by_segment: bool = False,
 ) -> DataFrame:
     """The events of the log files ``paths`` as Spark's JSON reader reads them (with
-    ``schema``, the events' schema as this function returned it before; else inferred).
+    ``schema``, the events' schema as this function returned it before; else with
+    ``inferred``, what Spark's inference gives these files (segment_schemas.kept_schema);
+    else inferred here).
 
     Top-level keys that look like eventpipe's own names are escaped
     (:func:`eventpipe.reserved.escape`), so the job's columns can never meet an event's.
@@ -282,11 +292,11 @@ def read_events(
     corrupt = reserved.unguessable(CORRUPT)
 
     def reader() -> DataFrameReader:
-        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
-        return spark.read.options(**options)
+        return json_reader(spark, corrupt)
 
     if schema is None:
-        inferred = reader().json(list(paths)).schema
+        if inferred is None:
+            inferred = reader().json(list(paths)).schema
         if not has_arrays(inferred):
             schema = inferred
         else:  # read again with arrays as the JSON text they were sent as
@@ -311,6 +321,12 @@ def read_events(
     if by_segment:
         columns.append(F.regexp_extract(path, r"([^/]+)$", 1).alias(SEGMENT))
     return raw.select(*columns)
+
+
+def json_reader(spark: SparkSession, corrupt: str) -> DataFrameReader:
+    """Spark's JSON reader as the pipeline reads its log: lines that are not JSON objects
+    kept, their text in the column ``corrupt``."""
+    return spark.read.options(mode="PERMISSIVE", columnNameOfCorruptRecord=corrupt)
 
 
 def event_json(frame: DataFrame) -> Column:
