@@ -53,6 +53,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
+from eventpipe.errors import first_line
 from eventpipe.files import write_file
 from eventpipe.paths import DataLayout
 from eventpipe.reserved import CORRUPT, unguessable
@@ -148,23 +149,22 @@ def kept_schema(spark: SparkSession, layout: DataLayout, paths: Sequence[str]) -
     if not sources or not all(
         s.parent == layout.incoming and schema_file(layout, s.name).exists() for s in sources
     ):
-        return None  # (a stream's micro-batch, a replay, a scheduler's run: no lookups)
-    settings = inference_settings(spark)
-    kept: list[SegmentSchema] = []
-    for source in sources:
-        try:
-            size = source.stat().st_size
-        except OSError:
-            return None
-        found = _read(layout, source.name, size, settings)
-        if found is None:
-            return None
-        kept.append(found)
+        return None  # a stream's micro-batch, a replay, a scheduler's run: none kept
     try:
+        settings = inference_settings(spark)
+        kept: list[SegmentSchema] = []
+        for source in sources:
+            found = _read(layout, source.name, source.stat().st_size, settings)
+            if found is None:
+                return None
+            kept.append(found)
         return merge_all(kept)
     except Inexact as exc:
         log.info("the segments' kept schemas do not merge exactly (%s): inferring", exc)
-        return None
+    except Exception as exc:  # noqa: BLE001 (a kept file is a shortcut, never a run's end)
+        log.warning("the segments' kept schemas could not be read (%s): inferring",
+                    first_line(exc))  # fmt: skip
+    return None
 
 
 def _record(layout: DataLayout, name: str, size: int, settings: str) -> dict[str, Any] | None:

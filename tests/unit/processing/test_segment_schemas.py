@@ -140,6 +140,19 @@ def test_a_kept_schema_is_not_used_for_a_segment_that_changed(spark: Any, tmp_pa
     assert kept_schema(spark, layout, paths) is None
 
 
+def test_a_kept_schema_that_cannot_be_read_leaves_the_run_to_infer(
+    spark: Any, tmp_path: Path
+) -> None:
+    layout = DataLayout(tmp_path / "data")
+    paths = _write(layout, [[{"a": 1}], [{"a": 2.5}]])
+    assert _kept(spark, layout, paths) is not None
+    kept = segment_schemas.schema_file(layout, Path(paths[1]).name)
+    record = json.loads(kept.read_text())
+    record["schema"] = {"type": "struct", "fields": [{"name": "a"}]}  # no type
+    kept.write_text(json.dumps(record))
+    assert kept_schema(spark, layout, paths) is None
+
+
 def test_the_empty_object_scan_finds_one_across_a_chunk_boundary(tmp_path: Path) -> None:
     path = tmp_path / "lines"
     for text, found in [
