@@ -64,3 +64,6 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
     data = tmp_path / "data"
     assert len(list((data / "archive").rglob("*.lz4"))) >= 2
     assert not any((data / "tmp/archive-ahead").iterdir())  # moved in, none left
+    # the kept schemas of archived segments are removed with them
+    kept = [p.name.removesuffix(".json") for p in (data / "tmp/schemas").glob("*.json")]
+    assert all((data / "incoming" / name).exists() for name in kept), kept

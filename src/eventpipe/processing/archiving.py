@@ -119,8 +119,6 @@ def prepare_sealed(config: Config, spark: SparkSession | None = None) -> list[st
     if not batch_destinations(config):
         spark = None  # stream destinations only: no batch run reads a schema
     settings = None if spark is None else segment_schemas.inference_settings(spark)
-    if settings is not None:
-        segment_schemas.forget_gone(layout)
     prepared: list[str] = []
     for path in layout.sealed_segments():
         if shutdown.requested():
@@ -187,6 +185,7 @@ def archive_segments(config: Config, names: Sequence[str]) -> list[Path]:
     with step(f"archive {len(ready)} segment(s)"), pool:
         archived = list(pool.map(lambda n: archive_segment(layout, n, config.archive), ready))
     _drop_stale_ahead(layout)
+    segment_schemas.forget_gone(layout)
     return archived
 
 

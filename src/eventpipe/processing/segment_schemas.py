@@ -134,7 +134,8 @@ def keep_schema(spark: SparkSession, layout: DataLayout, name: str, settings: st
 
 
 def forget_gone(layout: DataLayout) -> None:
-    """Remove the kept schemas of segments no longer in incoming/ (processed)."""
+    """Remove the kept schemas of segments no longer in incoming/ (after archiving, as
+    the files archived ahead for them)."""
     folder = layout.tmp / "schemas"
     if folder.is_dir():
         for kept in folder.glob("*.json"):
