@@ -352,3 +352,14 @@ def test_paths_spark_would_read_as_patterns_are_refused() -> None:
     assert "has [ ] in it, which Spark reads as a pattern" in _error({"data_dir": "/srv/runs[2]"})
     assert "processing.work_dir" in _error({"processing": {"work_dir": "/scratch/*"}})
     assert parse_config({"data_dir": "/srv/events-2 (copy)"}, source="t", env={})
+
+
+def test_a_postgres_table_is_never_asked_more_columns_than_the_server_holds() -> None:
+    pg = {"type": "postgres", "dsn": "postgresql://db/x"}
+    message = _error({"destinations": {"pg": {**pg, "max_columns": 3000}}})
+    assert "destinations.pg: max_columns 3000: a PostgreSQL table holds at most 1600" in message
+    config = parse_config({"destinations": {"pg": {**pg, "max_columns": 1600}}}, source="t", env={})
+    assert config.destinations["pg"].max_columns == 1600
+    # DuckDB holds more: its own limit is not PostgreSQL's.
+    duck = {"type": "duckdb", "max_columns": 3000}
+    assert parse_config({"destinations": {"w": duck}}, source="t", env={})

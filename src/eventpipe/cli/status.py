@@ -10,6 +10,7 @@ from typing import Any, cast
 import click
 
 from eventpipe.cli.common import backlog, cli, config_option, load, print_table
+from eventpipe.config import TableDestinationConfig
 from eventpipe.destinations.base import Destination
 from eventpipe.destinations.registry import kind
 from eventpipe.errors import ConfigError, EventpipeError, QueryError
@@ -264,7 +265,9 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     import psycopg
 
     try:
-        names, rows = cast(Destination, open_destination(chosen, dest, config)).query(sql)
+        opened = cast(Destination, open_destination(chosen, dest, config))
+        timeout = cast(TableDestinationConfig, dest).query_timeout_seconds
+        names, rows = opened.query(sql, timeout_seconds=timeout)
     except QueryError as exc:  # refused, or the SQL as the database answers it
         raise EventpipeError(f"{chosen}: the query failed: {exc.message}") from None
     except (duckdb.Error, psycopg.Error) as exc:

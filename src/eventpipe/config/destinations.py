@@ -86,6 +86,9 @@ class TableDestinationConfig(DestinationConfig):
 
     primary_key: tuple[str, ...] = ()
     """Columns of the primary key; loads then upsert, the newest ``_timestamp`` winning."""
+    query_timeout_seconds: float = Field(default=60.0, gt=0)
+    """How long one ``eventpipe query`` on this destination may run before it is
+    cancelled: a reader holds what loads need (DuckDB's file, a table's lock)."""
     changes: Literal["apply", "append"] = "apply"
     """A source's changes (docs/cdc.md): ``apply``: by key, the table the source's (each
     key's last change); ``append``: every change a row, the history (``_op``, ``_lsn``,
@@ -143,10 +146,29 @@ class PostgresConfig(DatabaseConfig):
     secrets in environment variables; the DSN is never logged)."""
     db_schema: str = Field(default="public", alias="schema")
     """The schema eventpipe creates its tables in (created if missing)."""
+    query_dsn: str | None = Field(default=None, repr=False)
+    """The connection ``eventpipe query`` uses: a user granted only ``SELECT`` on the
+    schema (docs/destinations.md). Absent: ``dsn``'s user, in a read-only transaction
+    and with statements refused that reach files, programs or other sessions."""
+    lock_timeout_seconds: float = Field(default=5.0, gt=0)
+    """How long one attempt to change a table waits for readers' locks; the change tries
+    again for up to a minute, then the run ends to be retried."""
+
+    MAX_COLUMNS: ClassVar[int] = 1600
+    """PostgreSQL's limit of columns in a table (``MaxHeapAttributeNumber``)."""
 
     @model_validator(mode="after")
     def _schema_name(self) -> PostgresConfig:
         sql_name(self.db_schema, "schema")
+        return self
+
+    @model_validator(mode="after")
+    def _columns_the_server_holds(self) -> PostgresConfig:
+        if self.max_columns > self.MAX_COLUMNS:
+            raise ValueError(
+                f"max_columns {self.max_columns}: a PostgreSQL table holds at most "
+                f"{self.MAX_COLUMNS} columns"
+            )
         return self
 
 

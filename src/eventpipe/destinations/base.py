@@ -72,6 +72,10 @@ class DaySwap:
 
 
 ALL_SWAPPED = "*"
+
+QUERY_TIMEOUT_SECONDS = 60.0
+"""How long ``eventpipe query`` may run by default (``query_timeout_seconds``): a reader
+holds what a load needs (a DuckDB file, a PostgreSQL table's lock) only this long."""
 """The loads-table record of a whole swap (beside one per table moved in)."""
 
 
@@ -170,8 +174,11 @@ class Destination(Protocol):
 
     def load(self, request: LoadRequest) -> LoadResult: ...
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run SQL read-only (``eventpipe query``): column names and rows."""
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run SQL read-only (``eventpipe query``), for at most ``timeout_seconds``:
+        column names and rows."""
         ...
 
 

@@ -33,6 +33,7 @@ from eventpipe import reserved
 from eventpipe.destinations import changes
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
+    QUERY_TIMEOUT_SECONDS,
     DaySwap,
     LoadRequest,
     LoadResult,
@@ -281,14 +282,17 @@ class DuckDBDestination:
             found = db.execute(f"SELECT {listed} FROM {self.dialect.quote(table)}").fetchall()
         return [dict(zip(columns, row, strict=True)) for row in found]
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL read-only and return column names and rows (``eventpipe query``): the
-        database opened read-only, without access to any other file."""
+        database opened read-only, without access to any other file, for at most
+        ``timeout_seconds`` (a reader holds the file, so a load waits for it)."""
         connection = duckdb.connect(
             str(self.path), read_only=True, config={"enable_external_access": False}
         )
         try:
-            return read_only_query(connection, sql)
+            return read_only_query(connection, sql, timeout_seconds=timeout_seconds)
         finally:
             connection.close()
 
@@ -297,12 +301,16 @@ QUERY_STATEMENTS = frozenset({duckdb.StatementType.SELECT, duckdb.StatementType.
 
 
 def read_only_query(
-    connection: duckdb.DuckDBPyConnection, sql: str
+    connection: duckdb.DuckDBPyConnection,
+    sql: str,
+    *,
+    timeout_seconds: float = QUERY_TIMEOUT_SECONDS,
 ) -> tuple[list[str], list[tuple[Any, ...]]]:
     """``sql`` on ``connection`` if it is one query (SELECT, EXPLAIN): column names and
     rows. Anything else (several statements, COPY, ATTACH, SET, a write) is refused with a
     QueryError before it runs. With external access off (the caller's), a query reads
-    no file beyond what the connection allows."""
+    no file beyond what the connection allows. DuckDB has no statement timeout: a timer
+    interrupts the query after ``timeout_seconds``, fetching included."""
     try:
         statements = connection.extract_statements(sql)
     except duckdb.Error as exc:
@@ -310,12 +318,21 @@ def read_only_query(
     if len(statements) != 1 or statements[0].type not in QUERY_STATEMENTS:
         kinds = ", ".join(s.type.name for s in statements) or "nothing"
         raise QueryError(f"eventpipe query runs one SELECT (or EXPLAIN); this is {kinds}")
+    timer = threading.Timer(timeout_seconds, connection.interrupt)
+    timer.daemon = True
+    timer.start()
     try:
         cursor = connection.execute(sql)
+        names = [d[0] for d in cursor.description or []]
+        return names, cursor.fetchall()
+    except duckdb.InterruptException:
+        raise QueryError(
+            f"the query ran longer than query_timeout_seconds ({timeout_seconds:g})"
+        ) from None
     except duckdb.Error as exc:
         raise QueryError(first_line(exc)) from None
-    names = [d[0] for d in cursor.description or []]
-    return names, cursor.fetchall()
+    finally:
+        timer.cancel()
 
 
 _loads_table_lock = threading.Lock()

@@ -57,7 +57,14 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from eventpipe.destinations import changes
-from eventpipe.destinations.base import DaySwap, LoadRequest, LoadResult, day_ranges, table_lock
+from eventpipe.destinations.base import (
+    QUERY_TIMEOUT_SECONDS,
+    DaySwap,
+    LoadRequest,
+    LoadResult,
+    day_ranges,
+    table_lock,
+)
 from eventpipe.destinations.duckdb import read_only_query, rows_of, unconvertible_rows
 from eventpipe.errors import EventpipeError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
@@ -465,7 +472,9 @@ class LakehouseDestination(ABC):
         finally:
             db.close()
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL on the tables' current versions (each as an Arrow dataset, read as the
         query needs it) and the batches of the commits the tables' logs hold
         (``_eventpipe_loads``), in DuckDB, read-only. Each table is read at the version
@@ -488,7 +497,7 @@ class LakehouseDestination(ABC):
                  ("rejected", pa.string())]
             )  # fmt: skip
             db.register(LOADS_TABLE, pa.Table.from_pylist(loads, schema=schema))
-            return read_only_query(db, sql)
+            return read_only_query(db, sql, timeout_seconds=timeout_seconds)
 
 
 def typed(rows: pa.Table, table: Table) -> pa.Table:

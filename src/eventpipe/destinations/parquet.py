@@ -47,6 +47,8 @@ import contextlib
 import hashlib
 import json
 import posixpath
+import threading
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from functools import cached_property, reduce
@@ -56,7 +58,13 @@ from typing import TYPE_CHECKING, Any
 import duckdb
 
 from eventpipe import reserved
-from eventpipe.destinations.base import DaySwap, LoadRequest, LoadResult, table_lock
+from eventpipe.destinations.base import (
+    QUERY_TIMEOUT_SECONDS,
+    DaySwap,
+    LoadRequest,
+    LoadResult,
+    table_lock,
+)
 from eventpipe.destinations.duckdb import (
     file_offsets,
     read_only_query,
@@ -274,7 +282,9 @@ class ParquetDestination:
             if _is_json(name)
         ]
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run SQL on the tables (one DuckDB view per table directory) and the batch
         records (``_eventpipe_loads``). The connection reads files under the
         destination's directory only, and takes one query (read_only_query)."""
@@ -311,7 +321,7 @@ class ParquetDestination:
                 db.execute(
                     "CREATE VIEW _eventpipe_loads AS SELECT NULL::VARCHAR AS batch_id WHERE false"
                 )
-            return read_only_query(db, sql)
+            return read_only_query(db, sql, timeout_seconds=timeout_seconds)
         finally:
             db.close()
 
@@ -428,11 +438,13 @@ class SparkParquetDestination(ParquetDestination):
                 frame = frame.withColumn(column, F.lit(None).cast(SPARK_TYPES[data_type]))
         return frame.select(*(F.col(f"`{c}`") for c in request.columns), _FILE, _ROW_INDEX)
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
         """Run Spark SQL on the tables (one temporary view per table directory, schemas
         merged) and the batch records (``_eventpipe_loads``), in a session of its own,
         which takes one query (no command, no write: _check_spark_query) and reads no
-        file by path."""
+        file by path. Its Spark jobs are cancelled after ``timeout_seconds``."""
         from pyspark.sql import types as T
 
         from eventpipe.schema.casts import SPARK_TYPES
@@ -460,11 +472,24 @@ class SparkParquetDestination(ParquetDestination):
         from py4j.protocol import Py4JJavaError
         from pyspark.errors import PySparkException
 
+        context = session.sparkContext
+        group = f"eventpipe-query-{uuid.uuid4().hex}"
+        context.setJobGroup(group, "eventpipe query", interruptOnCancel=True)
+        timer = threading.Timer(timeout_seconds, context.cancelJobGroup, [group])
+        timer.daemon = True
+        timer.start()
         try:
             result = session.sql(sql)
             return list(result.columns), [tuple(row) for row in result.collect()]
         except (PySparkException, Py4JJavaError) as exc:  # the SQL, as Spark answers it
+            if not timer.is_alive():
+                raise QueryError(
+                    f"the query ran longer than query_timeout_seconds ({timeout_seconds:g})"
+                ) from None
             raise QueryError(first_line(exc)) from None
+        finally:
+            timer.cancel()
+            context.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
 
 
 _NOT_QUERIES = ("Command", "ParsedStatement", "InsertIntoDir")

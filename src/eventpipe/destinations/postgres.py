@@ -36,6 +36,7 @@ import io
 import queue
 import re
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -50,13 +51,16 @@ from eventpipe import reserved
 from eventpipe.destinations import changes
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
+    QUERY_TIMEOUT_SECONDS,
     DaySwap,
     LoadRequest,
     LoadResult,
     delete_days,
     newest_only,
 )
+from eventpipe.destinations.postgres_query import check_query
 from eventpipe.errors import QueryError, TerminalError, TransientError, first_line, redacted
+from eventpipe.retry import Backoff
 from eventpipe.schema.dialects import POSTGRES
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
@@ -99,6 +103,9 @@ _ARROW = {
 _TRANSIENT_CLASSES = ("08", "53", "57")  # connection, resources, operator intervention
 _TRANSIENT_CODES = {"40001", "40P01", "55P03"}  # serialization, deadlock, lock timeout
 
+DDL_PATIENCE_SECONDS = 60.0
+"""How long a table change keeps trying to get its table's lock from readers."""
+
 
 class PostgresDestination:
     dialect = POSTGRES
@@ -106,24 +113,39 @@ class PostgresDestination:
     """Tables of a batch loaded at once, each on a connection of its own (the job reads
     this; DuckDB takes one writer at a time and loads one by one)."""
 
-    def __init__(self, destination_id: str, dsn: str, schema: str = "public") -> None:
+    def __init__(
+        self,
+        destination_id: str,
+        dsn: str,
+        schema: str = "public",
+        *,
+        query_dsn: str | None = None,
+        lock_timeout_seconds: float = 5.0,
+    ) -> None:
         self.id = destination_id
         self.dsn = dsn
         self.schema = schema
+        self.query_dsn = query_dsn
+        """``eventpipe query`` connects with this (a user with SELECT only), if given."""
+        self.lock_timeout_seconds = lock_timeout_seconds
+        """How long a table change waits for a reader's lock before it tries again."""
 
     def _name(self, table: str) -> str:
         q = self.dialect.quote
         return f"{q(self.schema)}.{q(table)}"
 
     @contextmanager
-    def _connect(self, table: str | None = None) -> Iterator[psycopg.Connection[Any]]:
+    def _connect(
+        self, table: str | None = None, *, dsn: str | None = None
+    ) -> Iterator[psycopg.Connection[Any]]:
         import psycopg
 
+        dsn = dsn or self.dsn
         try:
-            connection = psycopg.connect(self.dsn, connect_timeout=10, application_name="eventpipe")
+            connection = psycopg.connect(dsn, connect_timeout=10, application_name="eventpipe")
         except psycopg.OperationalError as exc:
             raise TransientError(
-                f"postgres {redacted(self.dsn)}: cannot connect: {first_line(exc)}",
+                f"postgres {redacted(dsn)}: cannot connect: {first_line(exc)}",
                 fix="check that the server is up and the dsn is right",
             ) from None
         try:
@@ -178,11 +200,34 @@ class PostgresDestination:
         return Table(table, columns, tuple(name for (name,) in key))
 
     def patch(self, patch: TablePatch) -> None:
+        """Create or change the table under the locks. A change waits for readers'
+        locks (an ``eventpipe query``, a dashboard) ``lock_timeout_seconds`` at a time,
+        and tries again for up to :data:`DDL_PATIENCE_SECONDS` before the run gives up
+        with a transient error: it never queues behind a long reader holding every
+        later load of the table behind it."""
+        import psycopg
+
         if patch.empty:
             return
+        backoff = Backoff(initial=0.2, maximum=5.0, max_elapsed=DDL_PATIENCE_SECONDS)
+        while True:
+            try:
+                return self._patch_once(patch)
+            except TransientError as exc:
+                if not isinstance(exc.__cause__, psycopg.errors.LockNotAvailable):
+                    raise
+                wait = backoff.wait()
+                if wait is None:
+                    raise
+                time.sleep(wait)
+
+    def _patch_once(self, patch: TablePatch) -> None:
         with self._connect(patch.table) as db, db.transaction():
             self._lock(db, patch.table)
             self._lock_ddl(db)
+            # Set after the advisory locks, which wait for other loads as long as they take.
+            milliseconds = max(1, round(self.lock_timeout_seconds * 1000))
+            db.execute(f"SET LOCAL lock_timeout = {milliseconds}")
             self._ensure_schema(db)
             current = self._describe(db, patch.table)  # again, under the lock
             d, table, schema = self.dialect, patch.table, self.schema
@@ -403,21 +448,33 @@ class PostgresDestination:
                 )
         return moved
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run one SQL statement in a read-only transaction and return column names and
-        rows. One: it is sent as a prepared statement (the extended protocol), which the
-        server refuses to hold several statements (``COMMIT; DELETE ...``)."""
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one read (destinations/postgres_query.py says which) in a read-only
+        transaction with a statement and a lock timeout, as ``query_dsn``'s user when
+        configured, and return column names and rows. It is parsed first, and sent as a
+        prepared statement (the extended protocol), which the server refuses to hold
+        several statements."""
         import psycopg
 
-        with self._connect() as db:
+        check_query(sql)
+        milliseconds = max(1, round(timeout_seconds * 1000))
+        with self._connect(dsn=self.query_dsn or self.dsn) as db:
             db.read_only = True
-            db.execute(f"SET search_path TO {self.dialect.quote(self.schema)}")
+            db.execute(f"SET LOCAL statement_timeout = {milliseconds}")
+            db.execute(f"SET LOCAL lock_timeout = {milliseconds}")
+            db.execute(f"SET LOCAL search_path TO {self.dialect.quote(self.schema)}")
             try:
                 cursor = db.execute(sql, prepare=True)
+                names = [d.name for d in cursor.description or []]
+                rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
+            except (psycopg.errors.QueryCanceled, psycopg.errors.LockNotAvailable):
+                raise QueryError(
+                    f"the query ran longer than query_timeout_seconds ({timeout_seconds:g})"
+                ) from None
             except psycopg.Error as exc:
                 raise QueryError(first_line(exc)) from None
-            names = [d.name for d in cursor.description or []]
-            rows = [tuple(r) for r in cursor.fetchall()] if cursor.description else []
             db.rollback()
             return names, rows
 

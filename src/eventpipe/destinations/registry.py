@@ -102,7 +102,13 @@ def _open_duckdb(dest_id: str, dest: DuckDBConfig, config: Config, lent: Resourc
 def _open_postgres(dest_id: str, dest: PostgresConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.postgres import PostgresDestination
 
-    return PostgresDestination(dest_id, dest.dsn, dest.db_schema)
+    return PostgresDestination(
+        dest_id,
+        dest.dsn,
+        dest.db_schema,
+        query_dsn=dest.query_dsn,
+        lock_timeout_seconds=dest.lock_timeout_seconds,
+    )
 
 
 def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resources) -> Opened:

@@ -68,6 +68,7 @@ from eventpipe.archive.files import (
 from eventpipe.archive.retention import pruned_through
 from eventpipe.config import Config, TableDestinationConfig
 from eventpipe.destinations.base import (
+    QUERY_TIMEOUT_SECONDS,
     DaySwap,
     Destination,
     LoadRequest,
@@ -140,8 +141,10 @@ class Shadowed:
     def load(self, request: LoadRequest) -> LoadResult:
         return self.inner.load(replace(request, table=self.shadow(request.table)))
 
-    def query(self, sql: str) -> tuple[list[str], list[tuple[Any, ...]]]:
-        return self.inner.query(sql)
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        return self.inner.query(sql, timeout_seconds=timeout_seconds)
 
 
 @dataclass(frozen=True)
