@@ -282,3 +282,25 @@ def test_rotate_now_without_a_collector_seals_itself(layout: DataLayout) -> None
     assert [p.name for p in sealed] == [p.name for p in layout.sealed_segments()]
     assert _numbers(sealed) == [1]
     assert rotate_now(layout, LogSettings()) == []
+
+
+def test_a_record_after_a_torn_failed_line_starts_a_line_of_its_own(layout: DataLayout) -> None:
+    """A crash mid-write left failed/ ending inside a record: the next record after the
+    restart is whole, on its own line; the torn one stays, counted as damaged."""
+    layout.failed.mkdir(parents=True)
+    failed = layout.failed_receiving("web", W)
+    failed.write_bytes(b'{"error":"first"}\n{"error":"to')
+    log = SegmentLog(layout, LogSettings(), writer=W)
+    log.open()
+
+    async def scenario() -> None:
+        await log.start()
+        await log.append("web", _line(1), rejected=b'{"error":"after"}\n')
+        await log.close()
+
+    asyncio.run(scenario())
+    assert failed.read_bytes().splitlines() == [
+        b'{"error":"first"}',
+        b'{"error":"to',
+        b'{"error":"after"}',
+    ]

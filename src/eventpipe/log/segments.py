@@ -407,8 +407,16 @@ class SegmentLog:
                 log.error("could not cut %s back after a failed write: %s", active.path, exc)
 
     def _open_target(self, path: Path, *, is_segment: bool) -> _Active:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
-        active = _Active(path, fd, os.fstat(fd).st_size, time.monotonic(), is_segment)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+        size = os.fstat(fd).st_size
+        if not is_segment and size > 0 and os.pread(fd, 1, size - 1) != b"\n":
+            # A failed/ file left torn by a crash mid-write (segments are cut at open):
+            # the next record starts on a line of its own, and the torn tail stays
+            # behind as the one damaged line it is, instead of swallowing that record.
+            _write_all(fd, b"\n")
+            size += 1
+            log.warning("%s ended inside a line (a crash mid-write); appending after it", path.name)
+        active = _Active(path, fd, size, time.monotonic(), is_segment)
         self._files[path] = active
         return active
 
