@@ -62,7 +62,11 @@ def test_http_post_to_rows_in_duckdb(start_collector: Any, spark: Any) -> None:
     assert report.skipped == {"warehouse": 1}
     rows = _query(c, "SELECT eventn_ctx_event_id, url, user_id, api_key, source_ip "
                      "FROM page_view ORDER BY 1")  # fmt: skip
-    assert rows == [("e1", "/a", 1, "web", "127.0.0.1"), ("e2", "/b", 2, "web", "127.0.0.1")]
+    # A browser key's ids live in its namespace (docs/collector.md).
+    assert rows == [
+        ("js:web:e1", "/a", 1, "web", "127.0.0.1"),
+        ("js:web:e2", "/b", 2, "web", "127.0.0.1"),
+    ]
     types = dict(_query(c, "SELECT column_name, data_type FROM information_schema.columns "
                            "WHERE table_name = 'page_view'"))  # fmt: skip
     assert types["_timestamp"] == "TIMESTAMP"

@@ -19,7 +19,7 @@ def _failed_bytes(c: Any) -> int:
 
 
 def test_a_body_of_bad_items_costs_a_bounded_record_and_answer(start_collector: Any) -> None:
-    c = start_collector()
+    c = start_collector(server={"max_events_per_request": 500_000})  # every item looked at
     body = b"[" + b",".join([b"1"] * 499_000) + b',{"ok":1}]'
     assert len(body) > 990_000
     response = httpx.post(c.url + "/api/v1/s2s/event", content=body,
@@ -142,3 +142,49 @@ def test_failed_records_count_toward_the_backlog(start_collector: Any) -> None:
                           headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
     assert response.status_code == 503
     assert "max_backlog_bytes" in response.json()["error"]
+
+
+def test_a_request_of_many_empty_objects_stores_a_bounded_number_of_events(
+    start_collector: Any,
+) -> None:
+    """Each event costs some 150 bytes of enrichment whatever its size: 300,000 ``{}``
+    from the public key made 55 MB of log. Past max_events_per_request, items are
+    refused, counted, and the body recorded once."""
+    c = start_collector()
+    body = b"[" + b",".join([b"{}"] * 300_000) + b"]"
+    answer = httpx.post(c.url + "/api/v1/event", params={"token": WEB_JS}, content=body,
+                        timeout=60)  # fmt: skip
+    found = answer.json()
+    assert (answer.status_code, found["accepted"], found["rejected_count"]) == (
+        200,
+        10_000,
+        290_000,
+    )
+    past = "items 10000 to 299999 are past max_events_per_request (10000)"
+    assert found["rejected"] == [
+        {"index": 10_000, "error": f"{past}: send them in another request"}
+    ]
+    segment = httpx.post(c.url + "/v1/batch", timeout=60, json={"writeKey": WEB_JS, "batch":
+                         [{"type": "track", "event": "e", "userId": "u"}] * 10_001})  # fmt: skip
+    assert (segment.json()["accepted"], segment.json()["rejected_count"]) == (10_000, 1)
+    logged = sum(p.stat().st_size for p in c.layout.active_segments())
+    assert logged < 20_000 * 400  # 20,000 events, a few hundred bytes each
+    assert _failed_bytes(c) < 20_000
+    metrics = httpx.get(c.url + "/metrics").text
+    assert (
+        'eventpipe_events_rejected_total{api_key="web",reason="too_many_events"} 290001.0'
+        in metrics
+    )
+
+
+def test_a_bulk_upload_stops_at_its_event_cap_keeping_what_came_before(
+    start_collector: Any,
+) -> None:
+    c = start_collector(server={"max_bulk_events": 5})
+    body = b"".join(orjson.dumps({"n": n}) + b"\n" for n in range(10))
+    answer = httpx.post(c.url + "/api/v1/s2s/bulk", content=body,
+                        headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+    assert answer.status_code == 413
+    found = answer.json()
+    assert found["accepted"] == 5
+    assert found["error"] == "line 6 is past max_bulk_events (5): the lines before it are kept"

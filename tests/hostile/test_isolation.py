@@ -63,8 +63,8 @@ def test_a_batch_that_fails_twice_is_isolated_event_by_event(
     assert sum(n for (d, _), n in report.loaded.items() if d == "warehouse") == 29
     sql = "SELECT eventn_ctx_event_id FROM a UNION ALL SELECT eventn_ctx_event_id FROM b"
     ids = sorted(r[0] for r in _query(c, sql))  # each once: no part loaded twice
-    assert ids == sorted(f"e{n}" for n in range(30) if n not in (7, 22))
-    assert _query(c, "SELECT eventn_ctx_event_id FROM shop") == [("s1",)]
+    assert ids == sorted(f"js:web:e{n}" for n in range(30) if n not in (7, 22))
+    assert _query(c, "SELECT eventn_ctx_event_id FROM shop") == [("js:shop:s1",)]
     records = [orjson.loads(line) for line in
                c.layout.failed_destination("warehouse").read_bytes().splitlines()]  # fmt: skip
     assert sorted(r["event"]["event_id"] for r in records) == ["e22", "e7"]

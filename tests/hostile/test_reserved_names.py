@@ -54,7 +54,8 @@ def test_keys_named_like_internal_columns_are_columns_of_their_own(
     columns = _columns(c, "x")
     for n, (key, column) in enumerate(KEYS.items()):
         assert column in columns, key
-        rows = _query(c, f"SELECT \"{column}\" FROM x WHERE eventn_ctx_event_id = '{key}'")
+        where = f"eventn_ctx_event_id = 'js:web:{key}'"  # a browser key's namespace
+        rows = _query(c, f'SELECT "{column}" FROM x WHERE {where}')
         assert rows == [(n,)], key
     # The next batch loads as well: nothing about the destination was broken.
     _post(c, [{"event_type": "x", "n": 2, "event_id": "next"}])

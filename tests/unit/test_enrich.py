@@ -251,3 +251,46 @@ def test_a_server_source_ip_must_be_a_plain_address(given: Any) -> None:
 def test_a_server_source_ip_is_stored_in_its_canonical_form() -> None:
     [event] = _enrich([{"source_ip": "2001:DB8:0:0::1"}], browser=False)
     assert event["source_ip"] == "2001:db8::1"
+
+
+@pytest.mark.parametrize(
+    ("sent", "stored"),
+    [
+        ("2026-11-21T10:59:00Z", "2026-11-21T10:59:00Z"),  # within the skew: kept
+        ("2026-11-21T11:00:01Z", None),  # past it: the time of receipt
+        ("2999-01-01T00:00:00+05:00", None),
+        ("10000-01-01T00:00:00Z", None),  # a year no destination holds
+        ("yesterday", "yesterday"),  # not a time: the pipeline's to read or refuse
+        (1_700_000_000, 1_700_000_000),
+    ],
+)
+def test_a_browser_timestamp_in_the_future_becomes_the_time_of_receipt(
+    sent: Any, stored: Any
+) -> None:
+    [event] = _enrich([{"_timestamp": sent}], browser=True)
+    if stored is None:
+        assert event["_timestamp"] == "2026-11-21T10:00:00.123456Z"
+        assert event["eventn_ctx"]["client_timestamp"] == sent
+    else:
+        assert event["_timestamp"] == stored
+        assert "client_timestamp" not in event["eventn_ctx"]
+    [server] = _enrich([{"_timestamp": "2999-01-01T00:00:00Z"}], browser=False)
+    assert server["_timestamp"] == "2999-01-01T00:00:00Z"  # a server key is believed
+
+
+def test_browser_event_ids_live_in_their_key_namespace() -> None:
+    def given() -> list[dict[str, Any]]:
+        return [{"event_id": "a"}, {"messageId": 7}, {"eventn_ctx": {"event_id": "b"}}, {}]
+
+    ids = [e["eventn_ctx"]["event_id"] for e in _enrich(given(), browser=True)]
+    assert ids[:3] == ["js:web:a", "js:web:7", "js:web:b"]
+    assert uuid.UUID(ids[3]).version == 7  # the server's own: no namespace needed
+    server = [e["eventn_ctx"]["event_id"] for e in _enrich(given()[:3], browser=False)]
+    assert server == ["a", "7", "b"]
+
+
+def test_a_browser_event_cannot_claim_to_be_a_server_event() -> None:
+    batch = enrich_batch([{"src": "Api"}, {"src": "jitsu"}], _ctx(browser=True), SETTINGS)
+    assert [r.reason for r in batch.rejections] == ["server_only_field"]
+    [kept] = [orjson.loads(line) for line in batch.lines]
+    assert kept["src"] == "jitsu"

@@ -158,7 +158,7 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
         reason = "too_deep" if "depth" in str(exc) else "malformed_json"
         raise BodyError(400, reason, f"body is not valid JSON: {exc}") from None
     if _TWENTY_DIGITS in body.translate(_DIGITS):
-        document = _exact(body)
+        document = exact_json(body)
     if b'""' in body and _EMPTY_KEY.search(body):
         document = _named(document)
     if isinstance(document, dict):
@@ -192,7 +192,7 @@ def _exact_integer(text: str) -> int | orjson.Fragment | IntegerTooLong:
     return IntegerTooLong(text)
 
 
-def _exact(body: bytes) -> Any:
+def exact_json(body: bytes) -> Any:
     """``body`` (valid JSON: orjson read it) read again with every integer exact."""
     try:
         return json.loads(body, parse_int=_exact_integer)

@@ -34,7 +34,7 @@ import ipaddress
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import orjson
@@ -65,6 +65,17 @@ class EnrichSettings:
     max_event_bytes: int
     anonymize_ip: bool
     max_json_depth: int = 64
+    max_future_skew_seconds: float = 3600.0
+    """How far past the time of receipt a browser event's ``_timestamp`` may be."""
+
+
+SERVER_SRC = "api"
+"""The ``src`` of server events: a browser event may not claim it."""
+
+_CLAIMS_SERVER = (
+    "server_only_field",
+    'src "api" marks events sent with a server key; a browser key cannot send it',
+)
 
 
 @dataclass(frozen=True)
@@ -169,6 +180,8 @@ def enrich_batch(
     dumps = orjson.dumps
     source_ip, timestamp, key_id = ctx.source_ip, ctx.timestamp, ctx.key_id
     browser, user_agent = ctx.browser, ctx.user_agent
+    browser_ids = f"js:{key_id}:"
+    latest = ctx.received_at + timedelta(seconds=settings.max_future_skew_seconds)
     for index, item in enumerate(items):
         if refused and index in refused:
             _reject(out, ctx, index, item, refused[index])
@@ -186,6 +199,14 @@ def enrich_batch(
             item["source_ip"] = source_ip
             if user_agent is not None and context.get("user_agent") is None:
                 context["user_agent"] = user_agent
+            src = item.get("src")
+            if type(src) is str and src.strip().lower() == SERVER_SRC:
+                _reject(out, ctx, index, item, _CLAIMS_SERVER)
+                continue
+            stamp = item.get("_timestamp")
+            if stamp is not None and _later_than(stamp, latest):
+                context["client_timestamp"] = stamp
+                item["_timestamp"] = timestamp
         else:
             if item.get("source_ip") is None:
                 if source_ip:  # an import has no address to give
@@ -208,10 +229,15 @@ def enrich_batch(
                 and item.get("event_id") is None
                 and item.get("messageId") is None
             ):
-                event_id = new_event_id()
+                event_id = None
             else:
-                event_id = client_event_id(item) or new_event_id()
-            context["event_id"] = event_id
+                event_id = client_event_id(item)
+            if event_id is None:
+                context["event_id"] = new_event_id()
+            else:
+                context["event_id"] = browser_ids + event_id if browser else event_id
+        elif browser:
+            context["event_id"] = browser_ids + event_id
         try:
             line = dumps(item, option=_APPEND_NEWLINE)
         except orjson.JSONEncodeError as exc:
@@ -286,6 +312,20 @@ def summary_line(batch: EnrichedBatch, ctx: RequestContext, body: bytes) -> byte
         raw_bytes=len(body),
         raw_sha256=hashlib.sha256(body).hexdigest(),
     )
+
+
+def _later_than(stamp: Any, latest: datetime) -> bool:
+    """Whether a client's ``_timestamp`` is an RFC 3339 time after ``latest`` (a value
+    that is no such time is the pipeline's to read or refuse, as before)."""
+    if type(stamp) is not str:
+        return False
+    try:
+        when = datetime.fromisoformat(stamp)
+    except ValueError:
+        return stamp[:5].isdigit()  # a year of five digits, which Python cannot hold
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=UTC)
+    return when > latest
 
 
 def _not_an_object(item: Any) -> tuple[str, str]:

@@ -27,6 +27,8 @@ import csv
 import gzip
 import hashlib
 import io
+import re
+import time
 import uuid
 import zlib
 from collections import Counter
@@ -39,6 +41,7 @@ import orjson
 
 from eventpipe.collector.body import BodyError, Deadline, parse_events
 from eventpipe.collector.enrich import EnrichedBatch, EnrichSettings, RequestContext, enrich_batch
+from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
 from eventpipe.events import format_timestamp, utc_now
@@ -132,43 +135,165 @@ def records(stream: IO[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
         text.detach()  # the file stays open: its position is the import's progress
 
 
+MIN_BULK_BYTES_PER_SECOND = 16_384
+"""The slowest a bulk body may arrive on average, past ``body_timeout_seconds`` of grace:
+a client sending one byte a second (which resets any per-read timeout) is cut off with
+408, whatever the size it announced."""
+
+INFLATE_STEP = 1 << 20
+"""Bytes inflated (and split) at a time, in a worker thread: a gzip bomb never holds more
+than this unzipped, and the event loop never waits for it."""
+
+
+@dataclass(frozen=True)
+class Oversized:
+    """A line longer than the largest event: counted, never buffered whole."""
+
+    size: int
+
+
+_NON_BLANK = re.compile(rb"[^ \t\r\n]")
+
+
+class LineSplitter:
+    """NDJSON lines out of a stream of bytes, in bounded memory.
+
+    A line longer than ``max_line`` is skipped as it streams (only its size is kept)
+    and comes out as :class:`Oversized`; runs of blank lines are counted by C code
+    (``re.search``, ``bytes.count``), never one by one: 200 MB of newlines cost a few
+    scans, not 200 million Python steps."""
+
+    def __init__(self, max_line: int) -> None:
+        self.max_line = max_line
+        self.number = 0
+        """Lines ended so far (the number of the last one)."""
+        self._partial = bytearray()
+        self._oversize = 0
+        """The size of the line being skipped; 0 when none is."""
+
+    def feed(self, data: bytes) -> list[tuple[int, bytes | Oversized]]:
+        """The lines ``data`` completes, numbered, blank ones left out."""
+        out: list[tuple[int, bytes | Oversized]] = []
+        view = memoryview(data)
+        position, end = 0, len(data)
+        if self._partial or self._oversize:  # finish the line the last feed began
+            newline = data.find(b"\n")
+            if newline < 0:
+                self._absorb(view)
+                return out
+            self._absorb(view[:newline])
+            self._end_line(out)
+            position = newline + 1
+        while position < end:
+            found = _NON_BLANK.search(data, position)
+            if found is None:  # only blank lines left (and maybe the start of one)
+                self.number += data.count(b"\n", position, end)
+                break
+            start = found.start()
+            self.number += data.count(b"\n", position, start)
+            line_start = data.rfind(b"\n", position, start) + 1 or position
+            newline = data.find(b"\n", start)
+            if newline < 0:
+                self._absorb(view[line_start:])
+                break
+            self.number += 1
+            if newline - line_start > self.max_line:
+                out.append((self.number, Oversized(newline - line_start)))
+            else:
+                out.append((self.number, data[line_start:newline]))
+            position = newline + 1
+        return out
+
+    def finish(self) -> list[tuple[int, bytes | Oversized]]:
+        """The last line, if the stream did not end with a newline."""
+        out: list[tuple[int, bytes | Oversized]] = []
+        if self._oversize or bytes(self._partial).strip():
+            self._end_line(out)
+        return out
+
+    def _absorb(self, piece: memoryview) -> None:
+        if self._oversize:
+            self._oversize += len(piece)
+        elif len(self._partial) + len(piece) > self.max_line:
+            self._oversize = len(self._partial) + len(piece)
+            self._partial.clear()
+        else:
+            self._partial += piece
+
+    def _end_line(self, out: list[tuple[int, bytes | Oversized]]) -> None:
+        self.number += 1
+        if self._oversize:
+            out.append((self.number, Oversized(self._oversize)))
+        elif bytes(self._partial).strip():
+            out.append((self.number, bytes(self._partial)))
+        self._partial.clear()
+        self._oversize = 0
+
+
 async def ndjson_lines(
-    chunks: AsyncIterator[bytes], *, gzip: bool, limit: int, idle_seconds: float
-) -> AsyncIterator[tuple[int, bytes]]:
+    chunks: AsyncIterator[bytes], *, gzip: bool, limit: int, idle_seconds: float,
+    max_line: int,
+) -> AsyncIterator[tuple[int, bytes | Oversized]]:  # fmt: skip
     """The numbered non-empty lines of a streamed NDJSON body (gzip decoded), as they
-    arrive. BodyError 413 once past ``limit`` bytes (unzipped), 408 when nothing comes
-    for ``idle_seconds``, 400 for gzip that is not."""
+    arrive; a line over ``max_line`` bytes as :class:`Oversized`. BodyError 413 once past
+    ``limit`` bytes (unzipped), 408 when nothing comes for ``idle_seconds`` or the body
+    arrives slower than :data:`MIN_BULK_BYTES_PER_SECOND` on average, 400 for gzip that
+    is not. Inflating and splitting run in a worker thread, :data:`INFLATE_STEP` bytes at
+    a time: memory stays bounded whatever the body inflates to."""
     inflater = zlib.decompressobj(wbits=31) if gzip else None
-    rest, total, number = b"", 0, 0
+    splitter = LineSplitter(max_line)
+    total = received = 0
+    started = time.monotonic()
     iterator = chunks.__aiter__()
     while True:
+        allowed = started + idle_seconds + received / MIN_BULK_BYTES_PER_SECOND - time.monotonic()
         try:
-            with Deadline(idle_seconds):
+            if allowed <= 0:
+                raise TimeoutError
+            with Deadline(min(idle_seconds, allowed)):
                 data = await iterator.__anext__()
         except StopAsyncIteration:
             break
         except TimeoutError:
-            raise BodyError(408, "body_timeout", f"nothing received for {idle_seconds:g} s "
-                            f"after line {number}") from None  # fmt: skip
-        if inflater is not None:
-            try:
-                data = inflater.decompress(data, limit + 1 - total)
-            except zlib.error as exc:
-                raise BodyError(400, "bad_encoding", f"body is not valid gzip: {exc}") from None
-        over = total + len(data) > limit
-        data = data[: limit - total]  # the lines that end before the limit are taken
-        total += len(data)
-        *lines, rest = (rest + data).split(b"\n")
-        for line in lines:
-            number += 1
-            if line.strip():
-                yield number, line
-        if over:
-            where = f"in line {number + 1}: the lines before it are kept"
-            raise BodyError(413, "body_too_large",
-                            f"body is over max_bulk_bytes ({limit} bytes) {where}")  # fmt: skip
-    if rest.strip():
-        yield number + 1, rest
+            raise BodyError(408, "body_timeout", f"nothing received for {idle_seconds:g} s, or "
+                            f"less than {MIN_BULK_BYTES_PER_SECOND} bytes/s on average, after "
+                            f"line {splitter.number}") from None  # fmt: skip
+        received += len(data)
+        while data:
+            data, inflated, over, lines = await asyncio.to_thread(
+                _inflate_and_split, inflater, splitter, data, limit - total
+            )
+            total += inflated
+            for line in lines:
+                yield line
+            if over:
+                where = f"in line {splitter.number + 1}: the lines before it are kept"
+                raise BodyError(413, "body_too_large",
+                                f"body is over max_bulk_bytes ({limit} bytes) {where}")  # fmt: skip
+    for line in splitter.finish():
+        yield line
+
+
+def _inflate_and_split(
+    inflater: Any, splitter: LineSplitter, data: bytes, room: int
+) -> tuple[bytes, int, bool, list[tuple[int, bytes | Oversized]]]:
+    """One step of :func:`ndjson_lines`, in a worker thread: at most :data:`INFLATE_STEP`
+    bytes inflated from ``data`` and split, never past ``room`` (one byte more says the
+    body is over its limit). What of ``data`` is left for the next step, the bytes
+    inflated, whether the body is over the limit, the lines completed."""
+    step = min(INFLATE_STEP, room + 1)
+    if inflater is None:
+        out, rest = data[:step], data[step:]
+    else:
+        try:
+            out = inflater.decompress(data, step)
+        except zlib.error as exc:
+            raise BodyError(400, "bad_encoding", f"body is not valid gzip: {exc}") from None
+        rest = inflater.unconsumed_tail
+    over = len(out) > room
+    if over:
+        out = out[:room]
+    return rest, len(out), over, splitter.feed(out) if out else []
 
 
 def with_id(key_id: str, item: Any, seen: Counter[bytes]) -> Any:
@@ -193,8 +318,11 @@ def prepare_chunk(
     return enrich_batch(items, ctx, settings, in_array=False, refused=refused, out=out)
 
 
-def parsed_line(line: bytes) -> Any:
+def parsed_line(line: bytes | Oversized) -> Any:
     """One NDJSON line: its object, or a _Refused saying why not."""
+    if isinstance(line, Oversized):
+        return _Refused("event_too_large", f"is a line of {line.size} bytes, longer than "
+                        "max_event_bytes: it was not read", "")  # fmt: skip
     try:
         items, in_array = parse_events(line)
     except BodyError as exc:
@@ -306,6 +434,7 @@ async def _import_file(
         progress(path.stat().st_size)
         return report
     seen: Counter[bytes] = Counter()
+    scrub = Scrubber.of_keys(config.api_keys)
     with path.open("rb", buffering=0) as raw, decompressed(raw, path.name) as stream:
         kind = fmt or format_of(path, stream)
         chunk: list[tuple[int, Any]] = []
@@ -313,10 +442,10 @@ async def _import_file(
         for number, item in records(stream, kind):
             chunk.append((number, with_id(key_id, item, seen)))
             if len(chunk) >= CHUNK:
-                await _append(log, key_id, chunk, settings, report)
+                await _append(log, key_id, chunk, settings, report, scrub=scrub)
                 chunk = []
                 position = _advance(raw, position, progress)
-        await _append(log, key_id, chunk, settings, report)
+        await _append(log, key_id, chunk, settings, report, scrub=scrub)
         _advance(raw, position, progress)
     write_file(record, orjson.dumps({
         "path": str(path.resolve()), "key": key_id, "format": kind, "events": report.events,
@@ -335,7 +464,7 @@ def _advance(raw: IO[bytes], position: int, progress: Callable[[int], None]) -> 
 
 async def _append(
     log: SegmentLog, key_id: str, chunk: list[tuple[int, Any]], settings: EnrichSettings,
-    report: FileReport,
+    report: FileReport, *, scrub: Scrubber,
 ) -> None:  # fmt: skip
     if not chunk:
         return
@@ -343,6 +472,6 @@ async def _append(
     ctx = RequestContext(key_id=key_id, browser=False, source_ip="", user_agent=None,
                          received_at=now, timestamp=format_timestamp(now))  # fmt: skip
     batch = prepare_chunk(key_id, chunk, settings, ctx)
-    await log.append(key_id, b"".join(batch.lines), b"".join(batch.failed_lines))
+    await log.append(key_id, scrub(b"".join(batch.lines)), scrub(b"".join(batch.failed_lines)))
     report.events += len(batch.lines)
     report.rejected.update(batch.rejected)

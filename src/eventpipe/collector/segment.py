@@ -145,6 +145,8 @@ def to_event(
     ``received_at`` formatted, once per request."""
     if type(message) is not dict:
         return message
+    if "writeKey" in message:  # first: a message refused below keeps no key in failed/
+        del message["writeKey"]
     get = message.get
     kind = get("type")
     if kind not in TYPES:
@@ -154,8 +156,6 @@ def to_event(
             raise MessageError("missing_field", f"a {kind} message needs {name}")
     if not _text(get("userId")) and not _text(get("anonymousId")):
         raise MessageError("missing_field", "a message needs userId or anonymousId")
-    if "writeKey" in message:
-        del message["writeKey"]
     received = received or format_timestamp(received_at)
     happened = _when(message, received_at) if "timestamp" in message else received_at
     message["receivedAt"] = received

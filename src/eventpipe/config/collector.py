@@ -61,6 +61,19 @@ class ServerConfig(Section):
     # At most 200: orjson refuses to write documents nested deeper than 254 levels.
     max_json_depth: int = Field(default=64, ge=2, le=200)
     """Deepest nesting of objects and arrays in a body (the body itself is level 1)."""
+    max_events_per_request: int = Field(default=10_000, ge=1)
+    """Events one request may carry (``/api/v1/event``, ``/api/v1/s2s/event``, the
+    Segment API); the items past it are refused, counted, and the body recorded once.
+    Each event costs some 150 bytes of enrichment whatever its size: without a cap a
+    900 KB body of ``{}`` stored 55 MB."""
+    max_bulk_events: int = Field(default=2_000_000, ge=1)
+    """Lines one bulk upload may carry; past it the upload stops with 413, what came
+    before kept (a 3 KB gzip of ``{}`` lines made a million events)."""
+    max_future_skew_seconds: float = Field(default=3600.0, ge=0)
+    """How far past its time of receipt a browser event's ``_timestamp`` may be. A later
+    one is the browser's clock, or a row trying to win an upsert: ``_timestamp`` becomes
+    the time of receipt, and the client's value is kept in
+    ``eventn_ctx.client_timestamp``."""
     cors_max_age_seconds: int = Field(default=86_400, ge=0)
     """How long browsers may cache a CORS preflight answer."""
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
