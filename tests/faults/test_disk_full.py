@@ -87,3 +87,31 @@ def test_a_full_disk_answers_503_damages_nothing_and_recovers(
     acknowledged += [f"e{i}" for i in range(first, first + 50)]
     _seal(c)
     assert sorted(_logged(c.layout.incoming)) == sorted(acknowledged)
+
+
+def test_a_full_disk_under_the_state_store_is_one_clear_transient_error(
+    small_filesystem: Path,
+) -> None:
+    """`process --once` on a full disk ended in a raw sqlite3 traceback and exit 1: the
+    state store says what happened in one line, as a TransientError (exit 75)."""
+    from eventpipe.errors import TransientError
+    from eventpipe.state.db import SqliteDatabase
+
+    database = SqliteDatabase(small_filesystem / "state.db")
+    stats = os.statvfs(small_filesystem)
+    filler = small_filesystem / "filler"
+    filler.write_bytes(b"\0" * (stats.f_bavail * stats.f_frsize - 64 * 1024))
+
+    def fill() -> None:
+        with database.transaction() as db:
+            db.execute("CREATE TABLE t (x BLOB)")
+            db.execute("INSERT INTO t VALUES (zeroblob(1000000))")
+
+    with pytest.raises(TransientError) as info:
+        fill()
+    assert info.value.exit_code == 75
+    assert "database or disk is full" in info.value.message
+    assert info.value.fix == "free space on its disk"
+    filler.unlink()
+    with database.transaction() as db:  # space returns, and so does the store
+        db.execute("CREATE TABLE t (x BLOB)")

@@ -5,6 +5,7 @@ while a normal client keeps posting beside the bomb."""
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 import zlib
@@ -152,6 +153,26 @@ def test_a_body_trickling_one_byte_at_a_time_is_cut_off(collector: CollectorProc
     assert answer.status_code == 408
     assert "bytes/s on average" in answer.json()["error"]
     print(f"cut off after {time.monotonic() - started:.1f} s")
+
+
+def test_a_client_gone_mid_upload_keeps_the_lines_before_and_logs_one_line(
+    collector: CollectorProcess,
+) -> None:
+    lines = b'{"n": "gone-1"}\n{"n": "gone-2"}\n'
+    head = (b"POST /api/v1/s2s/bulk HTTP/1.1\r\nHost: collector\r\nX-Auth-Token: "
+            + WEB_SERVER.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n")  # fmt: skip
+    with socket.create_connection(("127.0.0.1", collector.port)) as client:
+        client.sendall(head + f"{len(lines):x}\r\n".encode() + lines + b"\r\n")
+        time.sleep(0.5)
+    deadline = time.monotonic() + 10
+    while "the client went away" not in collector.log_path.read_text():
+        assert time.monotonic() < deadline, collector.log_path.read_text()[-2000:]
+        time.sleep(0.1)
+    assert "bulk upload of web: the client went away after line 2" in collector.log_path.read_text()
+    incoming = collector.log_path.parent / "data" / "incoming"
+    logged = b"".join(p.read_bytes() for p in incoming.glob("incoming.tok=web*"))
+    assert b"gone-1" in logged
+    assert b"gone-2" in logged
 
 
 def test_the_collector_log_has_no_traceback(collector: CollectorProcess) -> None:

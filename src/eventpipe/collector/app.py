@@ -286,6 +286,8 @@ class Collector:
             answer["rejected"] = first
         if stopped is not None:
             self.metrics.events_rejected.labels(api_key=key_id, reason=stopped.reason).inc()
+            if stopped.reason == "client_disconnected":
+                log.info("bulk upload of %s: %s (%d accepted)", key_id, stopped.message, accepted)
             return _json(stopped.status, {"status": "error", "error": stopped.message, **answer},
                          {"Connection": "close"})  # fmt: skip
         return _json(200, {"status": "partial" if rejected else "ok", **answer})
@@ -444,6 +446,8 @@ class Collector:
         self, key_id: str, exc: BodyError, cors: dict[str, str], *, segment_api: bool = False
     ) -> Response:
         self.metrics.events_rejected.labels(api_key=key_id, reason=exc.reason).inc()
+        if exc.reason == "client_disconnected":
+            log.info("request of %s: %s", key_id, exc.message)
         extra = {"Connection": "close"} if exc.status in (408, 413) else {}
         payload: dict[str, Any] = {"status": "error", "error": exc.message}
         if segment_api:

@@ -35,6 +35,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
+from starlette.requests import ClientDisconnect
 
 EMPTY_KEY_NAME = "_unnamed"
 _EMPTY_KEY = re.compile(rb'""\s*:')
@@ -127,7 +128,15 @@ async def read_limited(chunks: AsyncIterator[bytes], max_bytes: int, timeout: fl
             "body_timeout",
             f"body not received within body_timeout_seconds ({timeout:g} s); got {total} bytes",
         ) from None
+    except ClientDisconnect:
+        raise gone(f"after {total} bytes") from None
     return b"".join(parts)
+
+
+def gone(where: str) -> BodyError:
+    """The client closed its connection mid-body: nobody reads the answer, and the
+    collector says so in its log in one line, not an ASGI traceback."""
+    return BodyError(400, "client_disconnected", f"the client went away {where}")
 
 
 def gunzip_limited(data: bytes, max_bytes: int) -> bytes:

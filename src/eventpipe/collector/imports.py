@@ -38,8 +38,9 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
+from starlette.requests import ClientDisconnect
 
-from eventpipe.collector.body import BodyError, Deadline, parse_events
+from eventpipe.collector.body import BodyError, Deadline, gone, parse_events
 from eventpipe.collector.enrich import EnrichedBatch, EnrichSettings, RequestContext, enrich_batch
 from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import Config
@@ -254,6 +255,8 @@ async def ndjson_lines(
                 data = await iterator.__anext__()
         except StopAsyncIteration:
             break
+        except ClientDisconnect:
+            raise gone(f"after line {splitter.number}: the lines before it are kept") from None
         except TimeoutError:
             raise BodyError(408, "body_timeout", f"nothing received for {idle_seconds:g} s, or "
                             f"less than {MIN_BULK_BYTES_PER_SECOND} bytes/s on average, after "

@@ -16,6 +16,7 @@ placeholders. The differences are kept here:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import re
 import sqlite3
@@ -125,6 +126,11 @@ class SqliteDatabase:
         self.path = path
         self.where = str(path)
         # executescript commits on its own, so the schema is made outside transaction().
+        with _sqlite_errors(self.where):
+            self._make_schema(path)
+
+    @staticmethod
+    def _make_schema(path: Path) -> None:
         connection = sqlite3.connect(path, timeout=30)
         try:
             # WAL is kept in the file: set once here. Set on every connection, it failed
@@ -145,18 +151,32 @@ class SqliteDatabase:
 
     @contextmanager
     def transaction(self) -> Iterator[Transaction]:
-        connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-        try:
-            connection.execute("PRAGMA synchronous=FULL")
-            connection.execute("BEGIN IMMEDIATE")
+        """One transaction. A failure of SQLite itself (a full disk, a locked or
+        unreadable file) is a TransientError: the command says so in one line and exits
+        75, instead of a traceback and 1; the transaction is rolled back."""
+        with _sqlite_errors(self.where):
+            connection = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             try:
-                yield connection
-            except BaseException:
-                connection.execute("ROLLBACK")
-                raise
-            connection.execute("COMMIT")
-        finally:
-            connection.close()
+                connection.execute("PRAGMA synchronous=FULL")
+                connection.execute("BEGIN IMMEDIATE")
+                try:
+                    yield connection
+                except BaseException:
+                    with contextlib.suppress(sqlite3.Error):  # SQLite may have rolled back
+                        connection.execute("ROLLBACK")
+                    raise
+                connection.execute("COMMIT")
+            finally:
+                connection.close()
+
+
+@contextmanager
+def _sqlite_errors(where: str) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.OperationalError as exc:
+        fix = "free space on its disk" if "full" in str(exc) else "check the file and its disk"
+        raise TransientError(f"state store {where}: {first_line(exc)}", fix=fix) from exc
 
 
 _MADE: set[tuple[str, str]] = set()
