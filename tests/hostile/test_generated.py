@@ -53,7 +53,8 @@ HOSTILE_KEYS = [
 TEXTS = [
     "2026-11-21T10:00:00Z", "2026-02-30T00:00:00Z", "2026-11-21 10:00:00", "true", "1",
     "-0", "1e400", "NaN", "", " ", "\u0000", "名前", "🎉" * 3, "'; DROP TABLE events; --",
-    "_eventpipe_loads", "[1,2]", '{"a":1}', "x" * 5000,
+    "_eventpipe_loads", "[1,2]", '{"a":1}', "x" * 5000, "Infinity", "-1e400",
+    "10000-01-01T00:00:00Z", "0000-01-01T00:00:00Z", "9999-12-31T23:59:59.999999Z",
 ]  # fmt: skip
 INTEGERS = [
     0, -1, 2**31, 2**53 + 1, 2**63 - 1, -(2**63), 2**63, 2**64 - 1, 2**64 + 1, 10**37,
@@ -72,7 +73,7 @@ def scalars() -> st.SearchStrategy[Any]:
         st.sampled_from(INTEGERS),
         st.integers(),
         st.floats(allow_nan=False, allow_infinity=False),
-        st.sampled_from([-0.0, 5e-324, 1.7976931348623157e308, -2.5e-300]),
+        st.sampled_from([-0.0, 5e-324, 1.7976931348623157e308, -2.5e-300, 1.5e-19, 1e-18]),
         st.sampled_from(TEXTS),
         st.text(max_size=30),
     )

@@ -117,3 +117,31 @@ def test_a_stream_micro_batch_that_fails_twice_is_isolated_and_a_replay_too(
                 c.layout.failed_destination("warehouse").read_bytes().splitlines()]  # fmt: skip
     assert record["event"]["event_id"] == "e4"
     assert _query(c, "SELECT count(*) FROM events") == [(6,)]
+
+
+def test_a_damaged_duckdb_file_is_the_destination_failing_not_its_events(
+    start_collector: Any, spark: Any
+) -> None:
+    """A DuckDB file truncated between runs: every good event went to failed/ "for this
+    event alone" and the run exited 0. It is the destination's failure: it waits with its
+    backlog (exit 75), nothing goes to failed/, and the other destination loads."""
+    c = start_collector(destinations={
+        "warehouse": {"type": "duckdb"},
+        "lake": {"type": "parquet"},
+    })  # fmt: skip
+    _post(c, [{"n": n, "pad": "x" * 200} for n in range(2000)], server=True)
+    _seal(c)
+    assert process_once(c.config, spark) is not None
+    size = c.layout.warehouse.stat().st_size
+    with c.layout.warehouse.open("r+b") as damaged:
+        damaged.truncate(size // 2)
+    _post(c, [{"n": 1, "event_id": "after"}], server=True)
+    _seal(c)
+    for _ in range(2):  # twice: a second failure of a run is when events were isolated
+        with pytest.raises(DestinationsFailingError, match="cannot be read or written") as info:
+            process_once(c.config, spark)
+        assert info.value.exit_code == 75
+    assert not c.layout.failed_destination("warehouse").exists()
+    lake = c.layout.root / "parquet" / "events"
+    assert len(list(lake.rglob("*.parquet"))) == 2  # both batches in the lake
+    assert c.layout.sealed_segments()  # the warehouse's backlog is kept

@@ -132,3 +132,60 @@ def test_integers_beyond_int64_keep_every_digit(
     record = orjson.loads(line)
     assert "column n (INT64) cannot take 18446744073709551617" in record["error"]
     assert b'"n":18446744073709551617' in line  # the event as sent: a replay loads the same
+
+
+def test_values_a_column_cannot_hold_exactly_are_refused_never_changed(
+    start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
+) -> None:
+    """Underflow to zero, overflow to infinity, times no client reads back: each event
+    goes to failed/ with the reason (or is refused at the collector), never stored
+    changed; the clean events beside them load."""
+    c = start_collector(destinations={
+        "warehouse": {"type": "duckdb", "table_name_template": "{{ kind }}"},
+        "pg": {"type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
+               "table_name_template": "{{ kind }}"},
+    })  # fmt: skip
+    # Typed columns first: FLOAT64 (numeric(38,18) in PostgreSQL) and TIMESTAMP.
+    _post(c, [{"kind": "v", "x": 1.5, "at": "2026-01-01T00:00:00Z", "event_id": "typed"}],
+          server=True)  # fmt: skip
+    _seal(c)
+    assert process_once(c.config, spark) is not None
+    # orjson reads 1e-400 as 0.0 without a word: the collector refuses the item instead.
+    refused = _post_raw(c, b'[{"kind": "v", "x": 1e-400, "event_id": "under"}, {"kind": "v"}]')
+    assert refused.json()["rejected"][0]["error"].startswith("holds a number too small")
+    _post(c, [
+        {"kind": "v", "x": 1.5e-19, "event_id": "tiny"},  # PostgreSQL's numeric(38,18): 0
+        {"kind": "v", "x": 5e-324, "event_id": "denormal"},
+        {"kind": "v", "x": "1e400", "event_id": "huge-text"},  # DOUBLE: inf
+        {"kind": "v", "x": "Infinity", "event_id": "inf-text"},
+        {"kind": "v", "at": "10000-01-01T00:00:00Z", "event_id": "far"},
+        {"kind": "v", "_timestamp": "10000-01-01T00:00:00Z", "event_id": "far-ts"},
+        {"kind": "v", "x": 0.001, "at": "2999-12-31T23:59:59Z", "event_id": "clean"},
+    ], server=True)  # fmt: skip
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    duck = {r[0]: r[1:] for r in _query(c, "SELECT eventn_ctx_event_id, x FROM v")}
+    assert duck["clean"] == (0.001,)
+    assert duck["tiny"] == (1.5e-19,)  # DuckDB's DOUBLE holds it
+    assert duck["denormal"] == (5e-324,)
+    assert {"huge-text", "inf-text", "far", "far-ts"}.isdisjoint(duck)
+    import psycopg
+
+    with psycopg.connect(postgres_dsn) as db:
+        rows = db.execute(
+            f'SELECT eventn_ctx_event_id, x, at, "_timestamp" FROM "{postgres_schema}".v'
+        )
+        pg = {r[0]: r[1:] for r in rows.fetchall()}  # every timestamp reads back in Python
+    assert "clean" in pg
+    assert {"tiny", "denormal", "huge-text", "inf-text", "far", "far-ts"}.isdisjoint(pg)
+    failed = {
+        orjson.loads(line)["event"]["eventn_ctx"]["event_id"]: orjson.loads(line)["error"]
+        for dest in ("warehouse", "pg")
+        for line in c.layout.failed_destination(dest).read_bytes().splitlines()
+    }
+    assert "cannot hold 1.5e-19 exactly" in failed["tiny"]
+    assert "cannot hold 5e-324 exactly" in failed["denormal"]
+    assert "1e400" in failed["huge-text"]
+    assert "10000-01-01" in failed["far"]
+    assert "10000-01-01" in failed["far-ts"]

@@ -15,7 +15,7 @@ from eventpipe.collector.body import (
     parse_events,
     read_limited,
 )
-from eventpipe.collector.imports import ndjson_lines
+from eventpipe.collector.imports import LineSplitter, Oversized, ndjson_lines
 
 
 def _parse_error(body: bytes) -> BodyError:
@@ -158,7 +158,9 @@ def test_a_bulk_body_that_stalls_is_408_after_the_lines_before_it() -> None:
     taken: list[tuple[int, bytes]] = []
 
     async def take() -> None:
-        async for line in ndjson_lines(stalls(), gzip=False, limit=1000, idle_seconds=0.05):
+        async for line in ndjson_lines(
+            stalls(), gzip=False, limit=1000, idle_seconds=0.05, max_line=1000
+        ):
             taken.append(line)
 
     async def scenario() -> list[tuple[int, bytes]]:
@@ -190,3 +192,21 @@ def test_empty_string_values_are_not_keys() -> None:
     event = {"a": "", "b": ["", ""], "c": '"":', "": {"d": ""}}
     items, _ = parse_events(orjson.dumps(event))
     assert items == [{"a": "", "b": ["", ""], "c": '"":', "_unnamed": {"d": ""}}]
+
+
+def test_lines_split_in_bounded_memory_whatever_the_chunks() -> None:
+    """Lines across chunks, runs of blank lines, and a line over the limit that spans
+    chunks, which comes out as its size alone."""
+    body = b'{"a":1}\n\n \r\n{"b":' + b"2}\n" + b"x" * 50 + b"\n\n\n" + b'{"c":3}'
+    for size in (1, 3, 7, len(body)):
+        splitter = LineSplitter(max_line=20)
+        lines = []
+        for start in range(0, len(body), size):
+            lines += splitter.feed(body[start : start + size])
+        lines += splitter.finish()
+        assert lines == [(1, b'{"a":1}'), (4, b'{"b":2}'), (5, Oversized(50)), (8, b'{"c":3}')], (
+            size
+        )
+    blank = LineSplitter(max_line=20)
+    assert blank.feed(b"\n" * 1_000_000) == []
+    assert blank.number == 1_000_000

@@ -166,7 +166,7 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
     except orjson.JSONDecodeError as exc:
         reason = "too_deep" if "depth" in str(exc) else "malformed_json"
         raise BodyError(400, reason, f"body is not valid JSON: {exc}") from None
-    if _TWENTY_DIGITS in body.translate(_DIGITS):
+    if _TWENTY_DIGITS in body.translate(_DIGITS) or b"e-" in body or b"E-" in body:
         document = exact_json(body)
     if b'""' in body and _EMPTY_KEY.search(body):
         document = _named(document)
@@ -201,10 +201,29 @@ def _exact_integer(text: str) -> int | orjson.Fragment | IntegerTooLong:
     return IntegerTooLong(text)
 
 
+class NumberUnderflow:
+    """A number with digits that a float64 reads as 0 (``1e-400``): orjson reads it as
+    0.0 without a word; the item is rejected with the reason instead of changed."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def _exact_float(text: str) -> float | NumberUnderflow:
+    value = float(text)
+    if value == 0.0 and any(c in "123456789" for c in text.partition("e")[0].partition("E")[0]):
+        return NumberUnderflow(text)
+    return value
+
+
 def exact_json(body: bytes) -> Any:
-    """``body`` (valid JSON: orjson read it) read again with every integer exact."""
+    """``body`` (valid JSON: orjson read it) read again with every integer exact, and
+    numbers that would underflow to 0 marked (:class:`NumberUnderflow`)."""
     try:
-        return json.loads(body, parse_int=_exact_integer)
+        return json.loads(body, parse_int=_exact_integer, parse_float=_exact_float)
     except RecursionError:
         raise BodyError(400, "too_deep", "body is nested too deeply to be read") from None
 

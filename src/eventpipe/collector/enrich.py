@@ -39,7 +39,12 @@ from typing import Any
 
 import orjson
 
-from eventpipe.collector.body import MAX_INTEGER_DIGITS, IntegerTooLong, deeper_than
+from eventpipe.collector.body import (
+    MAX_INTEGER_DIGITS,
+    IntegerTooLong,
+    NumberUnderflow,
+    deeper_than,
+)
 from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
 
 _APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
@@ -354,6 +359,12 @@ def _own_source_ip(item: dict[str, Any], anonymize_ip: bool) -> tuple[str, str] 
 def _unencodable(
     item: Any, exc: orjson.JSONEncodeError, max_depth: int, base: int
 ) -> tuple[str, str]:
+    if NumberUnderflow.__name__ in str(exc):
+        return (
+            "number_underflow",
+            "holds a number too small for a float64, which would be stored as 0; send it "
+            "as a string",
+        )
     if IntegerTooLong.__name__ in str(exc):
         return (
             "integer_too_long",

@@ -98,10 +98,23 @@ class DuckDBDestination:
 
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A writing connection. The file's own failures (truncated, damaged, unreadable:
+        DuckDB's IO, internal and fatal errors) are the destination's, not its events':
+        a TransientError, so the destination waits with its backlog while the others
+        load, instead of its events going to failed/ one by one (isolation takes any
+        other failure for the events')."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         connection = _open_for_writing(self.path, LOCK_WAIT_SECONDS)
         try:
             yield connection
+        except duckdb.Error as exc:
+            if not _damaged_file(exc):
+                raise
+            raise TransientError(
+                f"{self.id}: {self.path} cannot be read or written: {first_line(exc)}",
+                fix="restore the file from a backup or move it aside; `eventpipe reprocess "
+                "--force --destination` rebuilds its days from the archive",
+            ) from exc
         finally:
             connection.close()
 
@@ -362,6 +375,13 @@ def _has_loads_table(db: duckdb.DuckDBPyConnection) -> bool:
         [LOADS_TABLE],
     ).fetchone()
     return bool(found and found[0])
+
+
+def _damaged_file(exc: duckdb.Error) -> bool:
+    """Whether DuckDB failed on its file itself (IO, a failed checksum, its own internal
+    or fatal state), not on what a statement asked."""
+    damaged = (duckdb.IOException, duckdb.InternalException, duckdb.FatalException)
+    return isinstance(exc, damaged) or "Corrupt database file" in str(exc)
 
 
 def _open_for_writing(path: Path, wait: float) -> duckdb.DuckDBPyConnection:

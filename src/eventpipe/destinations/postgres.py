@@ -40,6 +40,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -246,7 +247,7 @@ class PostgresDestination:
 
         with self._connect(request.table) as db:
             self._ensure_loads_table(db)
-            rejected: dict[int, str] = {}
+            rejected = self._inexact_rows(db, request)
             while True:
                 try:
                     return self._load_once(db, request, rejected)
@@ -257,6 +258,52 @@ class PostgresDestination:
                     if line is None or len(rejected) >= MAX_REJECTED_ROWS:
                         raise
                     rejected[_position(line, rejected)] = _reason(exc)
+
+    def _inexact_rows(self, db: psycopg.Connection[Any], request: LoadRequest) -> dict[int, str]:
+        """Rows with a float that its ``numeric(p,s)`` column would round (``1.5e-19``
+        into ``numeric(38,18)`` is 0): each left out with the reason, as a row the
+        server refuses is, instead of stored changed. A float holds at most 17
+        significant digits, so only those below ``10**(16-s)`` can have more than ``s``
+        decimal places: the others are not looked at one by one."""
+        floats = [c for c, t in request.columns.items() if t is DataType.FLOAT64]
+        if not floats or not request.files:
+            return {}
+        with db.transaction():  # its own: the load's transaction must be the outermost
+            scales = dict(
+                db.execute(
+                    "SELECT column_name, numeric_scale FROM information_schema.columns "
+                    "WHERE table_schema = %s AND table_name = %s AND data_type = 'numeric' "
+                    "AND numeric_scale IS NOT NULL",
+                    [self.schema, request.table],
+                ).fetchall()
+            )
+        checked = {c: int(scales[c]) for c in floats if c in scales}
+        if not checked:
+            return {}
+        inexact: dict[int, str] = {}
+        position = 0
+        for path in request.files:
+            names = set(pq.read_schema(path).names)
+            columns = [c for c in checked if c in names]
+            values = pq.read_table(path, columns=columns) if columns else None
+            for column in columns:
+                assert values is not None
+                scale = checked[column]
+                found = values.column(column)
+                small = pc.and_(
+                    pc.less(pc.abs(found), 10.0 ** (16 - scale)), pc.not_equal(found, 0.0)
+                )
+                for index in pc.indices_nonzero(pc.fill_null(small, False)).to_pylist():
+                    value = found[index].as_py()
+                    places = -int(Decimal(repr(value)).as_tuple().exponent)
+                    if places > scale:
+                        inexact.setdefault(
+                            position + index,
+                            f"column {column} (numeric with {scale} decimal places) cannot hold "
+                            f"{value!r} exactly",
+                        )
+            position += pq.read_metadata(path).num_rows
+        return inexact
 
     def _ensure_loads_table(self, db: psycopg.Connection[Any]) -> None:
         with db.transaction():

@@ -32,6 +32,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from eventpipe.schema.casts import within_range
 from eventpipe.schema.types import TIMESTAMP_PATTERN, DataType, promote_all
 
 _DIRECT: tuple[tuple[type[T.DataType], DataType], ...] = (
@@ -50,16 +51,17 @@ def _direct(spark_type: T.DataType) -> DataType | None:
 
 
 def is_timestamp_text(column: Column) -> Column:
-    """True where a string is an RFC 3339 / ISO-8601 date-time that Spark can parse.
+    """True where a string is an RFC 3339 / ISO-8601 date-time that Spark can parse, in
+    years 1 to 9999 (schema/casts.py, ``within_range``).
 
-    The cheap tests go first: Spark's AND stops at the first false, so ordinary strings
-    never reach the regex and the parse (typing was the slowest step of a 1M-event run).
+        The cheap tests go first: Spark's AND stops at the first false, so ordinary strings
+        never reach the regex and the parse (typing was the slowest step of a 1M-event run).
     """
     return (
         (F.length(column) >= 19)
         & (F.substring(column, 5, 1) == "-")
         & column.rlike(TIMESTAMP_PATTERN)
-        & F.try_to_timestamp(column).isNotNull()
+        & within_range(F.try_to_timestamp(column)).isNotNull()
     )
 
 

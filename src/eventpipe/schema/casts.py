@@ -40,9 +40,10 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
     """
     target = SPARK_TYPES[data_type]
     if source is not None and source == target:
-        return column
+        return within_range(column) if data_type is DataType.TIMESTAMP else column
     if isinstance(source, T.TimestampNTZType) and data_type is DataType.TIMESTAMP:
-        return column.cast(target)  # wall-clock time read as UTC, the session's zone
+        # Wall-clock time read as UTC, the session's zone.
+        return within_range(column.cast(target))
     if isinstance(source, T.TimestampType | T.TimestampNTZType):
         if data_type is DataType.STRING:
             return F.date_format(column, ISO_TIMESTAMP)
@@ -52,7 +53,9 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
     text = isinstance(source, T.StringType)
     numeric = isinstance(source, T.NumericType)
     if data_type is DataType.TIMESTAMP:
-        return F.try_to_timestamp(column) if text or source is None else F.lit(None).cast(target)
+        if text or source is None:
+            return within_range(F.try_to_timestamp(column))
+        return F.lit(None).cast(target)
     if data_type is DataType.BOOL:
         if text:
             truth = F.when(column == F.lit("true"), True).when(column == F.lit("false"), False)
@@ -65,6 +68,8 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
         number = column.try_cast(target)
         if data_type is DataType.INT128:  # a decimal cast would round "1.5" to 2
             number = F.when(column.rlike(_INTEGER_TEXT), number)
+        if data_type is DataType.FLOAT64:  # "1e400" and "Infinity" are no number JSON has
+            number = F.when(F.abs(number) < F.lit(float("inf")), number)
         return (
             F.when(column == F.lit("true"), F.lit(1).cast(target))
             .when(column == F.lit("false"), F.lit(0).cast(target))
@@ -79,6 +84,20 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
 
 
 _INTEGER_TEXT = r"^\s*[+-]?[0-9]{1,38}\s*$"
+
+EARLIEST = "0001-01-01T00:00:00Z"
+LATEST = "9999-12-31T23:59:59.999999Z"
+"""The times every destination stores and every client reads back: years 1 to 9999.
+PostgreSQL stored a ``_timestamp`` in year 10000, after which every query reading the
+column failed in Python's clients ("timestamp too large")."""
+
+
+def within_range(stamp: Column) -> Column:
+    """``stamp`` where it is between :data:`EARLIEST` and :data:`LATEST`; null (a value
+    that does not convert, reported by the caller) elsewhere."""
+    earliest = F.to_timestamp(F.lit(EARLIEST))
+    latest = F.to_timestamp(F.lit(LATEST))
+    return F.when(stamp.between(earliest, latest), stamp)
 
 
 def conversion_problem(value: Column, name: str, data_type: DataType, converted: Column) -> Column:
