@@ -26,8 +26,8 @@ def test_browser_events_get_location_and_parsed_user_agent(
     process_once(c.config, spark)
     rows = _query(c, "SELECT eventn_ctx_event_id, eventn_ctx_parsed_ua_ua_family, "
                      "eventn_ctx_parsed_ua_os_family FROM events ORDER BY 1")  # fmt: skip
-    # Implicit rules apply to browser events only.
-    assert rows == [("b", "Chrome", "Windows"), ("s", None, None)]
+    # Implicit rules apply to browser events only (whose ids live in their key's namespace).
+    assert rows == [("js:web:b", "Chrome", "Windows"), ("s", None, None)]
 
 
 def test_configured_rules_and_the_browser_location(

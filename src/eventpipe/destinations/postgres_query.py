@@ -137,7 +137,10 @@ def check_query(sql: str) -> None:
     statement = statements[0].stmt
     kind = type(statement).__name__
     if kind not in QUERY_STATEMENTS:
-        raise QueryError(f"eventpipe query runs one SELECT, EXPLAIN or SHOW; this is {kind}")
+        raise QueryError(
+            "eventpipe query is read-only: it runs one SELECT, EXPLAIN or SHOW; this is "
+            f"{kind.removesuffix('Stmt').upper()}"
+        )
     if isinstance(statement, ast.ExplainStmt) and not isinstance(statement.query, ast.SelectStmt):
         inner = type(statement.query).__name__
         raise QueryError(f"eventpipe query explains a SELECT only; this explains {inner}")
@@ -148,7 +151,7 @@ def check_query(sql: str) -> None:
 def _check_node(node: Any, ast: Any) -> None:
     kind = type(node).__name__
     if kind in WRITES:
-        raise QueryError(f"eventpipe query does not write: the query holds {kind}")
+        raise QueryError(f"eventpipe query is read-only: the query holds {kind}")
     if isinstance(node, ast.SelectStmt) and node.lockingClause:
         raise QueryError("eventpipe query takes no row locks (FOR UPDATE, FOR SHARE)")
     if isinstance(node, ast.FuncCall):
