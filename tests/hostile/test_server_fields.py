@@ -22,6 +22,7 @@ from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
 from eventpipe.processing.job import process_once
 from tests.conftest import SHOP_JS, WEB_JS, WEB_SERVER, RunningCollector, read_lines
+from tests.e2e.test_batch_pipeline import _seal
 
 FUTURE = "2999-01-01T00:00:00Z"
 SERVER_ID = "order-1"
@@ -101,8 +102,7 @@ def test_a_browser_event_never_replaces_a_server_row(start_collector: Any, spark
     }
     httpx.post(f"{c.url}/api/v1/s2s/event", headers={"X-Auth-Token": WEB_SERVER}, json=sent)
     httpx.post(f"{c.url}/api/v1/event", params={"token": WEB_JS}, json={**_lying(1), "src": "web"})
-    c.collector.segment_log.request_rotation("test")
-    _wait_sealed(c)
+    _seal(c)
     assert process_once(c.config, spark) is not None
     rows = _duckdb(c).query("SELECT eventn_ctx_event_id, n, src FROM claim ORDER BY n")[1]
     assert rows == [(SERVER_ID, 0, "api"), (f"js:web:{SERVER_ID}", 1, "web")]
@@ -137,8 +137,7 @@ def test_no_secret_is_written_anywhere(
     httpx.post(f"{url}/v1/batch", json={"batch": many, "writeKey": WEB_JS})
     browser = [{"event_type": "e", "secret": WEB_JS}] + [f"not an object {WEB_JS}"] * 11
     httpx.post(f"{url}/api/v1/event", params={"token": WEB_JS}, json=browser)
-    c.collector.segment_log.request_rotation("test")
-    _wait_sealed(c)
+    _seal(c)
     report = process_once(c.config, spark)
     assert report is not None
     assert report.loaded[("warehouse", "e")] == 3
@@ -154,15 +153,6 @@ def test_no_secret_is_written_anywhere(
     for secret in SECRETS:
         assert secret not in tables
     assert "writekey" not in tables.lower()
-
-
-def _wait_sealed(c: RunningCollector) -> None:
-    import time
-
-    deadline = time.monotonic() + 5
-    while c.layout.active_segments():
-        assert time.monotonic() < deadline
-        time.sleep(0.02)
 
 
 def _duckdb(c: RunningCollector) -> DuckDBDestination:
