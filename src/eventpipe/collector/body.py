@@ -181,15 +181,20 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
     )
 
 
-class IntegerTooLong:
-    """An integer of more than :data:`MAX_INTEGER_DIGITS` digits in an event: orjson
-    refuses to write it (the item is rejected with the reason, not stored rounded)."""
+class Unstorable:
+    """A number no destination would store as sent, kept as its text: orjson refuses to
+    write it, so its item is rejected with the reason (enrich.py names it by the class)."""
 
     def __init__(self, text: str) -> None:
         self.text = text
 
     def __str__(self) -> str:  # how an EventError record keeps it: its digits, as text
         return self.text
+
+
+class IntegerTooLong(Unstorable):
+    """An integer of more than :data:`MAX_INTEGER_DIGITS` digits in an event (stored
+    rounded, otherwise)."""
 
 
 def _exact_integer(text: str) -> int | orjson.Fragment | IntegerTooLong:
@@ -201,15 +206,9 @@ def _exact_integer(text: str) -> int | orjson.Fragment | IntegerTooLong:
     return IntegerTooLong(text)
 
 
-class NumberUnderflow:
-    """A number with digits that a float64 reads as 0 (``1e-400``): orjson reads it as
-    0.0 without a word; the item is rejected with the reason instead of changed."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    def __str__(self) -> str:
-        return self.text
+class NumberUnderflow(Unstorable):
+    """A number with digits that a float64 reads as 0 (``1e-400``; orjson reads it as 0.0
+    without a word)."""
 
 
 def _exact_float(text: str) -> float | NumberUnderflow:

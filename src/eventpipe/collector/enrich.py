@@ -237,12 +237,12 @@ def enrich_batch(
                 event_id = None
             else:
                 event_id = client_event_id(item)
-            if event_id is None:
-                context["event_id"] = new_event_id()
-            else:
-                context["event_id"] = browser_ids + event_id if browser else event_id
-        elif browser:
+        if event_id is None:
+            context["event_id"] = new_event_id()
+        elif browser:  # a client's id, in its key's namespace
             context["event_id"] = browser_ids + event_id
+        else:
+            context["event_id"] = event_id
         try:
             line = dumps(item, option=_APPEND_NEWLINE)
         except orjson.JSONEncodeError as exc:

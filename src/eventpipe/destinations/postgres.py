@@ -283,11 +283,11 @@ class PostgresDestination:
         inexact: dict[int, str] = {}
         position = 0
         for path in request.files:
-            names = set(pq.read_schema(path).names)
-            columns = [c for c in checked if c in names]
-            values = pq.read_table(path, columns=columns) if columns else None
+            parquet = pq.ParquetFile(path)
+            present = set(parquet.schema_arrow.names)
+            columns = [c for c in checked if c in present]
+            values = parquet.read(columns=columns)
             for column in columns:
-                assert values is not None
                 scale = checked[column]
                 found = values.column(column)
                 small = pc.and_(
@@ -302,7 +302,7 @@ class PostgresDestination:
                             f"column {column} (numeric with {scale} decimal places) cannot hold "
                             f"{value!r} exactly",
                         )
-            position += pq.read_metadata(path).num_rows
+            position += parquet.metadata.num_rows
         return inexact
 
     def _ensure_loads_table(self, db: psycopg.Connection[Any]) -> None:
