@@ -26,27 +26,18 @@
 * The DSN is never logged: messages name the host, port and database only.
 
 Length (over 500 lines): the destination protocol in full for one database (describe,
-patch under advisory locks, COPY loads with rows it cannot store left out, upserts, day
-swaps, metering), all on the same connection handling and error classification.
+patch under advisory locks, COPY loads, upserts, day swaps, metering), all on the same
+connection handling and error classification; the rows a COPY sends and leaves out are
+in postgres_rows.py.
 """
 
 from __future__ import annotations
 
-import io
-import queue
-import re
-import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
-
-import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.csv as pacsv
-import pyarrow.parquet as pq
 
 from eventpipe import reserved
 from eventpipe.destinations import changes
@@ -60,6 +51,15 @@ from eventpipe.destinations.base import (
     newest_only,
 )
 from eventpipe.destinations.postgres_query import check_query
+from eventpipe.destinations.postgres_rows import (
+    MAX_REJECTED_ROWS,
+    ahead,
+    copy_line,
+    csv_chunks,
+    inexact_rows,
+    position_of,
+    reason_of,
+)
 from eventpipe.errors import QueryError, TerminalError, TransientError, first_line, redacted
 from eventpipe.retry import Backoff
 from eventpipe.schema.dialects import POSTGRES
@@ -89,15 +89,6 @@ _LATTICE = {
     "boolean": DataType.BOOL,
     "timestamp without time zone": DataType.TIMESTAMP,
     "timestamp with time zone": DataType.TIMESTAMP,
-}
-
-_ARROW = {
-    DataType.STRING: pa.string(),
-    DataType.FLOAT64: pa.float64(),
-    DataType.INT64: pa.int64(),
-    DataType.INT128: pa.decimal128(38, 0),
-    DataType.BOOL: pa.bool_(),
-    DataType.TIMESTAMP: pa.timestamp("us", tz="UTC"),
 }
 
 # SQLSTATE classes and codes that a retry can cure.
@@ -254,17 +245,14 @@ class PostgresDestination:
                 except psycopg.errors.DataError as exc:
                     # A value this server cannot store (numeric overflow, say): the row
                     # is left out and the load runs again without it.
-                    line = _copy_line(exc)
+                    line = copy_line(exc)
                     if line is None or len(rejected) >= MAX_REJECTED_ROWS:
                         raise
-                    rejected[_position(line, rejected)] = _reason(exc)
+                    rejected[position_of(line, rejected)] = reason_of(exc)
 
     def _inexact_rows(self, db: psycopg.Connection[Any], request: LoadRequest) -> dict[int, str]:
-        """Rows with a float that its ``numeric(p,s)`` column would round (``1.5e-19``
-        into ``numeric(38,18)`` is 0): each left out with the reason, as a row the
-        server refuses is, instead of stored changed. A float holds at most 17
-        significant digits, so only those below ``10**(16-s)`` can have more than ``s``
-        decimal places: the others are not looked at one by one."""
+        """Rows with a float that its ``numeric(p,s)`` column would round
+        (postgres_rows.inexact_rows), each to be left out with the reason."""
         floats = [c for c, t in request.columns.items() if t is DataType.FLOAT64]
         if not floats or not request.files:
             return {}
@@ -278,32 +266,7 @@ class PostgresDestination:
                 ).fetchall()
             )
         checked = {c: int(scales[c]) for c in floats if c in scales}
-        if not checked:
-            return {}
-        inexact: dict[int, str] = {}
-        position = 0
-        for path in request.files:
-            parquet = pq.ParquetFile(path)
-            present = set(parquet.schema_arrow.names)
-            columns = [c for c in checked if c in present]
-            values = parquet.read(columns=columns)
-            for column in columns:
-                scale = checked[column]
-                found = values.column(column)
-                small = pc.and_(
-                    pc.less(pc.abs(found), 10.0 ** (16 - scale)), pc.not_equal(found, 0.0)
-                )
-                for index in pc.indices_nonzero(pc.fill_null(small, False)).to_pylist():
-                    value = found[index].as_py()
-                    places = -int(Decimal(repr(value)).as_tuple().exponent)
-                    if places > scale:
-                        inexact.setdefault(
-                            position + index,
-                            f"column {column} (numeric with {scale} decimal places) cannot hold "
-                            f"{value!r} exactly",
-                        )
-            position += parquet.metadata.num_rows
-        return inexact
+        return inexact_rows(request.files, checked) if checked else {}
 
     def _ensure_loads_table(self, db: psycopg.Connection[Any]) -> None:
         with db.transaction():
@@ -347,7 +310,7 @@ class PostgresDestination:
                 )
             rows = 0
             with db.cursor().copy(f"COPY {into} ({listed}) FROM STDIN (FORMAT csv)") as copy:
-                for chunk, count in _ahead(_csv_chunks(request, skip=set(rejected))):
+                for chunk, count in ahead(csv_chunks(request, skip=set(rejected))):
                     copy.write(chunk)
                     rows += count
             if applying:
@@ -529,110 +492,6 @@ class PostgresDestination:
 def _advisory_lock(db: psycopg.Connection[Any], key: str) -> None:
     """A transaction-scoped advisory lock on ``key``, held until the transaction ends."""
     db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
-
-
-def _csv_chunks(request: LoadRequest, skip: set[int]) -> Iterator[tuple[bytes, int]]:
-    """The request's files as CSV for COPY, in the order of ``request.columns``, without
-    the rows at the ``skip`` positions (across the files, from 0); with each chunk, its
-    row count.
-
-    Nulls are unquoted empty fields and strings are always quoted, so COPY's CSV format
-    tells a null from an empty string. Columns a file lacks are nulls.
-    """
-    columns = list(request.columns)
-    options = pacsv.WriteOptions(include_header=False, quoting_style="needed")
-    position = 0
-    for path in request.files:
-        parquet = pq.ParquetFile(path)
-        present = set(parquet.schema_arrow.names)
-        for batch in parquet.iter_batches(
-            batch_size=65_536, columns=[c for c in columns if c in present]
-        ):
-            start, position = position, position + batch.num_rows
-            if skip and any(start <= s < position for s in skip):
-                keep = [i for i in range(batch.num_rows) if start + i not in skip]
-                batch = batch.take(pa.array(keep, type=pa.int64()))
-            arrays = []
-            for name in columns:
-                data_type = request.columns[name]
-                if name in present:
-                    array = batch.column(name)
-                    if data_type is DataType.STRING and pa.types.is_string(array.type):
-                        array = pc.replace_substring(array, "\x00", "\ufffd")
-                else:
-                    array = pa.nulls(batch.num_rows, _ARROW[data_type])
-                arrays.append(array)
-            sink = io.BytesIO()
-            pacsv.write_csv(pa.RecordBatch.from_arrays(arrays, names=columns), sink, options)
-            yield sink.getvalue(), batch.num_rows
-
-
-def _ahead(chunks: Iterator[tuple[bytes, int]], depth: int = 2) -> Iterator[tuple[bytes, int]]:
-    """``chunks``, made in a thread of their own up to ``depth`` ahead: pyarrow writes
-    the next CSV chunk (without the GIL) while the server takes this one."""
-    results: queue.Queue[tuple[bytes, int] | BaseException | None] = queue.Queue(depth)
-    stop = threading.Event()
-
-    def put(item: tuple[bytes, int] | BaseException | None) -> bool:
-        """False once the consumer is gone (it stopped early)."""
-        while not stop.is_set():
-            try:
-                results.put(item, timeout=0.1)
-                return True
-            except queue.Full:
-                continue
-        return False
-
-    def produce() -> None:
-        try:
-            for chunk in chunks:
-                if not put(chunk):
-                    return
-            put(None)
-        except BaseException as exc:  # noqa: BLE001 - handed to the consumer, raised there
-            put(exc)
-
-    thread = threading.Thread(target=produce, name="eventpipe-csv", daemon=True)
-    thread.start()
-    try:
-        while (item := results.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stop.set()
-        thread.join()
-
-
-MAX_REJECTED_ROWS = 100
-"""Rows a load leaves out, one attempt each, before the whole batch is given up."""
-
-_COPY_LINE = re.compile(r"^COPY \S+, line (\d+)")
-
-
-def _copy_line(exc: Exception) -> int | None:
-    """The line (from 1) of the COPY input that an error is about, if it says."""
-    context = getattr(getattr(exc, "diag", None), "context", None) or ""
-    found = _COPY_LINE.search(context)
-    return int(found.group(1)) if found else None
-
-
-def _position(line: int, rejected: dict[int, str]) -> int:
-    """The position across the files of the ``line``-th row sent (rejected rows are not
-    sent)."""
-    position = line - 1
-    for skipped in sorted(rejected):
-        if skipped > position:
-            break
-        position += 1
-    return position
-
-
-def _reason(exc: Exception) -> str:
-    """The database's message, with where (column and value) when it says."""
-    context = getattr(getattr(exc, "diag", None), "context", None) or ""
-    where = context.split(", ", 1)[1].split(", ", 1)[1] if context.count(", ") >= 2 else ""
-    return f"postgres: {first_line(exc)}" + (f" ({where.splitlines()[0]})" if where else "")
 
 
 def _classified(exc: Exception, destination_id: str, table: str | None) -> Exception:

@@ -202,7 +202,7 @@ def test_postgres_leaves_out_rows_it_cannot_store_and_loads_the_rest(
 
 
 def test_csv_chunks_made_ahead_stop_with_their_consumer_and_pass_on_errors() -> None:
-    from eventpipe.destinations.postgres import _ahead
+    from eventpipe.destinations.postgres_rows import ahead
 
     def chunks(fail_at: int | None = None) -> Any:
         for i in range(100):
@@ -210,12 +210,12 @@ def test_csv_chunks_made_ahead_stop_with_their_consumer_and_pass_on_errors() -> 
                 raise ValueError("bad file")
             yield b"x", i
 
-    assert [n for _, n in _ahead(chunks())] == list(range(100))
-    taken = _ahead(chunks())
+    assert [n for _, n in ahead(chunks())] == list(range(100))
+    taken = ahead(chunks())
     assert next(taken)[1] == 0
     taken.close()  # the consumer stops early: the thread ends instead of blocking
     with pytest.raises(ValueError, match="bad file"):
-        list(_ahead(chunks(fail_at=5)))
+        list(ahead(chunks(fail_at=5)))
 
 
 def test_tables_loaded_on_parallel_threads_each_land_once(
