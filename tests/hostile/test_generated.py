@@ -9,6 +9,7 @@ timestamps; their table names come from ``{{ event_type }}``. After every batch:
 
 * every event the collector acknowledged is, in each destination, a row, an EventError in
   failed/ with a reason, or skipped because its table name is empty (no ``event_type``);
+  an ``event_type`` that is an object or array is always an EventError, never a table;
 * the clean event sent in the same batch is a row: a bad event costs only itself;
 * no run raised (stuck runs), and nothing was lost.
 
@@ -229,6 +230,9 @@ def test_every_acknowledged_event_is_a_row_or_an_event_error(
             recorded = f'"{event_id}"'.encode() in failed
             skipped = event.get("event_type") in (None, "") and not loaded
             assert loaded or recorded or skipped, f"{dest_id}: lost {event_id}: {event!r:.300}"
+            if isinstance(event.get("event_type"), dict | list):  # never a table name
+                assert not loaded, f"{dest_id}: {event_id} routed by an object"
+                assert recorded, f"{dest_id}: {event_id} has no EventError"
         for line in failed.split(b"\n")[:-1]:
             assert orjson.loads(line)["error"], "an EventError without a reason"
 

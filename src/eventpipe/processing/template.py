@@ -9,6 +9,12 @@ Result columns: the table name (empty: skip this destination for the event) and 
 (non-null when the template could not be evaluated for the event, which then goes to
 failed/): a ``date`` filter on a value that is not a timestamp, or a placeholder that
 names an object or array.
+
+A value renders by the event alone, whatever type Spark inferred for the batch around it
+(a field holding numbers beside texts is read as text, objects beside texts as JSON
+text): a number (or a text that reads as a JSON number) renders as a float64 prints it,
+whole numbers without a fraction (``5``, ``5.0`` and ``"5"`` all render ``5``; ``1e2``
+renders ``100``); an object or array (or JSON text of one) is the event's error.
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, StructType
+from pyspark.sql.types import ArrayType, DataType, NumericType, StringType, StructType
 
 from eventpipe.errors import ConfigError
 from eventpipe.processing.fields import field_type, reference
@@ -101,12 +107,55 @@ def java_date_pattern(strftime: str, *, where: str = "table_name_template") -> s
     return "".join(out)
 
 
-def _field(schema: StructType, path: tuple[str, ...]) -> tuple[Column | None, bool]:
-    """The column at ``path`` and whether it is a scalar; (None, True) when absent."""
-    found = field_type(schema, path)
-    if found is None:
-        return None, True
-    return reference(path), not isinstance(found, StructType | ArrayType)
+_JSON_NUMBER = r"^-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?$"
+_JSON_CONTAINER = r"^\s*[\[{]"
+
+
+def _field(schema: StructType, path: tuple[str, ...]) -> tuple[Column | None, DataType | None]:
+    """The column at ``path`` and its type; (None, None) when the batch has no such field.
+
+    A path that runs into a text (an object some events sent as text, or one that Spark
+    read as JSON text beside texts) reads on into it as JSON: the event's own value,
+    whatever its neighbours in the batch made of the column."""
+    for depth in range(len(path), 0, -1):
+        found = field_type(schema, path[:depth])
+        if found is None:
+            continue
+        if depth == len(path):
+            return reference(path), found
+        if not isinstance(found, StringType):
+            return None, None
+        inner = "".join(f"['{key}']" for key in path[depth:])
+        return F.get_json_object(reference(path[:depth]), "$" + inner), StringType()
+    return None, None
+
+
+def _number_text(number: Column) -> Column:
+    """A float64's text as a table name reads it: whole numbers without a fraction."""
+    whole = (number % 1 == 0) & (F.abs(number) < F.lit(1e38))
+    return F.when(whole, number.try_cast("decimal(38,0)").cast("string")).otherwise(
+        number.cast("string")
+    )
+
+
+def _scalar_text(ref: Column, data_type: DataType) -> Column:
+    """The text a scalar renders as, the same for one event whatever the batch's type."""
+    if isinstance(data_type, NumericType):
+        return _number_text(ref.cast("double"))
+    if isinstance(data_type, StringType):
+        number = _number_text(ref.try_cast("double"))
+        return F.when(ref.rlike(_JSON_NUMBER), number).otherwise(ref)
+    return ref.cast("string")
+
+
+def _container(ref: Column, data_type: DataType) -> Column | None:
+    """Whether the value is an object or array (by type, or JSON text of one); None where
+    the type holds neither."""
+    if isinstance(data_type, StructType | ArrayType):
+        return ref.isNotNull()
+    if isinstance(data_type, StringType):
+        return ref.rlike(_JSON_CONTAINER) & F.try_parse_json(ref).isNotNull()
+    return None
 
 
 def table_names(frame: DataFrame, text: Column, *, limit: int = 1000) -> Column:
@@ -135,17 +184,19 @@ def render(template: Template, schema: StructType) -> tuple[Column, Column]:
         if isinstance(part, str):
             rendered.append(F.lit(part))
             continue
-        ref, scalar = _field(schema, part.path)
+        ref, data_type = _field(schema, part.path)
         name = ".".join(part.path)
-        if ref is None:
+        if ref is None or data_type is None:
             rendered.append(F.lit(""))
             continue
-        if not scalar:
-            errors.append(F.when(ref.isNotNull(), F.lit(f"{name} is an object or array")))
+        container = _container(ref, data_type)
+        if container is not None:
+            errors.append(F.when(container, F.lit(f"{name} is an object or array")))
+        if isinstance(data_type, StructType | ArrayType):
             rendered.append(F.lit(""))
             continue
         if part.date_format is None:
-            rendered.append(F.coalesce(ref.cast("string"), F.lit("")))
+            rendered.append(F.coalesce(_scalar_text(ref, data_type), F.lit("")))
             continue
         # Spark 4 runs ANSI SQL: a bad value raises in to_timestamp, so try_ it and report.
         stamp = F.try_to_timestamp(ref.cast("string"))

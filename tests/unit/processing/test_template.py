@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -100,3 +101,60 @@ def test_table_names_by_distinct_texts_and_natively_agree(spark: Any, limit: int
     # limit 0 forces the native expression: both paths give naming.table_name's result.
     named = frame.select(table_names(frame, F.col("text"), limit=limit).alias("t")).collect()
     assert [r.t for r in named] == [table_name(t) for t in texts]
+
+
+def _render_read(
+    spark: Any, tmp_path: Path, template: str, events: list[Any]
+) -> list[tuple[str, str | None]]:
+    """As the pipeline renders: the batch read by read_events (arrays as JSON text)."""
+    from eventpipe.processing.read import read_events
+
+    path = tmp_path / f"batch{len(list(tmp_path.iterdir()))}.log"
+    # json, not orjson: it writes integers past 64 bits, as clients may.
+    path.write_text("".join(json.dumps({"i": i, **e}) + "\n" for i, e in enumerate(events)))
+    frame = read_events(spark, [str(path)])
+    text, error = render(Template.parse(template), frame.schema)
+    rows = frame.select("i", sanitize_table_name(text).alias("t"), error.alias("e"))
+    return [(r.t, r.e) for r in rows.orderBy("i").collect()]
+
+
+@pytest.mark.parametrize(
+    "neighbours",
+    [[], [{"event_type": "click"}], [{"event_type": 5.5}], [{"event_type": True}],
+     [{"event_type": {"a": 1}}], [{"event_type": 12345678901234567890123}]],
+)  # fmt: skip
+def test_a_number_names_the_same_table_whatever_its_batch(
+    spark: Any, tmp_path: Path, neighbours: list[dict[str, Any]]
+) -> None:
+    sent = [{"event_type": 5}, {"event_type": 5.0}, {"event_type": "5"}, {"event_type": 1e2},
+            {"event_type": -0.0}]  # fmt: skip
+    rows = _render_read(spark, tmp_path, "{{ event_type }}", sent + neighbours)
+    assert rows[: len(sent)] == [("_5", None), ("_5", None), ("_5", None), ("_100", None),
+                                 ("_0", None)]  # fmt: skip
+
+
+@pytest.mark.parametrize("neighbours", [[], [{"event_type": "click"}], [{"event_type": 5}]])
+def test_an_object_or_array_is_the_events_error_whatever_its_batch(
+    spark: Any, tmp_path: Path, neighbours: list[dict[str, Any]]
+) -> None:
+    sent = [{"event_type": {"a": 1}}, {"event_type": [1, 2]}, {"event_type": []}]
+    rows = _render_read(spark, tmp_path, "{{ event_type }}", sent + neighbours)
+    for _, error in rows[: len(sent)]:
+        assert error == "event_type is an object or array"
+    assert all(error is None for _, error in rows[len(sent) :])
+    # A text that only looks like JSON is a text.
+    assert _render_read(spark, tmp_path, "{{ event_type }}", [{"event_type": "{x}"}]) == [
+        ("_x_", None)
+    ]
+
+
+def test_a_path_into_an_object_sent_beside_texts_reads_the_events_value(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Spark reads a field of objects and texts as text; the path reads on into it."""
+    events = [{"props": {"kind": "a", "n": 7}}, {"props": "plain"}, {"props": {"other": 1}}]
+    assert _render_read(spark, tmp_path, "{{ props.kind }}{{ props.n }}", events) == [
+        ("a7", None), ("", None), ("", None),
+    ]  # fmt: skip
+    alone = _render_read(spark, tmp_path, "{{ props.kind }}{{ props.n }}", events[:1])
+    assert alone == [("a7", None)]
