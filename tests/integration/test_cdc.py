@@ -124,6 +124,27 @@ def test_the_copy_then_every_change_in_order(tmp_path: Path, source_database: st
     assert f"pg (changes) sync 9 slot eventpipe_pg at {progress.confirmed}" in lines
 
 
+def test_numerics_keep_every_digit(tmp_path: Path, source_database: str) -> None:
+    """A float64 holds about 16 digits: a numeric with more reaches the log as its text,
+    in the copy and in the changes; one a float64 reads back exactly stays a number."""
+    long = "24.57142857142857142857142857"
+    _sql(source_database, "CREATE TABLE m (id int PRIMARY KEY, v numeric, w numeric(38,18))",
+         f"INSERT INTO m VALUES (1, {long}, 1234567890228.456789), (2, 1.5, 0.25)")  # fmt: skip
+    config = _config(tmp_path, source_database)
+    source = PostgresSource(config, "pg")
+    source.read(once=True)
+    _sql(source_database, "UPDATE m SET v = 1e-30, w = 0.1 WHERE id = 1",
+         "INSERT INTO m VALUES (3, 99999999999999999999.000000001, 7)")  # fmt: skip
+    source.read(once=True)
+    rows = [(e["_op"], e["id"], e["v"], e["w"]) for e in _logged(config) if "id" in e]
+    assert rows == [
+        ("read", 1, long, "1234567890228.456789000000000000"),  # PostgreSQL's text
+        ("read", 2, 1.5, 0.25),
+        ("update", 1, 1e-30, 0.1),
+        ("insert", 3, "99999999999999999999.000000001", 7.0),
+    ]
+
+
 def test_a_reader_killed_over_and_over_loses_no_change(
     tmp_path: Path, source_database: str
 ) -> None:

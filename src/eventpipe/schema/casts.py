@@ -34,7 +34,8 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
     ``source`` is the column's Spark type. Exact means: any value as text (a timestamp as
     RFC 3339); bools as 1 and 0, and ``true``/``false`` text as bools or as 1 and 0 (JSON
     bools that Spark read into text); integers as floats; a float as an integer only when
-    it has no fraction; 0 and 1 as bools; text as a number or timestamp when it parses.
+    it has no fraction; 0 and 1 as bools; text as a number or timestamp when it parses
+    (as a float, only with no more digits than the float holds: :func:`significant`).
     Never: a timestamp as a number (that would silently be epoch seconds), a number as a
     timestamp, a fraction truncated, 5 as ``true``.
     """
@@ -69,7 +70,8 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
         if data_type is DataType.INT128:  # a decimal cast would round "1.5" to 2
             number = F.when(column.rlike(_INTEGER_TEXT), number)
         if data_type is DataType.FLOAT64:  # "1e400" and "Infinity" are no number JSON has
-            number = F.when(F.abs(number) < F.lit(float("inf")), number)
+            finite = F.abs(number) < F.lit(float("inf"))
+            number = F.when(finite & (significant(column) == significant(number)), number)
         return (
             F.when(column == F.lit("true"), F.lit(1).cast(target))
             .when(column == F.lit("false"), F.lit(0).cast(target))
@@ -84,6 +86,21 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
 
 
 _INTEGER_TEXT = r"^\s*[+-]?[0-9]{1,38}\s*$"
+_NUMBER_PARTS = r"^\s*[-+]?0*([0-9]*?)\.?([0-9]*?)0*(?:[eE][-+]?[0-9]+)?\s*$"
+
+
+def significant(number: Column) -> Column:
+    """The significant digits of a number, or of its text (``-0012.3400e5``: ``1234``;
+    a double prints as ``1.2345678902284568E12``): a text is a float exactly when it has
+    the digits of the float it reads as (``24.571428571428571428`` has more than a float64
+    holds, and would load rounded). eventpipe.sources.postgres.exact_number is the same
+    rule in Python."""
+    text = number.cast("string")
+    digits = F.concat(
+        F.regexp_extract(text, _NUMBER_PARTS, 1), F.regexp_extract(text, _NUMBER_PARTS, 2)
+    )
+    return F.regexp_replace(digits, "^0+|0+$", "")
+
 
 EARLIEST = "0001-01-01T00:00:00Z"
 LATEST = "9999-12-31T23:59:59.999999Z"

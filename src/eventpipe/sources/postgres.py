@@ -22,7 +22,8 @@ under the source's id as key id, as a log writer of its own (``<host>-source-<id
 
 An event is the row's columns as they are (numbers and booleans as JSON numbers and
 booleans, ``bytea`` as hex digits, everything else as PostgreSQL's text: the forms
-wal2json gives them in) and:
+wal2json gives them in; a ``numeric`` that a float64 would not read back digit for digit
+as PostgreSQL's text of it, :func:`loads`) and:
 
 * ``_op``: ``read`` (the copy), ``insert``, ``update``, ``delete``, ``truncate``;
 * ``_namespace``: ``schema.table``;
@@ -232,7 +233,7 @@ class PostgresSource:
             cursor.itersize = CHUNK
             cursor.execute(query)
             for (text,) in cursor:
-                row = json.loads(text)
+                row = loads(text)
                 rows += 1
                 read = {**envelope, "_op": "read", "_seq": rows}
                 if key:
@@ -286,7 +287,7 @@ class PostgresSource:
         commit_time, commit = "", 0
         seq = 0  # the change's place in its transaction: the same however it is read
         for _, data in found:
-            change = json.loads(data)
+            change = loads(data)
             action = change["action"]
             if action == "B":
                 pending, seq = [], 0
@@ -356,7 +357,33 @@ class Catalog:
             ),
             [row[name] for name in key],
         ).fetchone()
-        return {**row, **json.loads(found[0])} if found else row
+        return {**row, **loads(found[0])} if found else row
+
+
+_DIGITS = re.compile(r"^[-+]?0*([0-9]*?)\.?([0-9]*?)0*(?:[eE].*)?$")
+
+
+def _significant(number: str) -> str:
+    """The significant digits of a number's text (``-0012.3400e5`` -> ``1234``)."""
+    found = _DIGITS.match(number)
+    return (found[1] + found[2]).strip("0") if found else number
+
+
+def exact_number(text: str) -> float | str:
+    """A JSON number with a fraction or exponent: the float64 that reads back as the same
+    digits, else its text (``24.57142857142857142857`` has more digits than a float64
+    holds: kept as text, which the destinations store by the lattice as text or refuse
+    for a column of numbers, never rounded)."""
+    number = float(text)
+    if _significant(repr(number)) == _significant(text):
+        return number
+    return text
+
+
+def loads(text: str | bytes) -> Any:
+    """JSON as a source reads it: integers of any size (Python's), numbers with a
+    fraction exact (:func:`exact_number`)."""
+    return json.loads(text, parse_float=exact_number)
 
 
 def key_text(row: dict[str, Any], key: list[str]) -> str:

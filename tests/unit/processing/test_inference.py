@@ -190,3 +190,45 @@ def test_conversions_to_and_from_int128_keep_every_digit(spark: Any) -> None:
     assert converted("f", H) == [2, None, None, None]  # no fraction, no overflow
     assert converted("s", H) == [big, None, 1, -(10**38) + 1]  # "1.5" is not rounded
     assert converted("b", H) == [1, 0, None, None]
+
+
+def test_text_is_a_float_only_with_the_digits_a_float_holds(spark: Any) -> None:
+    """PostgreSQL numerics beyond float64's digits reach the log as text (the source
+    keeps them exact): into a DOUBLE column they do not convert, rather than round."""
+    texts = [
+        "1.5",
+        " 0.1 ",
+        "24.571428571428573",
+        "1234567890228.4568",
+        "1e9",
+        "-0.00120",
+        "100",
+        "24.57142857142857142857142857",
+        "1234567890228.456789",
+        "1e400",
+        "abc",
+    ]
+    frame = spark.createDataFrame([(t,) for t in texts], "s string")
+    assert _converter(frame)("s", F) == [
+        1.5,
+        0.1,
+        24.571428571428573,
+        1234567890228.4568,
+        1e9,
+        -0.0012,
+        100.0,
+        None,
+        None,
+        None,
+        None,
+    ]
+
+
+def test_the_source_and_the_lattice_agree_on_exact_floats() -> None:
+    from eventpipe.sources.postgres import exact_number
+
+    assert exact_number("24.571428571428573") == 24.571428571428573
+    assert exact_number("1000000000.00") == 1e9
+    assert exact_number("1.5e-19") == 1.5e-19
+    assert exact_number("24.57142857142857142857142857") == "24.57142857142857142857142857"
+    assert exact_number("1234567890228.456789") == "1234567890228.456789"
