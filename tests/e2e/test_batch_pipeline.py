@@ -145,11 +145,13 @@ def test_status_shows_backlog_loads_failures_and_skips(spark: Any, tmp_path: Pat
     assert "never" in before.stdout
     process_once(config, spark)
     after = run("status", "-c", str(config_path))
+    [header] = [x for x in after.stdout.splitlines() if x.startswith("destination")]
+    assert [c.strip() for c in header.split("|")][4] == "events loaded"  # not rows held
     [line] = [x for x in after.stdout.splitlines() if x.startswith("warehouse")]
     cells = [c.strip() for c in line.split("|")]
     assert cells[0:3] == ["warehouse", "duckdb", "0 segment(s), 0.0 MB"]
     assert cells[3] != "never"
-    # rows loaded, failed (a _timestamp that is not one), skipped (no kind), filtered
+    # events loaded, failed (a _timestamp that is not one), skipped (no kind), filtered
     assert cells[4:] == ["1", "1", "1", "0"]
 
 

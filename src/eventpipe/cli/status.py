@@ -30,7 +30,7 @@ def status(
     config_path: Path | None, history: bool, limit: int, watch: bool, interval: float,
     count: int | None,
 ) -> None:  # fmt: skip
-    """Per destination: backlog (stream: lag), last load, rows loaded, failed and skipped
+    """Per destination: backlog (stream: lag), last load, events loaded, failed and skipped
     events. With --history: the last runs, per destination: tables and rows, events
     skipped and failed, the code version the rows were built with. With --watch: live."""
     from eventpipe.paths import count_lines
@@ -47,7 +47,7 @@ def status(
     layout = config.layout
     sealed = layout.sealed_segments()
     store = open_state(config)
-    names = ["destination", "type", "backlog", "last load (UTC)", "rows loaded", "failed",
+    names = ["destination", "type", "backlog", "last load (UTC)", "events loaded", "failed",
              "skipped", "filtered"]  # fmt: skip
     rows = []
     for dest_id, dest in config.destinations.items():
@@ -204,7 +204,7 @@ def _print_history(store: Any, limit: int) -> None:
                 loaded, f"{skipped:,}", f"{failed:,}", f"{filtered:,}",
             ))  # fmt: skip
     print_table(["run", "started (UTC)", "seconds", "trigger", "status", "segments",
-                  "destination", "code version", "loaded (table rows)", "skipped",
+                  "destination", "code version", "loaded (table events)", "skipped",
                   "failed", "filtered"], rows)  # fmt: skip
 
 
