@@ -176,6 +176,33 @@ def test_force_rebuilds_up_to_date_days_to_the_same_rows(tmp_path: Path, spark: 
     assert _rows(config.layout.warehouse) == loaded
 
 
+def test_a_destination_that_lost_its_loads_is_rebuilt_without_force(
+    tmp_path: Path, spark: Any
+) -> None:
+    """A damaged DuckDB file moved away: the state store still records its days, but the
+    new file holds none of their loads, so a reprocess without --force rebuilds them."""
+    data = tmp_path / "data"
+    _three_days(data)
+    config = _config(data)
+    process_pending(config, spark)
+    loaded = _rows(config.layout.warehouse)
+    config.layout.warehouse.rename(config.layout.warehouse.with_suffix(".damaged"))
+    # One later load in the new file: the table exists again, the older days' loads do not.
+    _segment(data, "2026-11-22T23-00-00.000", [_event(9, "2026-11-22T01:00:00.000000Z")])
+    process_pending(config, spark)
+    todo, results = rp.reprocess(spark, config, "warehouse", DAY("2026-11-17"), DAY("2026-11-22"))
+    assert todo.up_to_date == ["2026-11-22"]
+    assert sorted(d for r in results for d in r.plan.days) == [
+        "2026-11-18", "2026-11-20", "2026-11-21"]  # fmt: skip
+    assert all("does not hold run" in r.plan.reason for r in results)
+    rows = _rows(config.layout.warehouse)
+    assert rows["page"] == sorted([*loaded["page"], ("e9", "2026-11-22", None, 9)])
+    assert rows["click"] == loaded["click"]
+    again, results = rp.reprocess(spark, config, "warehouse", DAY("2026-11-17"), DAY("2026-11-22"))
+    assert results == []  # now held: up to date
+    assert again.up_to_date == ["2026-11-18", "2026-11-20", "2026-11-21", "2026-11-22"]
+
+
 def test_a_changed_archive_file_is_ingested_again(tmp_path: Path, spark: Any) -> None:
     data = tmp_path / "data"
     _three_days(data)

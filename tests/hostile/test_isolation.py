@@ -145,3 +145,57 @@ def test_a_damaged_duckdb_file_is_the_destination_failing_not_its_events(
     lake = c.layout.root / "parquet" / "events"
     assert len(list(lake.rglob("*.parquet"))) == 2  # both batches in the lake
     assert c.layout.sealed_segments()  # the warehouse's backlog is kept
+
+
+def test_a_table_the_database_refuses_fails_alone(
+    start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
+) -> None:
+    """A table PostgreSQL will not widen (1,600 columns already): the run failed with
+    exit 65 on every rerun and nothing else loaded. Now that table's events go to failed/
+    with the reason and the table is marked failing; its other tables, the other
+    destination and the next batches load."""
+    import psycopg
+
+    from eventpipe.state.store import open_state
+
+    with psycopg.connect(postgres_dsn, autocommit=True) as db:
+        db.execute(f'CREATE SCHEMA "{postgres_schema}"')
+        columns = ", ".join(f"c{n} int" for n in range(1600))
+        db.execute(f'CREATE TABLE "{postgres_schema}".wide ({columns})')
+    c = start_collector(destinations={
+        "pg": {"type": "postgres", "dsn": postgres_dsn, "schema": postgres_schema,
+               "table_name_template": "{{ kind }}"},
+        "warehouse": {"type": "duckdb", "table_name_template": "{{ kind }}"},
+    })  # fmt: skip
+    _post(c, [{"kind": "wide", "event_id": "w1"}, {"kind": "fine", "event_id": "f1"}],
+          server=True)  # fmt: skip
+    _seal(c)
+    report = process_once(c.config, spark)  # no error: the refusal is the table's alone
+    assert report is not None
+    assert report.failed["pg"] == 1
+    [line] = c.layout.failed_destination("pg").read_bytes().splitlines()
+    record = orjson.loads(line)
+    assert record["event"]["event_id"] == "w1"
+    assert "refused to create or change table wide" in record["error"]
+    assert "1600 columns" in record["error"]
+    [(table, error)] = open_state(c.config).failing_tables("pg")
+    assert table == "wide"
+    assert "1600 columns" in error
+    assert open_state(c.config).failing_tables("warehouse") == []
+    from tests.process import run, write_config
+
+    destinations = c.config.model_dump(mode="json")["destinations"]
+    config_file = write_config(c.layout.root.parent / "status.yaml", c.layout.root, 1,
+                               destinations=destinations)  # fmt: skip
+    shown = run("status", "-c", str(config_file))
+    assert shown.returncode == 0, shown.stderr
+    assert "pg: table wide failing, its events go to failed/: " in shown.stdout
+    _post(c, [{"kind": "fine", "event_id": "f2"}], server=True)
+    _seal(c)
+    assert process_once(c.config, spark) is not None
+    with psycopg.connect(postgres_dsn) as db:
+        rows = db.execute(f'SELECT event_id FROM "{postgres_schema}".fine ORDER BY 1')
+        assert [r[0] for r in rows.fetchall()] == ["f1", "f2"]
+    assert sorted(_query(c, "SELECT event_id FROM wide UNION ALL SELECT event_id FROM fine")) == [
+        ("f1",), ("f2",), ("w1",)]  # fmt: skip
+    assert not c.layout.sealed_segments()  # every destination done: archived

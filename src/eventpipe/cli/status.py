@@ -58,6 +58,9 @@ def status(
             f"{summary.skipped:,}", f"{summary.filtered:,}",
         ))  # fmt: skip
     print_table(names, rows)
+    for dest_id in config.destinations:
+        for table, error in store.failing_tables(dest_id):
+            click.echo(f"{dest_id}: table {table} failing, its events go to failed/: {error}")
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
     _print_writers(config)

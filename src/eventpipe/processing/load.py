@@ -98,10 +98,15 @@ def load_tables(
         if not run.state.table_ok(target.segments, dest_id, table)  # else loaded by an earlier try
     ]
 
-    def load(item: tuple[str, dict[str, DataType]]) -> int:
+    def load(item: tuple[str, dict[str, DataType]]) -> int | TableRefused:
         table, types = item
         shutdown.check(f"the load of {dest_id}.{table}")
-        return _load_table(staged_table(staged, where, table), run, target, types, flattened.flat)
+        try:
+            return _load_table(
+                staged_table(staged, where, table), run, target, types, flattened.flat
+            )
+        except TableRefused as refused:
+            return refused
 
     # Tables are independent batches: a destination that takes loads in parallel gets
     # them on that many threads (their Spark work and their connections). The state
@@ -115,6 +120,10 @@ def load_tables(
     tables = f"{dest_id}: {len(pending)} table(s) on {parallel} thread(s)"
     with step(tables), ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
         for (table, _), rows in zip(pending, pool.map(load, pending), strict=True):
+            if isinstance(rows, TableRefused):  # its events in failed/; the others go on
+                run.state.record(target.segments, dest_id, table, ok=False,
+                                 error=rows.message[:2000], run_id=run.run_id)  # fmt: skip
+                continue
             run.state.record(target.segments, dest_id, table, ok=True, rows=rows,
                              run_id=run.run_id)  # fmt: skip
     if (metered := target.config.metered) is not None:
@@ -123,6 +132,14 @@ def load_tables(
 
 class _StaleSchema(Exception):
     """A load failed with a table schema kept in memory: read it again, retry once."""
+
+
+class TableRefused(TerminalError):
+    """The destination refused to create or change a table (past the database's column
+    limit, DDL it does not permit): that table's events of the batch went to failed/
+    with the reason; the destination's other tables, and the other destinations, load."""
+
+    name = "table_refused"
 
 
 def _load_table(
@@ -228,7 +245,16 @@ def load_files(
     dest_id, dest, destination = target.id, target.table_config, target.tables
     report, run_id, table = run.report, run.run_id, staged.name
     patch = diff(existing, Table(table, targets, dest.primary_key))
-    destination.patch(patch)
+    try:
+        destination.patch(patch)
+    except TerminalError as exc:
+        if retry_stale:  # a schema from memory: the table may be otherwise by now
+            raise _StaleSchema(exc.message) from exc
+        message = f"{dest_id} refused to create or change table {table}: {exc.message}"
+        log.error("%s; its events of the batch go to failed/, the other tables load", message)
+        fail_once(ok.withColumn(ERROR, F.lit(message)), run, dest_id, f"table={table}.refused",
+                   table=table, stage=Stage.LOADING)  # fmt: skip
+        raise TableRefused(message, table=table) from exc
     if not patch.empty:
         target.schemas.forget(table)  # read again next time: others may have added more
     request = LoadRequest(

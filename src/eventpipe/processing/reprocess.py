@@ -9,6 +9,10 @@ rebuilt when:
   recorded, loaded before eventpipe recorded them, is rebuilt with ``--force`` only);
 * an archive file a previous reprocess of it read has changed (its sha1 in the manifest
   differs from the one recorded);
+* the destination does not hold the load of the run that recorded the day: its own load
+  records (``_eventpipe_loads``, written in the transaction of every load) lack it, so
+  its data was replaced, emptied or restored from an older copy since (a damaged DuckDB
+  file moved away, say);
 * ``--force``.
 
 Rebuilding a day, for one destination:
@@ -98,6 +102,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("eventpipe.processing")
 
 SHADOW_PREFIX = reserved.SHADOW_PREFIX
+LOADS_TABLE = reserved.LOADS_TABLE
 
 
 def shadow_name(run_id: str, table: str) -> str:
@@ -284,6 +289,7 @@ def plan(
     # Without --force, the days with recorded versions; with it, also every day the
     # archive may hold (each day of the range when a file may hold any).
     days = sorted(recorded)
+    held = None if force else _loads_held(config, destination_id)
     if force:
         hinted = {d for _, hint in archived if hint is not None for d in hint}
         if in_incoming or any(hint is None for _, hint in archived):
@@ -294,7 +300,7 @@ def plan(
     groups: dict[tuple[Source, ...], list[tuple[str, str]]] = {}
     for day in days:
         sources = tuple([s for s, hint in archived if hint is None or day in hint] + in_incoming)
-        why = _stale(day, recorded.get(day), version, by_name)
+        why = _stale(day, recorded.get(day), version, by_name) or _lost(recorded.get(day), held)
         if force:
             why = why or "--force"
         if why is None:
@@ -336,6 +342,37 @@ def _stale(
             now = archived.get(name)
             if sha1 and now is not None and now.sha1 and now.sha1 != sha1:
                 return f"archive file {name} changed (sha1 {sha1[:12]} -> {now.sha1[:12]})"
+    return None
+
+
+def _loads_held(config: Config, destination_id: str) -> set[str] | None:
+    """The batch ids in the destination's own load records; None where it keeps none
+    yet (a new destination: nothing is concluded from its records then)."""
+    opened = cast(
+        Replaceable, open_destination(destination_id, config.destinations[destination_id], config)
+    )
+    if LOADS_TABLE not in opened.tables() and config.destinations[destination_id].type in (
+        "duckdb", "postgres",
+    ):  # fmt: skip
+        return set()
+    _, rows = opened.query(f"SELECT DISTINCT batch_id FROM {LOADS_TABLE}")
+    return {str(batch) for (batch,) in rows}
+
+
+def _lost(versions: list[DayVersion] | None, held: set[str] | None) -> str | None:
+    """Why a day is not loaded although recorded: the destination lacks the load of the
+    run that recorded it (``<run>:<destination>:<table>...``, per table). Days a reprocess
+    rebuilt are checked by their archive files instead (a Parquet destination records
+    its swaps apart from its loads)."""
+    if held is None:
+        return None
+    prefixes = {p.split(":", 1)[0] for p in held}
+    for version in versions or ():
+        if version.inputs is None and version.run_id is not None and version.run_id not in prefixes:
+            return (
+                f"the destination does not hold run {version.run_id}'s load of the day "
+                "(its data replaced or restored since)"
+            )
     return None
 
 

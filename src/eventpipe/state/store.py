@@ -157,6 +157,9 @@ class DayVersion:
     code_version: str
     inputs: dict[str, str] | None
     """Archive file -> sha1, for a day rebuilt by a reprocess; None: loaded by runs."""
+    run_id: str | None = None
+    """The first run that loaded rows of the day with this version (its loads are recorded
+    in the destination under its id)."""
 
 
 @dataclass(frozen=True)
@@ -294,14 +297,14 @@ class StateStore:
         """The recorded versions of ``destination``'s days ``first``..``last``, by day."""
         with self._db() as db:
             rows = db.execute(
-                "SELECT day, code_version, inputs FROM day_versions WHERE destination = ? "
-                "AND day BETWEEN ? AND ? ORDER BY day, code_version",
+                "SELECT day, code_version, inputs, run_id FROM day_versions "
+                "WHERE destination = ? AND day BETWEEN ? AND ? ORDER BY day, code_version",
                 (destination, first, last),
             ).fetchall()
         found: dict[str, list[DayVersion]] = {}
-        for day, version, inputs in rows:
+        for day, version, inputs, run_id in rows:
             recorded = None if inputs is None else json.loads(inputs)
-            found.setdefault(day, []).append(DayVersion(day, version, recorded))
+            found.setdefault(day, []).append(DayVersion(day, version, recorded, run_id))
         return found
 
     def rebuilt_days(
@@ -578,6 +581,19 @@ class StateStore:
             TableProgress(table, int(ok), int(rows), int(failed), last, error)
             for table, ok, rows, failed, last, error in rows
         ]
+
+    def failing_tables(self, destination: str) -> list[tuple[str, str]]:
+        """The tables of ``destination`` whose latest run failed them (a table the
+        database refused to create or change), with the reason, by name."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tbl, coalesce(error, '') FROM run_tables AS r WHERE destination = ? "
+                "AND tbl != ? AND status = 'failed' AND updated_at = (SELECT max(updated_at) "
+                "FROM run_tables WHERE destination = r.destination AND tbl = r.tbl) "
+                "ORDER BY tbl",
+                (destination, ALL_TABLES),
+            ).fetchall()
+        return [(str(table), str(error)) for table, error in rows]
 
     def statuses(self) -> list[tuple[str, str, str, str, int, str | None, int]]:
         with self._db() as db:

@@ -111,15 +111,16 @@ def test_day_versions_record_each_version_and_a_rebuild_replaces_them(store: Sta
     store.record_days("other", ["2026-11-19"], "v1", "run-b")
     found = store.day_versions("dw", "2026-11-18", "2026-11-19")
     assert found == {
-        "2026-11-18": [DayVersion("2026-11-18", "v1", None)],
-        "2026-11-19": [DayVersion("2026-11-19", "v1", None), DayVersion("2026-11-19", "v2", None)],
-    }
+        "2026-11-18": [DayVersion("2026-11-18", "v1", None, "run-a")],
+        "2026-11-19": [DayVersion("2026-11-19", "v1", None, "run-a"),
+                       DayVersion("2026-11-19", "v2", None, "run-b")],
+    }  # fmt: skip
     store.begin_reprocess("rp-1", "reprocess.dst=dw/2026-11-19", "dw", "v2")
     store.record(["reprocess.dst=dw/2026-11-19"], "dw", "events", ok=True, rows=9, run_id="rp-1")
     store.rebuilt_days("dw", ["2026-11-19"], "v2", {"archive/a.lz4": "sha"}, "rp-1")
     found = store.day_versions("dw", "2026-11-01", "2026-11-30")
-    assert found["2026-11-19"] == [DayVersion("2026-11-19", "v2", {"archive/a.lz4": "sha"})]
-    assert found["2026-11-18"] == [DayVersion("2026-11-18", "v1", None)]
+    assert found["2026-11-19"] == [DayVersion("2026-11-19", "v2", {"archive/a.lz4": "sha"}, "rp-1")]
+    assert found["2026-11-18"] == [DayVersion("2026-11-18", "v1", None, "run-a")]
     [other] = store.day_versions("other", "2026-11-19", "2026-11-19")["2026-11-19"]
     assert other.code_version == "v1"  # other destinations untouched
     [rebuilt] = [r for r in store.history() if r.run_id == "rp-1"]
