@@ -89,7 +89,7 @@ def test_a_micro_batch_waits_out_a_reader_holding_the_duckdb_file_without_failin
     stream.run_once(spark, c.config)
     # A user's session keeps the file open for 2 s, longer than the writer waits (0.2 s):
     # the micro-batch fails as transient and is retried in place (after 1 s, then 2 s).
-    monkeypatch.setattr(duckdb_destination, "LOCK_WAIT_SECONDS", 0.2)
+    monkeypatch.setattr(duckdb_destination, "lock_wait", lambda timeout: 0.2)
     _post(c, [{"n": 2}], server=True)
     holder = _hold_read_only(c.layout.warehouse, 2.0)
     try:

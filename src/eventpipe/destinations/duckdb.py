@@ -2,7 +2,7 @@
 
 * The database file is opened only while patching or loading: DuckDB admits one writing
   process, and users keep querying it (``eventpipe query``, their own DuckDB) in between.
-  While a reader holds the file, opening it waits (up to ``LOCK_WAIT_SECONDS``, polling)
+  While a reader holds the file, opening it waits (past ``query_timeout_seconds``, polling)
   instead of failing: readers come and go, a stream loads every second.
 * A load is one transaction: the rows and a record of ``batch_id`` in
   ``_eventpipe_loads`` commit together, so a crash leaves either both or neither, and a
@@ -50,8 +50,15 @@ from eventpipe.schema.types import DataType
 LOADS_TABLE = reserved.LOADS_TABLE
 
 LOCK_WAIT_SECONDS = 30.0
-"""How long opening the file for writing waits for other processes (readers) to let go,
-before the load fails as transient (and is retried later with backoff)."""
+"""How long opening the file for writing waits at least for other processes (readers) to
+let go, before the load fails as transient (and is retried later with backoff)."""
+
+
+def lock_wait(query_timeout_seconds: float) -> float:
+    """How long a load waits for readers: past the destination's query time limit, so
+    that an ``eventpipe query`` (interrupted by then) never fails a load."""
+    return max(LOCK_WAIT_SECONDS, query_timeout_seconds + 15)
+
 
 # DuckDB types back to the lattice, for tables eventpipe did not create itself.
 _LATTICE = {
@@ -91,10 +98,17 @@ class DuckDBDestination:
     the loads, they take one thread fewer and leave it a core (processing/load.py); where
     the service's wait compressed them, the loads take both (docs/pipeline.md)."""
 
-    def __init__(self, destination_id: str, path: Path, locks: Locks) -> None:
+    def __init__(
+        self,
+        destination_id: str,
+        path: Path,
+        locks: Locks,
+        query_timeout_seconds: float = QUERY_TIMEOUT_SECONDS,
+    ) -> None:
         self.id = destination_id
         self.path = path
         self.locks = locks
+        self.query_timeout_seconds = query_timeout_seconds
 
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
@@ -104,7 +118,7 @@ class DuckDBDestination:
         load, instead of its events going to failed/ one by one (isolation takes any
         other failure for the events')."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        connection = _open_for_writing(self.path, LOCK_WAIT_SECONDS)
+        connection = _open_for_writing(self.path, lock_wait(self.query_timeout_seconds))
         try:
             yield connection
         except duckdb.Error as exc:

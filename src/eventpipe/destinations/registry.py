@@ -96,7 +96,9 @@ def _duckdb_file(dest: DuckDBConfig, config: Config) -> Path:
 def _open_duckdb(dest_id: str, dest: DuckDBConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.duckdb import DuckDBDestination
 
-    return DuckDBDestination(dest_id, _duckdb_file(dest, config), lent.locks)
+    return DuckDBDestination(
+        dest_id, _duckdb_file(dest, config), lent.locks, dest.query_timeout_seconds
+    )
 
 
 def _open_postgres(dest_id: str, dest: PostgresConfig, config: Config, lent: Resources) -> Opened:

@@ -74,7 +74,7 @@ def test_a_reader_that_holds_on_makes_the_write_fail_as_transient(
         "warehouse", tmp_path / "warehouse.duckdb", FileLocks(tmp_path / "locks")
     )
     dest.patch(diff(None, Table("events", {"id": DataType.STRING})))
-    monkeypatch.setattr(duckdb_destination, "LOCK_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(duckdb_destination, "lock_wait", lambda timeout: 0.3)
     holder = _hold_read_only(dest.path, 30)
     try:
         with pytest.raises(TransientError, match="Could not set lock") as failed:
@@ -83,3 +83,19 @@ def test_a_reader_that_holds_on_makes_the_write_fail_as_transient(
     finally:
         holder.kill()
         holder.wait(10)
+
+
+def test_a_load_waits_for_readers_past_the_query_time_limit(tmp_path: Path) -> None:
+    """An `eventpipe query` ends at query_timeout_seconds: a load waits longer than that."""
+    from eventpipe.processing.run import open_destination
+    from tests.conftest import make_config
+
+    config = make_config(tmp_path / "data", destinations={
+        "slow": {"type": "duckdb", "query_timeout_seconds": 100},
+        "quick": {"type": "duckdb", "path": str(tmp_path / "q.duckdb")},
+    })  # fmt: skip
+    for dest_id, wait in (("slow", 115.0), ("quick", 75.0)):
+        opened = open_destination(dest_id, config.destinations[dest_id], config)
+        assert isinstance(opened, DuckDBDestination)
+        assert duckdb_destination.lock_wait(opened.query_timeout_seconds) == wait
+    assert duckdb_destination.lock_wait(1) == duckdb_destination.LOCK_WAIT_SECONDS
