@@ -177,6 +177,43 @@ def test_a_request_of_many_empty_objects_stores_a_bounded_number_of_events(
     )
 
 
+def test_a_request_that_would_store_far_more_than_it_sent_is_refused(
+    start_collector: Any,
+) -> None:
+    """Every browser event gets a copy of the User-Agent: 10,000 ``{}`` under a 40 KB
+    User-Agent would store 400 MB from 70 KB. Past server.max_amplification the request is
+    refused whole with 413 and nothing is stored; a browser's ordinary batch is not."""
+    c = start_collector()
+    body = b"[" + b",".join([b"{}"] * 10_000) + b"]"
+    huge = {"User-Agent": "Mozilla/5.0 " + "x" * 40_000}
+    for path, content in (
+        ("/api/v1/event", body),
+        (
+            "/v1/batch",
+            orjson.dumps(
+                {
+                    "writeKey": WEB_JS,
+                    "batch": [{"type": "track", "event": "e", "userId": "u"}] * 2_000,
+                }
+            ),
+        ),
+    ):
+        answer = httpx.post(c.url + path, params={"token": WEB_JS}, content=content,
+                            headers=huge, timeout=60)  # fmt: skip
+        assert answer.status_code == 413, answer.text
+        assert "past server.max_amplification (100x" in answer.json()["error"]
+    assert sum(p.stat().st_size for p in c.layout.active_segments()) == 0
+    assert _failed_bytes(c) == 0
+    ordinary = [{"event_type": "click", "n": n} for n in range(500)]
+    answer = httpx.post(c.url + "/api/v1/event", params={"token": WEB_JS}, json=ordinary,
+                        headers={"User-Agent": "Mozilla/5.0 " + "x" * 400})  # fmt: skip
+    assert (answer.status_code, answer.json()["accepted"]) == (200, 500)
+    metrics = httpx.get(c.url + "/metrics").text
+    assert 'eventpipe_events_rejected_total{api_key="web",reason="amplification"} 12000.0' in (
+        metrics
+    )
+
+
 def test_a_bulk_upload_stops_at_its_event_cap_keeping_what_came_before(
     start_collector: Any,
 ) -> None:

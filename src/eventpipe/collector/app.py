@@ -88,14 +88,22 @@ class _Prepared:
     failed: bytes
     batch: EnrichedBatch
     accepted: int
+    request_bytes: int | None
+    """What the client sent for it: the body and the User-Agent copied into its events
+    (None: a bulk upload's chunk, bounded by ``max_bulk_events`` instead)."""
 
     @classmethod
-    def of(cls, batch: EnrichedBatch) -> _Prepared:
+    def of(cls, batch: EnrichedBatch, request_bytes: int | None) -> _Prepared:
         """The batch's lines joined for one append; the batch lets go of its own."""
         prepared = cls(b"".join(batch.lines), b"".join(batch.failed_lines), batch,
-                       len(batch.lines))  # fmt: skip
+                       len(batch.lines), request_bytes)  # fmt: skip
         del batch.lines, batch.failed_lines
         return prepared
+
+
+STORED_ALLOWANCE_BYTES = 4 * 1024 * 1024
+"""What any request may store, whatever its size; past it, ``server.max_amplification``
+bytes per byte it sent."""
 
 
 def _token(request: Request) -> str | None:
@@ -301,7 +309,7 @@ class Collector:
         if not chunk:
             return 0
         batch = imports.prepare_chunk(ctx.key_id, chunk, self.enrich_settings, ctx)
-        stored = await self._append(ctx, _Prepared.of(batch), {})
+        stored = await self._append(ctx, _Prepared.of(batch, None), {})
         if isinstance(stored, Response):
             return stored
         rejected.update(batch.rejected)
@@ -386,7 +394,7 @@ class Collector:
                                  refused=refused, excess=excess)  # fmt: skip
         count = len(messages) + excess
         del messages, document, items, body  # see _prepare
-        stored = await self._append(ctx, prepared, cors)
+        stored = await self._append(ctx, prepared, cors, segment_api=True)
         if isinstance(stored, Response):
             return stored
         accepted, batch = stored
@@ -498,7 +506,7 @@ class Collector:
                     f"({cap}): send them in another request"))  # fmt: skip
         if batch.unrecorded:
             batch.failed_lines.append(summary_line(batch, ctx, body))
-        return _Prepared.of(batch)
+        return _Prepared.of(batch, len(body) + len(ctx.user_agent or ""))
 
     def _cap(self, items: list[Any]) -> int:
         """Cut ``items`` to ``max_events_per_request``; how many were cut. Every item
@@ -512,10 +520,20 @@ class Collector:
         return excess
 
     async def _append(
-        self, ctx: RequestContext, prepared: _Prepared, cors: dict[str, str]
+        self,
+        ctx: RequestContext,
+        prepared: _Prepared,
+        cors: dict[str, str],
+        *,
+        segment_api: bool = False,
     ) -> tuple[int, EnrichedBatch] | Response:
         """Append (fsynced) what :meth:`_prepare` made: the accepted count and the batch,
-        or the 503 of a log that cannot take them."""
+        or the 503 of a log that cannot take them, or the 413 of a request that would
+        store far more than it sent (nothing of it stored)."""
+        if (sent := prepared.request_bytes) is not None:
+            stored = len(prepared.events) + len(prepared.failed)
+            if stored > STORED_ALLOWANCE_BYTES + self.config.server.max_amplification * sent:
+                return self._amplified(ctx, prepared, stored, cors, segment_api=segment_api)
         events, failed = self.scrub(prepared.events), self.scrub(prepared.failed)
         prepared.events = prepared.failed = b""
         accepted, batch = prepared.accepted, prepared.batch
@@ -531,6 +549,31 @@ class Collector:
         for reason, count in batch.rejected.items():
             self.metrics.events_rejected.labels(api_key=ctx.key_id, reason=reason).inc(count)
         return accepted, batch
+
+    def _amplified(
+        self,
+        ctx: RequestContext,
+        prepared: _Prepared,
+        stored: int,
+        cors: dict[str, str],
+        *,
+        segment_api: bool,
+    ) -> Response:
+        """413 for a request whose events would take far more room than it: every event
+        gets some 150 bytes of enrichment and the User-Agent, so 10,000 ``{}`` under a
+        40 KB User-Agent would store 400 MB from 70 KB."""
+        items = prepared.accepted + prepared.batch.rejected.total()
+        self.metrics.events_rejected.labels(api_key=ctx.key_id, reason="amplification").inc(items)
+        limit = self.config.server.max_amplification
+        error = (
+            f"this request would store {stored:,} bytes from {prepared.request_bytes:,} sent "
+            f"(body and User-Agent), past server.max_amplification ({limit}x, beyond "
+            f"{STORED_ALLOWANCE_BYTES // 2**20} MiB): send fewer events per request, or a "
+            "shorter User-Agent"
+        )
+        log.warning("refused %d item(s) of %s: %s", items, ctx.key_id, error)
+        payload: dict[str, Any] = {"success": False} if segment_api else {"status": "error"}
+        return _json(413, {**payload, "error": error}, cors)
 
     def _busy(
         self, key_id: str, reason: str, cors: dict[str, str], *, segment_api: bool = False
