@@ -145,6 +145,47 @@ def test_numerics_keep_every_digit(tmp_path: Path, source_database: str) -> None
     ]
 
 
+def test_a_column_added_with_a_default_reaches_the_rows_that_existed(
+    tmp_path: Path, source_database: str
+) -> None:
+    """PostgreSQL gives the rows that exist a new column's DEFAULT without a change in
+    the WAL: the reader notices the column and reads the table again, as updates placed
+    after every change the read saw and before every later one, so that the destinations
+    end equal to the source, even where no row changes again."""
+    _sql(source_database, "CREATE TABLE k (id int PRIMARY KEY, v text)",
+         "CREATE TABLE bare (v text)",
+         "INSERT INTO k VALUES (1, 'a'), (2, 'b')", "INSERT INTO bare VALUES ('x')")  # fmt: skip
+    config = _config(tmp_path, source_database)
+    source = PostgresSource(config, "pg")
+    source.read(once=True)
+    _sql(source_database, "INSERT INTO k VALUES (3, 'c')")
+    source.read(once=True)
+    _sql(source_database, "ALTER TABLE k ADD COLUMN w int DEFAULT 7",
+         "ALTER TABLE k ADD COLUMN n text", "ALTER TABLE bare ADD COLUMN w int DEFAULT 7",
+         "INSERT INTO k (id, v) VALUES (4, 'd')")  # fmt: skip
+    report = source.read(once=True)
+    logged = _logged(config)
+    [three] = [e for e in logged if e.get("id") == 3 and e["_op"] == "insert"]
+    [four] = [e for e in logged if e.get("id") == 4 and e["_op"] == "insert"]
+    again = [e for e in logged if e["_op"] == "update" and e["_seq"] == 0]
+    assert sorted((e["id"], e["v"], e["w"], e["n"]) for e in again) == [
+        (1, "a", 7, None), (2, "b", 7, None), (3, "c", 7, None), (4, "d", 7, None)]  # fmt: skip
+    assert len({e["_lsn"] for e in again}) == 1
+    assert three["_lsn"] < four["_lsn"] < again[0]["_lsn"]  # after what the read saw
+    assert all(e["_namespace"] == "public.k" for e in again)  # bare: no key, left as it is
+    assert report.changes == 1 + 4  # the rows read again count as changes logged
+    assert source.progress().columns["public.k"] == ["id", "v", "w", "n"]
+    assert source.read(once=True).changes == 0  # noticed once
+    # A column added to a table that never changes again: noticed all the same.
+    _sql(source_database, "ALTER TABLE k ADD COLUMN z text DEFAULT 'zz'")
+    assert source.read(once=True).changes == 4
+    assert {e["z"] for e in _logged(config) if "z" in e} == {"zz"}
+    _sql(source_database, "UPDATE k SET z = 'later' WHERE id = 1")
+    assert source.read(once=True).changes == 1
+    last = _logged(config)[-1]  # in position order: the update after the rows read again
+    assert (last["_op"], last["id"], last["z"]) == ("update", 1, "later")
+
+
 def test_a_reader_killed_over_and_over_loses_no_change(
     tmp_path: Path, source_database: str
 ) -> None:
@@ -165,7 +206,9 @@ def test_a_reader_killed_over_and_over_loses_no_change(
         for _ in range(10):
             reader = subprocess.Popen([*EVENTPIPE, "read", "pg", "-c", str(config_file)],
                                       stdout=log_file, stderr=log_file, env=_env())  # fmt: skip
-            deadline = time.monotonic() + rng.uniform(0.5, 2.0)
+            # The first reader has the time to start and copy; the others are killed at
+            # random moments, while they read changes.
+            deadline = time.monotonic() + (4.0 if kills == 0 else rng.uniform(0.5, 2.0))
             while time.monotonic() < deadline:
                 n = writes
                 db.execute("INSERT INTO orders (id, amount) VALUES (%s, %s)", [n, n])
