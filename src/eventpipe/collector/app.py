@@ -21,7 +21,6 @@ import contextlib
 import ipaddress
 import logging
 import signal
-from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -44,8 +43,8 @@ from eventpipe.collector.body import (
     parse_events,
     read_limited,
 )
+from eventpipe.collector.bulk import BulkUpload
 from eventpipe.collector.enrich import (
-    MAX_RECORDED_REJECTIONS,
     EnrichedBatch,
     EnrichSettings,
     Rejection,
@@ -262,61 +261,27 @@ class Collector:
                                      limit=server.max_bulk_bytes,
                                      idle_seconds=server.body_timeout_seconds,
                                      max_line=server.max_event_bytes)  # fmt: skip
-        seen: Counter[bytes] = Counter()
-        rejected: Counter[str] = Counter()
-        first: list[dict[str, Any]] = []
-        accepted = 0
-        chunk: list[tuple[int, Any]] = []
-        stopped: BodyError | None = None
-        records, most = 0, server.max_bulk_events
-        try:
-            async for number, line in lines:
-                records += 1
-                if records > most:
-                    where = f"line {number} is past max_bulk_events ({most})"
-                    raise BodyError(413, "too_many_events", f"{where}: the lines before it "
-                                    "are kept")  # fmt: skip
-                chunk.append((number, imports.with_id(key_id, imports.parsed_line(line), seen)))
-                if len(chunk) >= imports.CHUNK:
-                    done = await self._bulk_chunk(ctx, chunk, rejected, first)
-                    if isinstance(done, Response):
-                        return done
-                    accepted, chunk = accepted + done, []
-        except BodyError as exc:  # what arrived whole before it is kept, and said so
-            stopped = exc
-        done = await self._bulk_chunk(ctx, chunk, rejected, first)
-        if isinstance(done, Response):
-            return done
-        accepted += done
-        answer: dict[str, Any] = {"accepted": accepted}
-        if rejected:
-            answer["rejected_count"] = rejected.total()
-            answer["rejected"] = first
-        if stopped is not None:
+
+        async def store(batch: EnrichedBatch) -> int | Response:
+            stored = await self._append(ctx, _Prepared.of(batch, None), {})
+            return stored if isinstance(stored, Response) else stored[0]
+
+        upload = BulkUpload(ctx, self.enrich_settings, store, server.max_bulk_events)
+        result = await upload.read(lines)
+        if isinstance(result, Response):
+            return result
+        answer: dict[str, Any] = {"accepted": result.accepted}
+        if result.rejected:
+            answer["rejected_count"] = result.rejected.total()
+            answer["rejected"] = result.first
+        if (stopped := result.stopped) is not None:
             self.metrics.events_rejected.labels(api_key=key_id, reason=stopped.reason).inc()
             if stopped.reason == "client_disconnected":
-                log.info("bulk upload of %s: %s (%d accepted)", key_id, stopped.message, accepted)
+                log.info("bulk upload of %s: %s (%d accepted)", key_id, stopped.message,
+                         result.accepted)  # fmt: skip
             return _json(stopped.status, {"status": "error", "error": stopped.message, **answer},
                          {"Connection": "close"})  # fmt: skip
-        return _json(200, {"status": "partial" if rejected else "ok", **answer})
-
-    async def _bulk_chunk(
-        self, ctx: RequestContext, chunk: list[tuple[int, Any]], rejected: Counter[str],
-        first: list[dict[str, Any]],
-    ) -> int | Response:  # fmt: skip
-        """Store one chunk of a bulk upload; the events accepted, or the 503 of a log
-        that cannot take them."""
-        if not chunk:
-            return 0
-        batch = imports.prepare_chunk(ctx.key_id, chunk, self.enrich_settings, ctx)
-        stored = await self._append(ctx, _Prepared.of(batch, None), {})
-        if isinstance(stored, Response):
-            return stored
-        rejected.update(batch.rejected)
-        numbers = batch.numbers or []
-        for r in batch.rejections[: max(0, MAX_RECORDED_REJECTIONS - len(first))]:
-            first.append({"line": numbers[r.index], "error": r.message})
-        return stored[0]
+        return _json(200, {"status": "partial" if result.rejected else "ok", **answer})
 
     # The Segment API (collector/segment.py)
 
