@@ -153,6 +153,69 @@ def test_preflight_without_a_permissive_key(start_collector: Any) -> None:
     assert _preflight(c, "https://evil.test").status_code == 403
 
 
+def test_a_preflight_allows_the_headers_sdks_send(start_collector: Any) -> None:
+    """RudderStack's browser SDK sends AnonymousId, SentAt and its RSA-Retry-* headers;
+    analytics-next adds X-Retry-Count on retries: a preflight that refused them blocked
+    every request (RudderStack) or every retry (Segment)."""
+    c = start_collector()
+    asked = "anonymousid, sentat, rsa-retry-attempt, rsa-retry-reason, x-retry-count, a b"
+    for path in (BROWSER, "/v1/batch"):
+        answer = httpx.options(c.url + path, headers={
+            "Origin": "https://shop.example.com", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": asked})  # fmt: skip
+        assert answer.status_code == 204
+        allowed = [h.strip() for h in answer.headers["access-control-allow-headers"].split(",")]
+        assert {"anonymousid", "sentat", "rsa-retry-attempt", "x-retry-count"} <= set(allowed)
+        assert "X-Auth-Token" in allowed
+        assert "a b" not in allowed  # not a header name: not echoed
+        assert answer.headers["access-control-allow-credentials"] == "true"
+        assert answer.headers["access-control-allow-origin"] == "https://shop.example.com"
+
+
+def test_error_answers_to_an_allowed_origin_carry_cors_and_the_codes_sdks_read(
+    start_collector: Any,
+) -> None:
+    """A 401 without CORS headers is a network error to the page, which SDKs retry;
+    rudder-sdk-python raised KeyError('code') on a 4xx body without one."""
+    c = start_collector()
+    origin = {"Origin": "https://any.test"}  # `web` allows any origin
+    unknown = httpx.post(c.url + BROWSER, params={"token": "nope"}, json={}, headers=origin)
+    assert unknown.status_code == 401
+    assert unknown.headers["access-control-allow-origin"] == "https://any.test"
+    assert unknown.json()["code"] == "unauthorized"
+    segment = httpx.post(c.url + "/v1/track", json={"writeKey": "nope"}, headers=origin)
+    assert segment.status_code == 401
+    assert segment.headers["access-control-allow-origin"] == "https://any.test"
+    assert (segment.json()["code"], segment.json()["success"]) == ("unauthorized", False)
+    assert "write key" in segment.json()["message"]
+    bad = httpx.post(c.url + "/v1/batch", content=b"{", headers=origin)
+    assert bad.status_code == 400
+    assert bad.headers["access-control-allow-origin"] == "https://any.test"
+    assert bad.json()["code"] == "malformed_json"
+    invalid = httpx.post(c.url + "/v1/track", headers=origin,
+                         json={"writeKey": WEB_JS, "type": "track", "userId": "u"})  # fmt: skip
+    assert invalid.status_code == 400  # no event name: nothing taken
+    assert (invalid.json()["code"], invalid.json()["message"]) == (
+        "rejected", "a track message needs event")  # fmt: skip
+    assert invalid.headers["x-eventpipe-rejected"] == "1"
+    # An origin no browser key allows gets no CORS headers, errors included.
+    c2 = start_collector(data_dir=c.config.data_dir.parent / "restricted", api_keys=[
+        {"id": "shop", "js": SHOP_JS, "origins": ["https://shop.example.com"]}])  # fmt: skip
+    other = httpx.post(c2.url + "/v1/track", json={"writeKey": "nope"}, headers=origin)
+    assert other.status_code == 401
+    assert "access-control-allow-origin" not in other.headers
+
+
+def test_a_partly_refused_batch_says_so_in_a_header(start_collector: Any) -> None:
+    c = start_collector()
+    answer = _post(c, BROWSER, [{"a": 1}, 5], params={"token": WEB_JS},
+                   headers={"Origin": "https://any.test"})  # fmt: skip
+    assert answer.status_code == 200
+    assert answer.json()["status"] == "partial"
+    assert answer.headers["x-eventpipe-rejected"] == "1"
+    assert "X-Eventpipe-Rejected" in answer.headers["access-control-expose-headers"]
+
+
 def test_x_forwarded_for_from_a_trusted_proxy(start_collector: Any) -> None:
     c = start_collector(server={"trusted_proxies": ["127.0.0.0/8"]})
     _post(

@@ -88,6 +88,30 @@ def test_time_without_sent_at_is_the_clients_and_without_either_the_servers() ->
     assert untold["_timestamp"] == "2026-11-24T12:00:00.000000Z"
 
 
+def test_original_timestamp_is_corrected_as_segment_corrects_it() -> None:
+    """RudderStack's SDKs send originalTimestamp and sentAt, no timestamp: the event's
+    time was the receipt time (57.8 s late at the median after retries)."""
+    rudder = {
+        "type": "track",
+        "event": "e",
+        "anonymousId": "a",
+        "originalTimestamp": "2026-11-24T12:04:00.000Z",
+        "sentAt": "2026-11-24T12:05:00Z",
+    }
+    event = to_event(rudder, RECEIVED, server=True)
+    assert event["_timestamp"] == "2026-11-24T11:59:00.000000Z"  # the clock 5 min fast
+    assert event["originalTimestamp"] == "2026-11-24T12:04:00.000Z"  # as sent
+    assert "timestamp" not in event
+    both = {"type": "track", "event": "e", "anonymousId": "a", "timestamp": "2026-11-24T10:00:00Z",
+            "originalTimestamp": "2026-11-24T09:00:00Z"}  # fmt: skip
+    event = to_event(both, RECEIVED, server=True)
+    assert event["_timestamp"] == "2026-11-24T10:00:00.000000Z"  # timestamp first
+    assert event["originalTimestamp"] == "2026-11-24T09:00:00Z"  # kept as sent
+    with pytest.raises(MessageError, match="originalTimestamp must be an ISO 8601 string"):
+        to_event({"type": "page", "anonymousId": "a", "originalTimestamp": 5}, RECEIVED,
+                 server=True)  # fmt: skip
+
+
 def test_a_browser_key_cannot_choose_the_address() -> None:
     event = to_event({"type": "page", "anonymousId": "a", "context": {"ip": "6.6.6.6"}},
                      RECEIVED, server=False)  # fmt: skip

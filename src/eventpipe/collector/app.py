@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import re
 import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -113,6 +114,45 @@ def _token(request: Request) -> str | None:
     return request.headers.get("x-auth-token")
 
 
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,64}$")
+"""A header name (RFC 9110's token), as a preflight may ask to send it."""
+MAX_REQUESTED_HEADERS = 32
+KNOWN_HEADERS = "Content-Type, X-Auth-Token, Authorization"
+"""Allowed in every preflight answer; the others a preflight asks for are echoed (SDKs
+send their own: RudderStack's ``AnonymousId``, ``SentAt``, ``RSA-Retry-Attempt``...;
+analytics-next's ``X-Retry-Count`` on retries)."""
+
+
+def cors_headers(origin: str) -> dict[str, str]:
+    """What an answer to an allowed ``origin`` carries, errors included: the origin itself
+    (never ``*``), credentials allowed (``navigator.sendBeacon`` sends in that mode), and
+    the headers a client may read."""
+    return {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Allow-Credentials": "true",
+        "Access-Control-Expose-Headers": "Retry-After, X-Eventpipe-Rejected",
+        "Vary": "Origin",
+    }
+
+
+def allowed_request_headers(requested: str | None) -> str:
+    """The ``Access-Control-Allow-Headers`` of a preflight: the known ones, and those it
+    asks for that are header names (at most MAX_REQUESTED_HEADERS)."""
+    asked = [name.strip() for name in (requested or "").split(",") if name.strip()]
+    echoed = [n for n in asked[:MAX_REQUESTED_HEADERS] if _HEADER_NAME.match(n)]
+    known = {n.strip().lower() for n in KNOWN_HEADERS.split(",")}
+    return ", ".join([KNOWN_HEADERS, *(n for n in echoed if n.lower() not in known)])
+
+
+def _error(code: str, message: str, *, segment_api: bool = False) -> dict[str, Any]:
+    """An error answer's body: eventpipe's (``status``, ``error``) or the Segment API's
+    (``success``), with the ``code`` and ``message`` that Segment's and RudderStack's SDKs
+    read (rudder-sdk-python raised ``KeyError('code')`` without them)."""
+    if segment_api:
+        return {"success": False, "code": code, "message": message, "error": message}
+    return {"status": "error", "code": code, "error": message}
+
+
 def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
     return Response(
         orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers
@@ -178,28 +218,19 @@ class Collector:
     async def _ingest_inner(self, request: Request, endpoint: _Endpoint) -> Response:
         headers = request.headers
         match = self.keyring.match(_token(request))
+        early = self._error_cors(headers) if endpoint.browser else {}
         if match is None:
             self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
-            return _json(
-                401,
-                {
-                    "status": "error",
-                    "error": "missing or unknown API key: pass it as ?token=KEY or X-Auth-Token",
-                },
-            )
+            error = "missing or unknown API key: pass it as ?token=KEY or X-Auth-Token"
+            return _json(401, _error("unauthorized", error), early)
         key = match.key
         wanted = KeyKind.JS if endpoint.browser else KeyKind.SERVER
         if match.kind is not wanted:
             self.metrics.events_rejected.labels(api_key=key.id, reason="wrong_key_kind").inc()
             other = SERVER_PATH if endpoint.browser else BROWSER_PATH
-            return _json(
-                403,
-                {
-                    "status": "error",
-                    "error": f"this is the {match.kind} key of {key.id!r}; "
-                    f"{endpoint.path} takes {wanted} keys only (post to {other})",
-                },
-            )
+            error = (f"this is the {match.kind} key of {key.id!r}; {endpoint.path} takes "
+                     f"{wanted} keys only (post to {other})")  # fmt: skip
+            return _json(403, _error("wrong_key_kind", error), early)
         cors = self._cors(key, headers) if endpoint.browser else {}
         if isinstance(cors, Response):
             return cors
@@ -224,9 +255,10 @@ class Collector:
         answer["rejected"] = [{"index": r.index, "error": r.message} for r in batch.rejections]
         if batch.unrecorded:  # the answer lists the first ones; failed/ has the body
             answer["rejected_count"] = batch.rejected.total()
+        refused = {**cors, "X-Eventpipe-Rejected": str(batch.rejected.total())}
         if accepted == 0:
-            return _json(400, {"status": "error", "error": "no event was accepted", **answer}, cors)
-        return _json(200, {"status": "partial", **answer}, cors)
+            return _json(400, {**_error("rejected", "no event was accepted"), **answer}, refused)
+        return _json(200, {"status": "partial", **answer}, refused)
 
     # Bulk uploads
 
@@ -245,8 +277,8 @@ class Collector:
         if match is None or match.kind is not KeyKind.SERVER:
             reason = "unauthorized" if match is None else "wrong_key_kind"
             self.metrics.events_rejected.labels(api_key="-", reason=reason).inc()
-            return _json(401 if match is None else 403, {"status": "error", "error":
-                         "bulk uploads take a server key (X-Auth-Token or ?token=)"})  # fmt: skip
+            error = "bulk uploads take a server key (X-Auth-Token or ?token=)"
+            return _json(401 if match is None else 403, _error(reason, error))
         key_id = match.key.id
         if self.backpressure.reason is not None:
             return self._busy(key_id, self.backpressure.reason, {})
@@ -279,7 +311,7 @@ class Collector:
             if stopped.reason == "client_disconnected":
                 log.info("bulk upload of %s: %s (%d accepted)", key_id, stopped.message,
                          result.accepted)  # fmt: skip
-            return _json(stopped.status, {"status": "error", "error": stopped.message, **answer},
+            return _json(stopped.status, {**_error(stopped.reason, stopped.message), **answer},
                          {"Connection": "close"})  # fmt: skip
         return _json(200, {"status": "partial" if result.rejected else "ok", **answer})
 
@@ -315,13 +347,14 @@ class Collector:
 
     async def _segment(self, request: Request, kind: str, pixel: bytes | None) -> Response:
         headers = request.headers
+        early = self._error_cors(headers)  # until the key is known
         written = segment.basic_user(headers.get("authorization"))
         match = self.keyring.match(written)
         if written is not None and match is None:
-            return self._no_write_key()
+            return self._no_write_key(early)
         if self.backpressure.reason is not None:
             key_id = match.key.id if match else "-"
-            return self._busy(key_id, self.backpressure.reason, {}, segment_api=True)
+            return self._busy(key_id, self.backpressure.reason, early, segment_api=True)
         try:
             body = pixel if pixel is not None else await self._body(request, "segment", gzip=True)
             items, in_array = parse_events(body)
@@ -329,11 +362,12 @@ class Collector:
                 raise BodyError(400, "not_an_object", "a Segment API body is a JSON object")
             document = items[0]
         except BodyError as exc:
-            return self._refused_body(match.key.id if match else "-", exc, {}, segment_api=True)
+            return self._refused_body(match.key.id if match else "-", exc, early,
+                                      segment_api=True)  # fmt: skip
         if match is None:
             match = self.keyring.match(segment.body_write_key(document))
             if match is None:
-                return self._no_write_key()
+                return self._no_write_key(early)
         key, browser = match.key, match.kind is KeyKind.JS
         # An <img> sends no Origin, and a pixel in an e-mail has none to send: a pixel
         # is checked against the key's origins only when its request names one.
@@ -345,7 +379,7 @@ class Collector:
             messages = segment.messages(document, kind)
         except segment.MessageError as exc:
             self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
-            return _json(400, {"success": False, "error": str(exc)}, cors)
+            return _json(400, _error(exc.reason, str(exc), segment_api=True), cors)
         ctx = self._context(request, key.id, browser=browser)
         excess = self._cap(messages)
         refused: dict[int, tuple[str, str]] = {}
@@ -367,14 +401,18 @@ class Collector:
         if batch.rejections:
             answer["rejected"] = [{"index": r.index, "error": r.message} for r in batch.rejections]
             answer["rejected_count"] = batch.rejected.total()
+            cors = {**cors, "X-Eventpipe-Rejected": str(batch.rejected.total())}
         # 400 only when nothing was taken: SDKs retry 5xx and 429, and drop what got a 4xx.
+        if not answer["success"]:
+            first = batch.rejections[0].message if batch.rejections else "no message accepted"
+            answer = {**_error("rejected", first, segment_api=True), **answer}
         return _json(200 if answer["success"] else 400, answer, cors)
 
-    def _no_write_key(self) -> Response:
+    def _no_write_key(self, cors: dict[str, str]) -> Response:
         self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
         error = ("missing or unknown write key: send it as the user name of HTTP Basic auth, "
                  "or as writeKey in the body")  # fmt: skip
-        return _json(401, {"success": False, "error": error})
+        return _json(401, _error("unauthorized", error, segment_api=True), cors)
 
     # Steps shared by the endpoints
 
@@ -384,16 +422,22 @@ class Collector:
         origin = headers.get("origin")
         if key.origins and (origin is None or not origin_allowed(origin, key.origins)):
             self.metrics.events_rejected.labels(api_key=key.id, reason="origin").inc()
-            return _json(
-                403,
-                {
-                    "status": "error",
-                    "error": f"origin {origin!r} is not allowed for key {key.id!r}",
-                },
-            )
+            error = f"origin {origin!r} is not allowed for key {key.id!r}"
+            return _json(403, _error("origin", error))
         if origin is None:
             return {}
-        return {"Access-Control-Allow-Origin": origin, "Vary": "Origin"}
+        return cors_headers(origin)
+
+    def _error_cors(self, headers: Headers) -> dict[str, str]:
+        """CORS headers for an answer given before a key is known (no key, a bad body):
+        for an origin some browser key allows, so that the browser shows the answer to
+        the page instead of a network error that SDKs retry."""
+        origin = headers.get("origin")
+        if origin is None:
+            return {}
+        if any(origin_allowed(origin, key.origins) for key in self.keyring.keys_with_js()):
+            return cors_headers(origin)
+        return {}
 
     async def _body(self, request: Request, label: str, *, gzip: bool) -> bytes:
         """The request's body within the limits (BodyError otherwise); gzip decoded if
@@ -422,9 +466,7 @@ class Collector:
         if exc.reason == "client_disconnected":
             log.info("request of %s: %s", key_id, exc.message)
         extra = {"Connection": "close"} if exc.status in (408, 413) else {}
-        payload: dict[str, Any] = {"status": "error", "error": exc.message}
-        if segment_api:
-            payload = {"success": False, "error": exc.message}
+        payload = _error(exc.reason, exc.message, segment_api=segment_api)
         return _json(exc.status, payload, {**cors, **extra})
 
     def _context(self, request: Request, key_id: str, *, browser: bool) -> RequestContext:
@@ -537,8 +579,7 @@ class Collector:
             "shorter User-Agent"
         )
         log.warning("refused %d item(s) of %s: %s", items, ctx.key_id, error)
-        payload: dict[str, Any] = {"success": False} if segment_api else {"status": "error"}
-        return _json(413, {**payload, "error": error}, cors)
+        return _json(413, _error("amplification", error, segment_api=segment_api), cors)
 
     def _busy(
         self, key_id: str, reason: str, cors: dict[str, str], *, segment_api: bool = False
@@ -546,8 +587,8 @@ class Collector:
         self.metrics.events_rejected.labels(api_key=key_id, reason="backpressure").inc()
         retry = str(self.config.incoming.retry_after_seconds)
         error = f"not accepting events now: {reason}; retry later"
-        payload: dict[str, Any] = {"success": False} if segment_api else {"status": "error"}
-        return _json(503, {**payload, "error": error}, {**cors, "Retry-After": retry})
+        payload = _error("backpressure", error, segment_api=segment_api)
+        return _json(503, payload, {**cors, "Retry-After": retry})
 
     async def preflight(self, request: Request) -> Response:
         """CORS preflight for the browser endpoint.
@@ -558,7 +599,7 @@ class Collector:
         """
         origin = request.headers.get("origin")
         if origin is None:
-            return _json(400, {"status": "error", "error": "a CORS preflight needs an Origin"})
+            return _json(400, _error("no_origin", "a CORS preflight needs an Origin"))
         token = request.query_params.get("token")
         if token:
             match = self.keyring.match(token)
@@ -566,15 +607,16 @@ class Collector:
         else:
             candidates = self.keyring.keys_with_js()
         if not any(origin_allowed(origin, key.origins) for key in candidates):
-            return _json(403, {"status": "error", "error": f"origin {origin!r} is not allowed"})
+            return _json(403, _error("origin", f"origin {origin!r} is not allowed"))
+        requested = request.headers.get("access-control-request-headers")
         return Response(
             status_code=204,
             headers={
-                "Access-Control-Allow-Origin": origin,
-                "Access-Control-Allow-Methods": "POST, OPTIONS",
-                "Access-Control-Allow-Headers": "Content-Type, X-Auth-Token, Authorization",
+                **cors_headers(origin),
+                "Access-Control-Allow-Methods": "POST, GET, OPTIONS",
+                "Access-Control-Allow-Headers": allowed_request_headers(requested),
                 "Access-Control-Max-Age": str(self.config.server.cors_max_age_seconds),
-                "Vary": "Origin",
+                "Vary": "Origin, Access-Control-Request-Headers",
             },
         )
 

@@ -19,11 +19,13 @@ How a message becomes an event (docs/segment.md):
   (``context_page_url``, ``properties_price``); the secret in ``writeKey`` is dropped;
 * ``messageId`` is the event id (enrichment reads it), so an SDK's retry of a message
   is one row in a destination with a primary key on ``eventn_ctx_event_id``;
-* ``_timestamp`` is when it happened by the server's clock: Segment's clock-skew
-  correction ``receivedAt - (sentAt - timestamp)`` when the client sent both, the
-  client's ``timestamp`` when it sent no ``sentAt``, else the time it was received; the
-  client's own value stays in ``originalTimestamp``, and ``receivedAt`` and ``sentAt``
-  are kept;
+* ``_timestamp`` is when it happened by the server's clock, as Segment computes its
+  ``timestamp``: the client's time (``timestamp``, else ``originalTimestamp``, which
+  RudderStack's SDKs send instead) corrected for the client's clock,
+  ``receivedAt - (sentAt - time)``, when it sent ``sentAt``; that time as it is without
+  ``sentAt``; else the time it was received. The client's fields are kept as sent (a
+  ``timestamp`` is copied to ``originalTimestamp`` when that is absent), and
+  ``receivedAt`` is added;
 * ``event_type`` is the event name for ``track`` (as Jitsu names tables by it) and the
   type for the others (``identify``, ``page``...), so the default table template
   ``{{ event_type }}`` gives Segment's per-event tables plus ``identify``, ``page``...;
@@ -157,7 +159,8 @@ def to_event(
     if not _text(get("userId")) and not _text(get("anonymousId")):
         raise MessageError("missing_field", "a message needs userId or anonymousId")
     received = received or format_timestamp(received_at)
-    happened = _when(message, received_at) if "timestamp" in message else received_at
+    timed = "timestamp" in message or "originalTimestamp" in message
+    happened = _when(message, received_at) if timed else received_at
     message["receivedAt"] = received
     message["_timestamp"] = received if happened is received_at else format_timestamp(happened)
     message["event_type"] = message["event"] if kind == "track" else kind
@@ -177,11 +180,12 @@ def to_event(
 
 def _when(message: dict[str, Any], received_at: datetime) -> datetime:
     """When the message happened by the server's clock (the module's docstring)."""
-    stamp = message.get("timestamp")
+    name = "timestamp" if message.get("timestamp") is not None else "originalTimestamp"
+    stamp = message.get(name)
     if stamp is None:
         return received_at
-    happened = _parse(stamp, "timestamp")
-    message["originalTimestamp"] = stamp
+    happened = _parse(stamp, name)
+    message.setdefault("originalTimestamp", stamp)
     sent = message.get("sentAt")
     if sent is None:
         return happened
@@ -189,7 +193,7 @@ def _when(message: dict[str, Any], received_at: datetime) -> datetime:
         return received_at - (_parse(sent, "sentAt") - happened)
     except OverflowError:
         raise MessageError(
-            "bad_timestamp", f"sentAt {sent!r} and timestamp {stamp!r} are too far apart"
+            "bad_timestamp", f"sentAt {sent!r} and {name} {stamp!r} are too far apart"
         ) from None
 
 
