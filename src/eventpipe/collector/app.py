@@ -38,9 +38,10 @@ from eventpipe.collector import imports, segment
 from eventpipe.collector.auth import KeyKind, KeyRing
 from eventpipe.collector.backpressure import Backpressure, Limits
 from eventpipe.collector.body import (
+    ENCODINGS,
     BodyError,
     check_declared_length,
-    gunzip_limited,
+    decoded_limited,
     parse_events,
     read_limited,
 )
@@ -237,7 +238,7 @@ class Collector:
         if self.backpressure.reason is not None:
             return self._busy(key.id, self.backpressure.reason, cors)
         try:
-            body = await self._body(request, endpoint.label, gzip=False)
+            body = await self._body(request, endpoint.label)
             items, in_array = parse_events(body)
         except BodyError as exc:
             return self._refused_body(key.id, exc, cors)
@@ -356,7 +357,7 @@ class Collector:
             key_id = match.key.id if match else "-"
             return self._busy(key_id, self.backpressure.reason, early, segment_api=True)
         try:
-            body = pixel if pixel is not None else await self._body(request, "segment", gzip=True)
+            body = pixel if pixel is not None else await self._body(request, "segment")
             items, in_array = parse_events(body)
             if in_array:
                 raise BodyError(400, "not_an_object", "a Segment API body is a JSON object")
@@ -439,17 +440,17 @@ class Collector:
             return cors_headers(origin)
         return {}
 
-    async def _body(self, request: Request, label: str, *, gzip: bool) -> bytes:
-        """The request's body within the limits (BodyError otherwise); gzip decoded if
-        ``gzip`` allows it."""
+    async def _body(self, request: Request, label: str) -> bytes:
+        """The request's body within the limits (BodyError otherwise), decoded from its
+        Content-Encoding (gzip, deflate, br, zstd) within ``max_body_bytes`` too."""
         headers = request.headers
         encoding = headers.get("content-encoding", "").strip().lower()
-        if encoding not in _ALLOWED_ENCODINGS and not (gzip and encoding == "gzip"):
-            takes = "uncompressed or gzip" if gzip else "uncompressed"
+        if encoding not in _ALLOWED_ENCODINGS and encoding not in ENCODINGS:
             raise BodyError(
                 415,
                 "unsupported_encoding",
-                f"Content-Encoding {encoding!r} is not supported; send the body {takes}",
+                f"Content-Encoding {encoding!r} is not supported; send the body "
+                f"uncompressed or in {', '.join(ENCODINGS)}",
             )
         max_body = self.config.server.max_body_bytes
         check_declared_length(headers.get("content-length"), max_body)
@@ -457,7 +458,9 @@ class Collector:
             request.stream(), max_body, self.config.server.body_timeout_seconds
         )
         self.metrics.body_read(label, len(body))
-        return gunzip_limited(body, max_body) if encoding == "gzip" else body
+        if encoding in ENCODINGS:
+            return decoded_limited(body, encoding, max_body)
+        return body
 
     def _refused_body(
         self, key_id: str, exc: BodyError, cors: dict[str, str], *, segment_api: bool = False

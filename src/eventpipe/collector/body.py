@@ -28,6 +28,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import json
 import re
 import zlib
@@ -154,6 +155,73 @@ def gunzip_limited(data: bytes, max_bytes: int) -> bytes:
     if not inflater.eof:
         raise BodyError(400, "bad_encoding", "body is not valid gzip: it ends early")
     return out
+
+
+ENCODINGS = ("gzip", "deflate", "br", "zstd")
+"""The Content-Encodings a request body may come in (besides none): each decoded within
+the body size limit, counted decoded."""
+
+
+def decoded_limited(data: bytes, encoding: str, max_bytes: int) -> bytes:
+    """``data`` in ``encoding`` (one of ENCODINGS) decoded, refused (413) once it passes
+    ``max_bytes`` without decoding further (a compression bomb costs at most that), or
+    (400) when it is not that encoding or ends early."""
+    if encoding == "gzip":
+        return gunzip_limited(data, max_bytes)
+    decode = {"deflate": _inflate, "br": _unbrotli, "zstd": _unzstd}[encoding]
+    try:
+        out, finished = decode(data, max_bytes + 1)
+    except _DecodeError as exc:
+        raise BodyError(400, "bad_encoding", f"body is not valid {encoding}: {exc}") from None
+    if len(out) > max_bytes:
+        raise BodyError(
+            413, "body_too_large", f"body is over max_body_bytes ({max_bytes} bytes) decoded"
+        )
+    if not finished:
+        raise BodyError(400, "bad_encoding", f"body is not valid {encoding}: it ends early")
+    return out
+
+
+class _DecodeError(Exception):
+    """A body that is not in the encoding it declares (each library's error, wrapped)."""
+
+
+def _inflate(data: bytes, limit: int) -> tuple[bytes, bool]:
+    """deflate: zlib's format (RFC 9110 says so), or raw deflate, which some clients send."""
+    zlib_header = len(data) >= 2 and (data[0] << 8 | data[1]) % 31 == 0 and data[0] & 15 == 8
+    inflater = zlib.decompressobj(wbits=15 if zlib_header else -15)
+    try:
+        return inflater.decompress(data, limit), inflater.eof
+    except zlib.error as exc:
+        raise _DecodeError(exc) from None
+
+
+def _unbrotli(data: bytes, limit: int) -> tuple[bytes, bool]:
+    import brotli
+
+    decoder = brotli.Decompressor()
+    try:
+        out = decoder.process(data, output_buffer_limit=limit)
+    except brotli.error as exc:
+        raise _DecodeError(exc) from None
+    return out, decoder.is_finished()
+
+
+def _unzstd(data: bytes, limit: int) -> tuple[bytes, bool]:
+    import zstandard
+
+    try:
+        with zstandard.ZstdDecompressor().stream_reader(io.BytesIO(data)) as reader:
+            out = reader.read(limit)  # bounded: a bomb stops here
+        if len(out) >= limit:
+            return out, True
+        # Within the limit: whether the frame is whole (the reader does not say; a
+        # truncated one reads as less data). Decoding again costs at most the limit.
+        whole = zstandard.ZstdDecompressor().decompressobj()
+        whole.decompress(data)
+        return out, whole.eof
+    except zstandard.ZstdError as exc:
+        raise _DecodeError(exc) from None
 
 
 def parse_events(body: bytes) -> tuple[list[Any], bool]:
