@@ -140,9 +140,10 @@ class CollectorWorkers:
         or ("failed", n, message, fix)."""
 
     def run(self) -> None:
-        from eventpipe.collector.server import shared_socket
+        from eventpipe.collector.server import claim_port, shared_socket
 
         server = self.config.server
+        claim_port(server.host, server.port)  # nothing else listens there
         holder = shared_socket(server.host, server.port, listen=False)  # keeps the port
         port = holder.getsockname()[1]
         self.config = self.config.model_copy(

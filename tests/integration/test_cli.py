@@ -161,6 +161,25 @@ def test_a_second_collector_on_the_same_data_dir_is_refused(
     assert "fix:" in result.stderr
 
 
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_second_collector_on_a_port_in_use_exits_at_once(
+    collector: tuple[CollectorProcess, Path, DataLayout], tmp_path: Path, workers: int
+) -> None:
+    """Workers share their port with SO_REUSEPORT, which any process of the user may
+    join: a second eventpipe (another data directory, other keys) started on the port
+    took half of the first one's connections. Now it exits, naming the holder."""
+    proc, _, layout = collector
+    other = write_config(tmp_path / "other.yaml", tmp_path / "other", proc.port,
+                         server={"workers": workers})  # fmt: skip
+    result = run("collect", "-c", str(other), timeout=30)
+    assert result.returncode == 2, result.stderr
+    assert f"127.0.0.1:{proc.port} is taken by pid " in result.stderr
+    assert "eventpipe" in result.stderr  # the holder's command line
+    assert "server.port" in result.stderr  # the fix
+    _send(proc, 20)  # every request still reaches the first collector
+    assert len(read_lines(layout.active_segments())) == 20
+
+
 def test_embedded_defaults_generate_and_print_dev_keys(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     run_dir.mkdir()  # no eventpipe.yaml here: built-in defaults, with a port override

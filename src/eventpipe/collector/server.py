@@ -6,16 +6,20 @@ fsyncs, seals every active segment and releases the writer's lock.
 
 Several workers (processes, ``server.workers``; started and supervised by service.py)
 share one port: each listens on a socket of its own bound with ``SO_REUSEPORT``, and the
-kernel spreads new connections over them.
+kernel spreads new connections over them. Nothing else may join them: the port is
+claimed first (:func:`claim_port`), and a port something listens on already is refused.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import signal
 import socket
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from types import FrameType
 
 import uvicorn
@@ -98,6 +102,8 @@ def serve(
     """Run one collector worker until SIGTERM/Ctrl-C; ``shared``: on a socket of its own
     that shares the port with the other workers (``SO_REUSEPORT``). ``on_ready``: called
     once it holds its writer id and its socket."""
+    if not shared:  # the workers' supervisor claimed the port for them (service.py)
+        claim_port(config.server.host, config.server.port)
     collector = Collector(config, worker=worker)
     # A worker may replace one still stopping (its requests get the grace period).
     collector.open(config.server.shutdown_grace_seconds + 5 if shared else 0.0)
@@ -120,6 +126,66 @@ def serve(
             collector.segment_log.close_sync()
     if not server.started:
         sys.exit(1)
+
+
+def claim_port(host: str, port: int) -> None:
+    """Raise ConfigError when something listens on ``host:port`` already.
+
+    The workers of one collector share a port through ``SO_REUSEPORT``, which lets any
+    process of the same user join the group: a second eventpipe started on a port in use
+    took half of the first one's connections (its clients got 401 on every second
+    request). Only this collector's own workers may share the port, so it is checked
+    free first: a socket bound without ``SO_REUSEPORT`` cannot bind a port another one
+    listens on (``SO_REUSEADDR`` lets it past connections of an earlier run that linger
+    in TIME_WAIT)."""
+    if port == 0:
+        return
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            holder = port_holder(port)
+            raise ConfigError(
+                f"{host}:{port} is taken{f' by {holder}' if holder else ''} ({exc.strerror})",
+                fix="stop what listens there, or set server.port (EVENTPIPE_SERVER__PORT) "
+                "to another port",
+            ) from None
+
+
+def port_holder(port: int) -> str | None:
+    """The process that listens on TCP ``port`` (``pid 123: eventpipe run``), where
+    /proc tells (a process of this user); None elsewhere."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with contextlib.suppress(OSError):
+            for line in Path(table).read_text().splitlines()[1:]:
+                fields = line.split()
+                if fields[3] == "0A" and int(fields[1].rsplit(":", 1)[1], 16) == port:
+                    inodes.add(f"socket:[{fields[9]}]")
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            for fd in (proc / "fd").iterdir():
+                if os.readlink(fd) in inodes:
+                    return _process(proc)
+    return None
+
+
+def _process(proc: Path) -> str:
+    """``pid N: command line`` of a process; for a worker that multiprocessing spawned
+    (whose command line says nothing), of the process that started it."""
+    command = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    if "multiprocessing" in command:
+        with contextlib.suppress(OSError, ValueError, StopIteration):
+            status = (proc / "status").read_text().splitlines()
+            parent = next(line for line in status if line.startswith("PPid:")).split()[1]
+            return _process(proc.parent / parent)
+    return f"pid {proc.name}: {command.strip()[:160]}"
 
 
 def shared_socket(host: str, port: int, *, listen: bool = True) -> socket.socket:
