@@ -139,6 +139,21 @@ def test_rotate_asks_the_running_collector(
     assert len(read_lines(layout.active_segments())) == 1
 
 
+def test_status_counts_events_waiting_in_segments_not_sealed(
+    collector: tuple[CollectorProcess, Path, DataLayout],
+) -> None:
+    """Events in a segment being written showed as `0 segment(s), 0.0 MB`: nothing to
+    wait for, while a batch destination would load them only once sealed."""
+    proc, config, _ = collector
+    _send(proc, 3)
+    shown = run("status", "-c", str(config))
+    assert shown.returncode == 0, shown.stderr
+    [line] = [x for x in shown.stdout.splitlines() if x.startswith("warehouse")]
+    assert "0 segment(s), 0.0 MB + 3 event(s) not sealed yet" in line
+    missing = run("query", "-c", str(config), "SELECT 1")
+    assert "`eventpipe rotate` seals now" in missing.stderr
+
+
 def test_sigterm_finishes_and_seals(collector: tuple[CollectorProcess, Path, DataLayout]) -> None:
     proc, _, layout = collector
     _send(proc, 5)

@@ -33,6 +33,7 @@ def status(
     """Per destination: backlog (stream: lag), last load, events loaded, failed and skipped
     events. With --history: the last runs, per destination: tables and rows, events
     skipped and failed, the code version the rows were built with. With --watch: live."""
+    from eventpipe.paths import count_lines
     from eventpipe.state.store import open_state
 
     config = load(config_path).config
@@ -49,10 +50,12 @@ def status(
     names = ["destination", "type", "backlog", "last load (UTC)", "events loaded", "failed",
              "skipped", "filtered"]  # fmt: skip
     rows = []
+    unsealed = sum(count_lines(p) for p in layout.active_segments())
     for dest_id, dest in config.destinations.items():
         summary = store.summary(dest_id)
         rows.append((
-            dest_id, dest.type, backlog(config, dest_id, summary.done_segments, sealed),
+            dest_id, dest.type,
+            backlog(config, dest_id, summary.done_segments, sealed, unsealed),
             summary.last_load or "never", f"{summary.rows_loaded:,}", f"{summary.failed:,}",
             f"{summary.skipped:,}", f"{summary.filtered:,}",
         ))  # fmt: skip
@@ -281,7 +284,9 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
             fix = (
                 "events appear within seconds while `eventpipe run` (or `process`) is up"
                 if dest.mode == "stream"
-                else "run `eventpipe process --once`"
+                else "events are loaded once their segment is sealed (every "
+                "incoming.rotate_seconds): `eventpipe rotate` seals now, then `eventpipe "
+                "process --once` loads them"
             )
             raise EventpipeError(f"{path} does not exist yet: nothing loaded so far", fix=fix)
     import duckdb
