@@ -276,6 +276,15 @@ def _forget(pid: int | None) -> None:
 def run(loaded: LoadedConfig, config_path: Path | None) -> None:
     """Serve the collector, and supervise the pipeline and a reader per source, until
     SIGTERM/Ctrl-C. A config with sources and no api keys runs no collector."""
+    collecting = bool(loaded.config.api_keys or loaded.embedded or not loaded.config.sources)
+    if collecting:
+        # A second `run` of this config finds the port taken: refused before its pipeline
+        # starts a JVM (it took 37 s to start it and stop it again). A collector that is
+        # stopping has closed its port already: the new one starts, and waits for its
+        # writer ids.
+        from eventpipe.collector.server import claim_port
+
+        claim_port(loaded.config.server.host, loaded.config.server.port)
     # The pipeline's own grace for its loads, and time to stop Spark after them.
     grace = loaded.config.processing.shutdown_grace_seconds + SPARK_STOP_SECONDS
     children = [Supervisor("pipeline", ["process"], config_path, grace)]
@@ -284,7 +293,7 @@ def run(loaded: LoadedConfig, config_path: Path | None) -> None:
     for child in children:
         child.start()
     try:
-        if loaded.config.api_keys or loaded.embedded or not loaded.config.sources:
+        if collecting:
             collect(loaded)
         else:  # sources only: nothing to collect over HTTP
             log.info("no api_keys: no collector; the sources' readers and the pipeline run")

@@ -11,7 +11,7 @@ import duckdb
 import httpx
 import pytest
 
-from tests.process import CollectorProcess, free_port, write_config
+from tests.process import CollectorProcess, free_port, run, write_config
 
 
 def _count(path: Path) -> int | None:
@@ -38,6 +38,12 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
     proc = CollectorProcess(config, port, tmp_path / "run.log", command="run")
     try:
         proc.wait_ready()
+        # A second `run` of the same config finds the port taken, before its pipeline
+        # starts a JVM (it took 37 s to refuse); the first goes on.
+        second = run("run", "-c", str(config), timeout=30)
+        assert second.returncode == 2, second.stderr
+        assert f"127.0.0.1:{port} is taken by pid " in second.stderr
+        assert "pipeline started" not in second.stderr + second.stdout
         # Five events, then five more once the first are loaded: those seal (after 1 s)
         # while the pipeline waits its 4 s for the next run, and that wait compresses
         # them for the archive and infers their schemas.
