@@ -78,6 +78,10 @@ def test_init_writes_a_working_config_once(tmp_path: Path) -> None:
     assert key.js is not None
     assert key.js.get_secret_value().startswith("js.")
     assert "#" in written.read_text()  # commented
+    # The next step works as printed: `run` (a pipeline too), and a curl with the key.
+    assert "next: `eventpipe run` (or `make run`)" in result.stdout
+    assert f"api/v1/event?token={key.js.get_secret_value()}'" in result.stdout
+    assert "eventpipe collect" not in result.stdout
     again = run("init", cwd=tmp_path)
     assert again.returncode == 2
     assert "already exists" in again.stderr

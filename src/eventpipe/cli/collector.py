@@ -24,10 +24,17 @@ def init(config_path: Path | None, force: bool) -> None:
     if target.exists() and not force:
         raise ConfigError(f"{target} already exists", fix="pass --force to overwrite it")
     text = resources.files("eventpipe").joinpath("reference.yaml").read_text(encoding="utf-8")
-    text = text.replace("__JS_SECRET__", "js." + secrets.token_urlsafe(18))
-    text = text.replace("__SERVER_SECRET__", "s2s." + secrets.token_urlsafe(18))
+    js, server = "js." + secrets.token_urlsafe(18), "s2s." + secrets.token_urlsafe(18)
+    text = text.replace("__JS_SECRET__", js).replace("__SERVER_SECRET__", server)
     write_file(target, text, private=True)  # it holds secrets
-    click.echo(f"wrote {target}; edit it, then run `eventpipe collect -c {target}`")
+    # The keys go to the terminal, once, as the embedded defaults' do (never to a log).
+    where = "" if target == DEFAULT_CONFIG_PATH else f" -c {target}"
+    click.echo(f"wrote {target} (readable by you only: it holds the keys)")
+    click.echo(f"  key web: browser {js}   server {server}")
+    click.echo(f"next: `eventpipe run{where}` (or `make run`) starts the collector and the "
+               "pipeline on 127.0.0.1:8001; then send an event:")  # fmt: skip
+    click.echo("  curl -H 'Content-Type: application/json' -d '{\"event_type\": \"hello\"}' "
+               f"'http://127.0.0.1:8001/api/v1/event?token={js}'")  # fmt: skip
 
 
 @cli.command()

@@ -111,13 +111,21 @@ def serve(
     if on_ready is not None:
         on_ready()
     log.info(
-        "eventpipe %s collector: config from %s, data in %s, %d key(s), writer %s",
+        "eventpipe %s collector: config from %s, data in %s, key(s) %s, writer %s",
         __version__,
         source,
         config.data_dir.resolve(),
-        len(config.api_keys),
+        ", ".join(key.id for key in config.api_keys) or "none",
         collector.segment_log.writer,
     )
+    browser = next((key for key in config.api_keys if key.js is not None), None)
+    if worker == 0 and browser is not None and source != "built-in defaults":
+        # The secret stays out of the log (logs go to files): where to find it instead.
+        log.info(
+            "try: curl -H 'Content-Type: application/json' -d '{\"event_type\":\"hello\"}' "
+            "'http://%s:%d%s?token=<js of key %s in %s>'",
+            config.server.host, config.server.port, BROWSER_PATH, browser.id, source,
+        )  # fmt: skip
     server = _Server(uvicorn_config(collector))
     try:
         server.run(sockets=sockets)
