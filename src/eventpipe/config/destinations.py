@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 
 from eventpipe.config.base import SafeKeyId, Section, regular_expression, sql_name
 from eventpipe.config.rules import EnrichmentRule, MappingConfig, MeteringConfig, TransformStep
+from eventpipe.errors import ConfigError
 from eventpipe.paths import is_uri
 
 
@@ -65,6 +66,18 @@ class DestinationConfig(Section):
     def metered(self) -> MeteringConfig | None:
         """Usage metering's settings, for a destination that meters; None otherwise."""
         return None
+
+    @field_validator("table_name_template")
+    @classmethod
+    def _template_compiles(cls, value: str) -> str:
+        """Refused here, not when Spark first runs it."""
+        from eventpipe.schema.templates import Template
+
+        try:
+            Template.parse(value)
+        except ConfigError as exc:
+            raise ValueError(exc.message) from None
+        return value
 
     @field_validator("namespace")
     @classmethod

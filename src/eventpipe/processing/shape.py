@@ -25,7 +25,7 @@ from eventpipe.processing.inference import StagedTypes, token_types
 from eventpipe.processing.mapping import Mapping
 from eventpipe.processing.read import browser_of, of_segments, read_events, staging_writer
 from eventpipe.processing.run import TIMESTAMP, RunContext, Target, ref, step
-from eventpipe.processing.template import Template, render, sanitize_table_name, table_names
+from eventpipe.processing.template import render, sanitize_table_name, table_names
 from eventpipe.reserved import (
     CORRUPT,
     ERROR,
@@ -39,6 +39,7 @@ from eventpipe.reserved import (
 from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
 from eventpipe.schema.diff import Table
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name, table_name
+from eventpipe.schema.templates import Template
 from eventpipe.schema.types import DataType
 
 if TYPE_CHECKING:

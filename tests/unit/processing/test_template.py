@@ -11,14 +11,9 @@ import pytest
 from pyspark.sql import functions as F
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.template import (
-    Template,
-    java_date_pattern,
-    render,
-    sanitize_table_name,
-    table_names,
-)
+from eventpipe.processing.template import render, sanitize_table_name, table_names
 from eventpipe.schema.naming import table_name
+from eventpipe.schema.templates import Template, java_date_pattern
 
 
 def _render(
@@ -50,6 +45,12 @@ def test_strftime_codes_become_spark_patterns(strftime: str, java: str) -> None:
 def test_bad_templates_are_config_errors(text: str, message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         Template.parse(text)
+    # At config check, not when Spark first runs it.
+    from tests.conftest import make_config
+
+    with pytest.raises(ConfigError, match=message):
+        make_config(Path("data"), destinations={"dw": {"type": "duckdb",
+                                                       "table_name_template": text}})  # fmt: skip
 
 
 def test_a_template_without_placeholders_is_a_literal() -> None:
