@@ -95,3 +95,22 @@ def test_status_shows_each_destination_x_table_and_what_is_pending(tmp_path: Pat
     assert by["warehouse", "(failed/)"][-1] == "0 event(s) in failed.dst=warehouse.log"
     assert by["api", "(sent)"][2:4] == ["1", "2"]
     assert by["api", "(failed/)"][-1] == "1 event(s) in failed.dst=api.log"
+
+
+def test_a_writers_position_without_its_pipe_and_a_range_past_the_end(tmp_path: Path) -> None:
+    """A writer's segment id has a `|`, which a shell cuts unquoted: `@` stands for it;
+    and a position past the end said nothing at all."""
+    config = _log(tmp_path)
+    writer = "web|w=host-0-2026-11-22T10-00-00.000"
+    incoming = tmp_path / "data/incoming"
+    (incoming / f"incoming.tok={writer}.log").write_bytes(b'{"n": 7}\n')
+    result = run("log", "show", "--from", writer.replace("|", "@") + ":0", "-c", str(config))
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split("\t")[0] == f"{writer}:0"
+    past = run("log", "show", "--from", f"{NEW}:9", "--to", f"{NEW}:12", "-c", str(config))
+    assert past.returncode == 0
+    assert past.stdout == ""
+    assert f"no events from {NEW}:9 to {NEW}:12" in past.stderr
+    bad = run("log", "show", "--from", "web", "-c", str(config))
+    assert "in single quotes" in bad.stderr
+    assert "with @ for |" in bad.stderr

@@ -127,7 +127,13 @@ def log_show(
 
     config = load(config_path).config
     last = Position.parse(end) if end else None
-    found = list(islice(read(config.layout, Position.parse(start), last), limit))
+    first = Position.parse(start)
+    found = list(islice(read(config.layout, first, last), limit))
+    if not found:  # say so: an empty answer looked like a log without events
+        click.echo(f"no events from {first}{f' to {last}' if last else ''} (a position past "
+                   "the end of its segment, or of the log? eventpipe log segments lists "
+                   "them)", err=True)  # fmt: skip
+        return
     if destination_id is None:
         for position, line in found:
             click.echo(f"{position}\t{line.decode('utf-8', errors='replace')}")

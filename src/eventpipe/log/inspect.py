@@ -32,14 +32,18 @@ class Position:
 
     @classmethod
     def parse(cls, text: str) -> Position:
-        """``<segment>:<line>``, or ``<segment>`` alone (its first line)."""
+        """``<segment>:<line>``, or ``<segment>`` alone (its first line). A writer's
+        segment has a ``|`` in its id (``web|w=host-0-...``), which a shell cuts unless
+        quoted: ``@`` may stand for it."""
+        text = text.replace("@w=", "|w=")
         segment, _, line = text.rpartition(":") if ":" in text else (text, "", "0")
         parsed = SegmentName.parse(f"{_PREFIX}{segment}.log")
         if parsed is None or parsed.sealed is None or not line.isdigit():
             raise ConfigError(
                 f"{text!r} is not a log position",
-                fix="write <segment>:<line>, e.g. web-2026-11-21T10-00-00.000:15 "
-                "(segments: eventpipe log segments)",
+                fix="write <segment>:<line> in single quotes, e.g. "
+                "'web|w=host-0-2026-11-21T10-00-00.000:15', or with @ for | "
+                "(web@w=host-0-2026-11-21T10-00-00.000:15); segments: eventpipe log segments",
             )
         return cls(segment, int(line))
 
