@@ -69,6 +69,26 @@ def test_bad_lines_are_rejected_alone_with_their_line_numbers(
     assert next(f for f in failed if f["error"].startswith("line 2"))["event"] == '{"n": \n'
 
 
+def test_csv_is_read_strictly_and_bad_rows_are_refused_alone(
+    config: Config, tmp_path: Path
+) -> None:
+    """An unterminated quote was one value to the end of the file, extra values were
+    dropped silently: each is now a row refused with its line number."""
+    source = tmp_path / "rows.csv"
+    source.write_bytes(b'id,name\n1,one\n2,two,extra\n3\n\n4,"multi\nline"\n5,"open\n')
+    [report] = import_files(config, [source], "web")
+    assert report.events == 2
+    assert report.rejected == {"bad_csv": 3}
+    logged = sorted((e["id"], e["name"]) for e in _logged(config))
+    assert logged == [("1", "one"), ("4", "multi\nline")]
+    failed = read_lines(config.layout.failed_received("web"))
+    assert sorted(f["error"] for f in failed) == [
+        "line 3: has 3 values for the 2 columns of the header line",
+        "line 4: has 1 values for the 2 columns of the header line",
+        "line 8: is not CSV (RFC 4180): unexpected end of data",
+    ]
+
+
 def test_the_same_file_twice_adds_nothing(config: Config, tmp_path: Path, spark: Any) -> None:
     source = tmp_path / "events.ndjson"
     same = json.dumps({"event_type": "click", "x": 1}) + "\n"

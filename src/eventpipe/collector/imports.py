@@ -130,10 +130,39 @@ def records(stream: IO[bytes], fmt: str) -> Iterator[tuple[int, Any]]:
         yield from enumerate(items, 1)
     else:
         text = io.TextIOWrapper(stream, "utf-8", errors="replace", newline="")
-        reader = csv.DictReader(text)
-        for row in reader:
-            yield reader.line_num, _nested({k: v for k, v in row.items() if k and v})
+        yield from _csv_records(text)
         text.detach()  # the file stays open: its position is the import's progress
+
+
+def _csv_records(text: IO[str]) -> Iterator[tuple[int, Any]]:
+    """CSV as RFC 4180 reads it, strictly: the first row names the columns (dotted
+    names nest), an empty cell is absent; a row with more or fewer values than columns,
+    or a quote left open, is refused with its line number rather than read otherwise
+    (the standard reader took an unterminated quote as one value to the end of the
+    file, and dropped extra values silently)."""
+    reader = csv.reader(text, strict=True)
+    header: list[str] | None = None
+    while True:
+        start = reader.line_num + 1
+        try:
+            row = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as exc:
+            yield start, _Refused("bad_csv", f"is not CSV (RFC 4180): {exc}", "")
+            continue
+        if not row:
+            continue  # a blank line
+        if header is None:
+            header = row
+            continue
+        if len(row) != len(header):
+            yield start, _Refused(
+                "bad_csv", f"has {len(row)} values for the {len(header)} columns of the "
+                "header line", ",".join(row)[:4096],
+            )  # fmt: skip
+            continue
+        yield start, _nested({k: v for k, v in zip(header, row, strict=True) if k and v})
 
 
 MIN_BULK_BYTES_PER_SECOND = 16_384
