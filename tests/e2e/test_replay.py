@@ -49,6 +49,15 @@ def test_replay_loads_what_now_succeeds_and_keeps_what_fails_again(
     assert again["event"]["eventn_ctx"]["event_id"] == "c"
     assert again["error"] == "column n (INT64) cannot take five"
     assert again["stage"] == "loading"
+    # status agrees with failed/: one event there now (it said 2, the failures ever).
+    from tests.process import run, write_config
+
+    destinations = c.config.model_dump(mode="json")["destinations"]
+    config_file = write_config(c.layout.root.parent / "status.yaml", c.layout.root, 1,
+                               destinations=destinations)  # fmt: skip
+    shown = run("status", "-c", str(config_file))
+    [line] = [x for x in shown.stdout.splitlines() if x.startswith("warehouse")]
+    assert [cell.strip() for cell in line.split("|")][5] == "1"
     # The replayed file is archived whole; nothing is left to replay in failed/replay/.
     [archived] = report.archived
     assert archived.name.startswith("replayed.dst=warehouse.")
