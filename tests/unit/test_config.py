@@ -363,3 +363,29 @@ def test_a_postgres_table_is_never_asked_more_columns_than_the_server_holds() ->
     # DuckDB holds more: its own limit is not PostgreSQL's.
     duck = {"type": "duckdb", "max_columns": 3000}
     assert parse_config({"destinations": {"w": duck}}, source="t", env={})
+
+
+def test_two_destinations_that_would_write_the_same_tables_are_refused() -> None:
+    """A batch and a stream DuckDB destination without a path each loaded every event
+    into warehouse.duckdb's events table (6 rows for 3 events)."""
+    both = {"warehouse": {"type": "duckdb"}, "live": {"type": "duckdb", "mode": "stream"}}
+    message = _error({"destinations": both})
+    assert "destinations 'warehouse' and 'live' write the same tables" in message
+    assert "warehouse.duckdb" in message
+    pg = {"type": "postgres", "dsn": "postgresql://u:secret@db/x"}
+    message = _error({"destinations": {"a": pg, "b": {**pg, "mode": "stream"}}})
+    assert "db:5432/x schema public" in message  # redacted: no user, no password
+    assert "secret" not in message
+    lakes = {"a": {"type": "parquet"}, "b": {"type": "parquet"}}
+    assert "write the same tables" in _error({"destinations": lakes})
+    # Apart: a file each, other keys, another template or namespace, or another schema.
+    for fine in (
+        {"a": {"type": "duckdb"}, "b": {"type": "duckdb", "path": "other.duckdb"}},
+        {"a": {"type": "duckdb", "only_keys": ["web"]},
+         "b": {"type": "duckdb", "only_keys": ["pg"]}},
+        {"a": {"type": "duckdb"}, "b": {"type": "duckdb", "table_name_template": "raw"}},
+        {"a": {"type": "duckdb"}, "b": {"type": "duckdb", "namespace": "^x$"}},
+        {"a": pg, "b": {**pg, "schema": "other"}},
+        {"a": {"type": "duckdb"}, "b": {"type": "parquet"}},
+    ):  # fmt: skip
+        assert parse_config({"destinations": fine}, source="eventpipe.yaml", env={})

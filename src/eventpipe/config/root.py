@@ -10,8 +10,10 @@ from eventpipe.config.base import DestinationId, Section
 from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
 from eventpipe.config.destinations import (
     AnyDestination,
+    DeltaConfig,
     DestinationConfig,
     DuckDBConfig,
+    IcebergConfig,
     ParquetConfig,
     PostgresConfig,
 )
@@ -134,6 +136,47 @@ class Config(Section):
                     "through this process's JVM, which a Spark Connect client has not"
                 )
         return self
+
+    @model_validator(mode="after")
+    def _destinations_apart(self) -> Config:
+        """Two destinations that would write the same tables with the same events: a
+        batch and a stream DuckDB destination without a path each loaded every event
+        into ``warehouse.duckdb``'s ``events`` (6 rows for 3 events), and status showed
+        nothing wrong."""
+        seen: dict[tuple[str, ...], str] = {}
+        for dest_id, dest in self.destinations.items():
+            place = self._place(dest)
+            if place is None:
+                continue
+            for other_id in (o for p, o in seen.items() if p[:-1] == place):
+                other = self.destinations[other_id]
+                same_keys = (dest.only_keys is None or other.only_keys is None
+                             or set(dest.only_keys) & set(other.only_keys))  # fmt: skip
+                if (
+                    same_keys
+                    and dest.table_name_template == other.table_name_template
+                    and dest.namespace == other.namespace
+                ):
+                    raise ValueError(
+                        f"destinations {other_id!r} and {dest_id!r} write the same tables "
+                        f"({place[1]}) from the same events: each would load every event; "
+                        "give one a path (or schema) of its own, or other only_keys, "
+                        "namespace or table_name_template"
+                    )
+            seen[(*place, dest_id)] = dest_id
+        return self
+
+    def _place(self, dest: AnyDestination) -> tuple[str, ...] | None:
+        """Where a destination's tables are: its kind and file, directory or schema."""
+        if isinstance(dest, PostgresConfig):
+            return ("postgres", f"{redacted(dest.dsn)} schema {dest.db_schema}")
+        if isinstance(dest, DuckDBConfig | ParquetConfig | IcebergConfig | DeltaConfig):
+            default = "warehouse.duckdb" if isinstance(dest, DuckDBConfig) else dest.type
+            if dest.path is not None and is_uri(dest.path):
+                return (dest.type, dest.path)
+            path = Path(dest.path) if dest.path else self.data_dir / default
+            return (dest.type, str(path.absolute()))
+        return None
 
     @model_validator(mode="after")
     def _state_apart_from_destinations(self) -> Config:
