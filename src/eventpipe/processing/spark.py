@@ -188,6 +188,11 @@ def start_session(
         settings = java_options(settings, archive=archive, short_lived=short_lived)
     if python := settings.get("spark.pyspark.python"):
         os.environ.setdefault("PYSPARK_PYTHON", python)
+    if launcher is None and settings.get("spark.master", "").startswith("local"):
+        # An embedded driver talks to itself only: bound to the loopback address, Spark
+        # does not print "Your hostname ... resolves to a loopback address" on every
+        # command (a user can do nothing about it).
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
