@@ -5,10 +5,13 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-stamp
+# What running needs (make run): eventpipe without its test tools (Airflow, Selenium, the
+# SDKs' Python packages). The tests' install ($(STAMP)) is a superset and counts for it.
+RUN_STAMP := $(VENV)/.installed-run-stamp
 
 .PHONY: sdks browser run test soak lint bench setup java spark-archive postgres tools clean
 
-run: $(STAMP) java spark-archive
+run: $(RUN_STAMP) java spark-archive
 	$(BIN)/eventpipe run
 
 test: $(STAMP) java spark-archive postgres tools sdks browser lint
@@ -61,7 +64,7 @@ java:
 # The JVM class-data archive of this machine's Java and Spark (processing/class_data.py):
 # Spark's driver starts in about half the time. Built once (about 40 s), then up to date.
 # A speed-up only: if it cannot be built (a read-only cache directory), make goes on.
-spark-archive: $(STAMP) java
+spark-archive: $(RUN_STAMP) java
 	@$(BIN)/eventpipe spark-archive || echo "warning: no class-data archive; Spark starts without it"
 
 # The PostgreSQL destination's tests start a throwaway server of their own (tests/postgres.py);
@@ -90,7 +93,11 @@ tests/sdk/node_modules/.installed: tests/sdk/package-lock.json
 	@touch $@
 
 $(STAMP): pyproject.toml scripts/setup-venv.sh
-	PYTHON=$(PYTHON) scripts/setup-venv.sh $(VENV)
+	PYTHON=$(PYTHON) scripts/setup-venv.sh $(VENV) dev
+	@touch $@ $(RUN_STAMP)
+
+$(RUN_STAMP): pyproject.toml scripts/setup-venv.sh
+	PYTHON=$(PYTHON) scripts/setup-venv.sh $(VENV) run
 	@touch $@
 
 clean:

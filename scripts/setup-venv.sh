@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Create the virtualenv and install eventpipe with its test tools.
+# Create the virtualenv and install eventpipe: with its test tools ("dev", the default),
+# or only what running it needs ("run": make run).
 set -euo pipefail
 venv="${1:-.venv}"
+what="${2:-dev}"
 python="${PYTHON:-python3}"
 
 if ! "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -16,4 +18,8 @@ if [ ! -x "$venv/bin/python" ]; then
     fi
 fi
 "$venv/bin/python" -m pip install --quiet --upgrade pip
-"$venv/bin/python" -m pip install --quiet -e '.[dev]'
+if [ "$what" = run ]; then
+    "$venv/bin/python" -m pip install --quiet -e .
+else
+    "$venv/bin/python" -m pip install --quiet -e '.[dev]'
+fi
