@@ -35,7 +35,7 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
     RFC 3339); bools as 1 and 0, and ``true``/``false`` text as bools or as 1 and 0 (JSON
     bools that Spark read into text); integers as floats; a float as an integer only when
     it has no fraction; 0 and 1 as bools; text as a number or timestamp when it parses
-    (as a float, only with no more digits than the float holds: :func:`significant`).
+    (as a float, only with no more digits than the float holds: :func:`reads_back`).
     Never: a timestamp as a number (that would silently be epoch seconds), a number as a
     timestamp, a fraction truncated, 5 as ``true``.
     """
@@ -71,7 +71,7 @@ def cast_to(column: Column, data_type: DataType, source: T.DataType | None = Non
             number = F.when(column.rlike(_INTEGER_TEXT), number)
         if data_type is DataType.FLOAT64:  # "1e400" and "Infinity" are no number JSON has
             finite = F.abs(number) < F.lit(float("inf"))
-            number = F.when(finite & (significant(column) == significant(number)), number)
+            number = F.when(finite & reads_back(column, number), number)
         return (
             F.when(column == F.lit("true"), F.lit(1).cast(target))
             .when(column == F.lit("false"), F.lit(0).cast(target))
@@ -90,16 +90,24 @@ _NUMBER_PARTS = r"^\s*[-+]?0*([0-9]*?)\.?([0-9]*?)0*(?:[eE][-+]?[0-9]+)?\s*$"
 
 
 def significant(number: Column) -> Column:
-    """The significant digits of a number, or of its text (``-0012.3400e5``: ``1234``;
-    a double prints as ``1.2345678902284568E12``): a text is a float exactly when it has
-    the digits of the float it reads as (``24.571428571428571428`` has more than a float64
-    holds, and would load rounded). eventpipe.sources.postgres.exact_number is the same
-    rule in Python."""
+    """The significant digits of a number's text (``-0012.3400e5``: ``1234``)."""
     text = number.cast("string")
     digits = F.concat(
         F.regexp_extract(text, _NUMBER_PARTS, 1), F.regexp_extract(text, _NUMBER_PARTS, 2)
     )
     return F.regexp_replace(digits, "^0+|0+$", "")
+
+
+def reads_back(text: Column, number: Column) -> Column:
+    """Whether ``number`` (the float ``text`` reads as), printed to as many significant
+    digits as ``text`` has, gives the text's digits: the text is a float64 exactly
+    (``24.571428571428571428`` has more digits than a float64 holds, and would load
+    rounded; ``5e-324`` is the smallest float64). eventpipe.sources.postgres.exact_number
+    is the same rule in Python."""
+    digits = significant(text)
+    precision = F.greatest(F.length(digits), F.lit(1)) - 1
+    printed = F.printf(F.concat(F.lit("%."), precision.cast("string"), F.lit("e")), number)
+    return significant(printed) == digits
 
 
 EARLIEST = "0001-01-01T00:00:00Z"

@@ -207,6 +207,9 @@ def test_text_is_a_float_only_with_the_digits_a_float_holds(spark: Any) -> None:
         "1234567890228.456789",
         "1e400",
         "abc",
+        "5e-324",  # the smallest float64 (Java prints it 4.9E-324)
+        "1.23456789012345e-320",  # a subnormal keeps 5 of these digits
+        "0",
     ]
     frame = spark.createDataFrame([(t,) for t in texts], "s string")
     assert _converter(frame)("s", F) == [
@@ -221,6 +224,9 @@ def test_text_is_a_float_only_with_the_digits_a_float_holds(spark: Any) -> None:
         None,
         None,
         None,
+        5e-324,
+        None,
+        0.0,
     ]
 
 
