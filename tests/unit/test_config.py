@@ -378,6 +378,8 @@ def test_two_destinations_that_would_write_the_same_tables_are_refused() -> None
     assert "secret" not in message
     lakes = {"a": {"type": "parquet"}, "b": {"type": "parquet"}}
     assert "write the same tables" in _error({"destinations": lakes})
+    shared = {"type": "iceberg", "catalog": {"namespace": "events"}}
+    assert "namespace events" in _error({"destinations": {"a": shared, "b": shared}})
     # Apart: a file each, other keys, another template or namespace, or another schema.
     for fine in (
         {"a": {"type": "duckdb"}, "b": {"type": "duckdb", "path": "other.duckdb"}},
@@ -387,5 +389,6 @@ def test_two_destinations_that_would_write_the_same_tables_are_refused() -> None
         {"a": {"type": "duckdb"}, "b": {"type": "duckdb", "namespace": "^x$"}},
         {"a": pg, "b": {**pg, "schema": "other"}},
         {"a": {"type": "duckdb"}, "b": {"type": "parquet"}},
+        {"a": {"type": "iceberg"}, "b": {"type": "iceberg"}},  # a namespace each
     ):  # fmt: skip
         assert parse_config({"destinations": fine}, source="eventpipe.yaml", env={})

@@ -145,7 +145,7 @@ class Config(Section):
         nothing wrong."""
         seen: dict[tuple[str, ...], str] = {}
         for dest_id, dest in self.destinations.items():
-            place = self._place(dest)
+            place = self._place(dest_id, dest)
             if place is None:
                 continue
             for other_id in (o for p, o in seen.items() if p[:-1] == place):
@@ -166,8 +166,9 @@ class Config(Section):
             seen[(*place, dest_id)] = dest_id
         return self
 
-    def _place(self, dest: AnyDestination) -> tuple[str, ...] | None:
-        """Where a destination's tables are: its kind and file, directory or schema."""
+    def _place(self, dest_id: str, dest: AnyDestination) -> tuple[str, ...] | None:
+        """Where a destination's tables are: its kind and file, directory, schema or
+        Iceberg namespace (the destination's id unless configured)."""
         if isinstance(dest, PostgresConfig):
             return ("postgres", f"{redacted(dest.dsn)} schema {dest.db_schema}")
         if isinstance(dest, DuckDBConfig | ParquetConfig | IcebergConfig | DeltaConfig):
@@ -175,6 +176,9 @@ class Config(Section):
             if dest.path is not None and is_uri(dest.path):
                 return (dest.type, dest.path)
             path = Path(dest.path) if dest.path else self.data_dir / default
+            if isinstance(dest, IcebergConfig):  # tables by catalog namespace
+                namespace = dest.catalog.namespace or dest_id
+                return (dest.type, f"{path.absolute()} namespace {namespace}")
             return (dest.type, str(path.absolute()))
         return None
 
