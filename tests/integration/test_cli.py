@@ -266,7 +266,10 @@ def test_a_wrong_query_gets_the_databases_answer_not_a_traceback(tmp_path: Path)
 
 @pytest.mark.parametrize(
     ("mode", "hint"),
-    [("batch", "run `eventpipe process --once`"), ("stream", "appear within seconds")],
+    [
+        ("batch", "`eventpipe rotate` seals now, then `eventpipe process --once`"),
+        ("stream", "appear within seconds"),
+    ],
 )
 def test_query_before_anything_loaded_says_what_to_do(tmp_path: Path, mode: str, hint: str) -> None:
     config = write_config(tmp_path / "eventpipe.yaml", tmp_path / "data", free_port(),
