@@ -219,10 +219,10 @@ class Collector:
     async def _ingest_inner(self, request: Request, endpoint: _Endpoint) -> Response:
         headers = request.headers
         match = self.keyring.match(_token(request))
-        early = self._error_cors(headers) if endpoint.browser else {}
         if match is None:
             self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
             error = "missing or unknown API key: pass it as ?token=KEY or X-Auth-Token"
+            early = self._error_cors(headers) if endpoint.browser else {}  # errors only
             return _json(401, _error("unauthorized", error), early)
         key = match.key
         wanted = KeyKind.JS if endpoint.browser else KeyKind.SERVER
@@ -231,6 +231,7 @@ class Collector:
             other = SERVER_PATH if endpoint.browser else BROWSER_PATH
             error = (f"this is the {match.kind} key of {key.id!r}; {endpoint.path} takes "
                      f"{wanted} keys only (post to {other})")  # fmt: skip
+            early = self._error_cors(headers) if endpoint.browser else {}
             return _json(403, _error("wrong_key_kind", error), early)
         cors = self._cors(key, headers) if endpoint.browser else {}
         if isinstance(cors, Response):
@@ -348,14 +349,17 @@ class Collector:
 
     async def _segment(self, request: Request, kind: str, pixel: bytes | None) -> Response:
         headers = request.headers
-        early = self._error_cors(headers)  # until the key is known
+
+        def early() -> dict[str, str]:  # an error before the key is known (errors only)
+            return self._error_cors(headers)
+
         written = segment.basic_user(headers.get("authorization"))
         match = self.keyring.match(written)
         if written is not None and match is None:
-            return self._no_write_key(early)
+            return self._no_write_key(early())
         if self.backpressure.reason is not None:
             key_id = match.key.id if match else "-"
-            return self._busy(key_id, self.backpressure.reason, early, segment_api=True)
+            return self._busy(key_id, self.backpressure.reason, early(), segment_api=True)
         try:
             body = pixel if pixel is not None else await self._body(request, "segment")
             items, in_array = parse_events(body)
@@ -363,12 +367,12 @@ class Collector:
                 raise BodyError(400, "not_an_object", "a Segment API body is a JSON object")
             document = items[0]
         except BodyError as exc:
-            return self._refused_body(match.key.id if match else "-", exc, early,
+            return self._refused_body(match.key.id if match else "-", exc, early(),
                                       segment_api=True)  # fmt: skip
         if match is None:
             match = self.keyring.match(segment.body_write_key(document))
             if match is None:
-                return self._no_write_key(early)
+                return self._no_write_key(early())
         key, browser = match.key, match.kind is KeyKind.JS
         # An <img> sends no Origin, and a pixel in an e-mail has none to send: a pixel
         # is checked against the key's origins only when its request names one.
