@@ -11,6 +11,7 @@ from eventpipe.cli.common import (
     backlog,
     cli,
     config_option,
+    failed_records,
     idle_exit,
     idle_option,
     last_error,
@@ -29,7 +30,6 @@ def log_group() -> None:
 @config_option
 def log_status(config_path: Path | None) -> None:
     """Per destination x table: batches loaded, rows, failures; then what is pending."""
-    from eventpipe.paths import count_lines
     from eventpipe.state.store import SENT_TABLE, open_state
 
     config = load(config_path).config
@@ -45,7 +45,7 @@ def log_status(config_path: Path | None) -> None:
                          (t.last_error or "")[:60]))  # fmt: skip
         pending = backlog(config, dest_id, store.summary(dest_id).done_segments, sealed)
         failed = layout.failed_destination(dest_id)
-        events = count_lines(failed) if failed.exists() else 0
+        events = failed_records([failed])[0] if failed.exists() else 0  # as status counts
         rows.append((dest_id, "(pending)", "", "", "", "", pending))
         rows.append((dest_id, "(failed/)", "", "", "", "", f"{events:,} event(s) in {failed.name}"))
     print_table(["destination", "table", "batches ok", "rows", "batches failed",

@@ -9,7 +9,14 @@ from typing import Any, cast
 
 import click
 
-from eventpipe.cli.common import backlog, cli, config_option, load, print_table
+from eventpipe.cli.common import (
+    backlog,
+    cli,
+    config_option,
+    failed_records,
+    load,
+    print_table,
+)
 from eventpipe.config import TableDestinationConfig
 from eventpipe.destinations.base import Destination
 from eventpipe.destinations.registry import kind
@@ -80,24 +87,6 @@ def status(
     if damaged:
         click.echo(f"failed/failed.tok=*.log: {damaged:,} damaged line(s), cut short by a "
                    "crash mid-write (kept as they are)")  # fmt: skip
-
-
-def failed_records(paths: Sequence[Path]) -> tuple[int, int]:
-    """The records of failed/ files, and their damaged lines: a line that is no JSON
-    object (a crash cut it short; the next record starts on a line of its own)."""
-    import orjson
-
-    records = damaged = 0
-    for path in paths:
-        with path.open("rb") as lines:
-            for line in lines:
-                try:
-                    whole = isinstance(orjson.loads(line), dict)
-                except orjson.JSONDecodeError:
-                    whole = False
-                records += whole
-                damaged += not whole and bool(line.strip())
-    return records, damaged
 
 
 SPARKS = "▁▂▃▄▅▆▇█"
