@@ -30,6 +30,7 @@ import pytest
 from eventpipe.processing.job import process_once
 from tests.conftest import WEB_JS, RunningCollector, read_lines
 from tests.e2e.test_batch_pipeline import _query, _seal
+from tests.process import free_port
 
 SDK = Path(__file__).resolve().parents[1] / "sdk" / "node_modules" / "@jitsu" / "sdk-js"
 PAGE = """<!doctype html>
@@ -45,7 +46,7 @@ PAGE = """<!doctype html>
     if ({beacon}) {{  // what the SDK's beacon transport sends: text/plain, to the same URL
       const event = {{event_type: "page_left", url: location.href, eventn_ctx: {{}}}};
       navigator.sendBeacon("{collector}/api/v1/event?token={key}",
-                           new Blob([JSON.stringify(event)], {{type: "text/plain"}}));
+                           new Blob([JSON.stringify(event)], {{type: "{beacon_type}"}}));
     }} else {{
       window.jitsu("track", "page_left", {{}});
     }}
@@ -75,8 +76,9 @@ class _QuietHandler(http.server.SimpleHTTPRequestHandler):
         pass
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """One Chromium for the module (each test's pages have an origin of their own)."""
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -110,9 +112,16 @@ def _logged(c: RunningCollector, count: int, timeout: float = 20) -> list[dict[s
     return read_lines(c.layout.sealed_segments())
 
 
-@pytest.mark.parametrize("beacon", [False, True], ids=["fetch", "sendBeacon"])
+@pytest.mark.parametrize(("beacon", "beacon_type"), [
+    (False, ""), (True, "text/plain"), (True, "application/json")],
+    ids=["fetch", "sendBeacon", "sendBeacon-json"])  # fmt: skip
 def test_a_real_browser_sends_from_another_origin(
-    beacon: bool, start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
+    beacon: bool,
+    beacon_type: str,
+    start_collector: Any,
+    site: tuple[str, Path],
+    browser: Any,
+    spark: Any,
 ) -> None:
     origin, root = site
     by_type = {"warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"}}
@@ -124,7 +133,7 @@ def test_a_real_browser_sends_from_another_origin(
         {"writeKey": WEB_JS, "anonymousId": "reader", "event": "Pixel Seen"})).decode()  # fmt: skip
     (root / "index.html").write_text(PAGE.format(
         key=WEB_JS, collector=collector, pixel=pixel,
-        beacon="true" if beacon else "false"))  # fmt: skip
+        beacon="true" if beacon else "false", beacon_type=beacon_type))  # fmt: skip
     browser.get(origin + "/index.html?utm_source=test")
     _wait_for(lambda: browser.execute_script("return document.readyState") == "complete")
     agent = browser.execute_script("return navigator.userAgent")
@@ -161,7 +170,7 @@ def test_a_browser_on_an_origin_the_key_does_not_allow_delivers_nothing(
                                    "origins": ["https://shop.example.com"]}])  # fmt: skip
     (root / "index.html").write_text(PAGE.format(
         key=WEB_JS, collector=c.url.replace("127.0.0.1", "localhost"), pixel="",
-        beacon="false"))  # fmt: skip
+        beacon="false", beacon_type=""))  # fmt: skip
     browser.get(origin + "/index.html")
     _wait_for(lambda: browser.execute_script("return document.readyState") == "complete")
     time.sleep(1.0)  # what the page sends, it has sent
@@ -228,3 +237,137 @@ def test_segments_analytics_next_in_a_real_browser(
     assert sum(report.failed.values()) == 0
     [(family,)] = _query(c, "SELECT DISTINCT eventn_ctx_parsed_ua_ua_family FROM track")
     assert family.startswith(("Chrome", "HeadlessChrome", "Chromium"))
+
+
+JITSU2 = SDK.parent / "js" / "dist" / "web" / "p.js.txt"
+JITSU2_PAGE = """<!doctype html>
+<html><head><title>Pricing</title>
+<script src="{collector}/p.js" data-write-key="web:{key}"></script>
+</head><body><script>
+  window.jitsu.identify("u-42", {{email: "ada@example.com"}});
+  window.jitsu.track("plan_viewed", {{plan: "pro"}});
+  window.jitsu.group("g-1", {{name: "Acme"}});
+</script></body></html>
+"""
+
+
+def test_jitsu_2s_script_loaded_from_the_collector(
+    start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
+) -> None:
+    """@jitsu/js 1.11.0's browser script (``p.js``), as Jitsu 2's pages load it: from the
+    collector (``server.jitsu_script``), whose origin it sends to, ``/api/s/<type>``
+    with ``X-Write-Key: id:secret``; a page view on load, then the page's calls."""
+    origin, root = site
+    assert JITSU2.exists(), "@jitsu/js is not installed: run make test"
+    by_type = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}"}}
+    c = start_collector(api_keys=[{"id": "web", "js": WEB_JS, "origins": [origin]}],
+                        destinations=by_type, server={"jitsu_script": str(JITSU2)})  # fmt: skip
+    collector = c.url.replace("127.0.0.1", "localhost")
+    (root / "index.html").write_text(JITSU2_PAGE.format(key=WEB_JS, collector=collector))
+    browser.get(origin + "/index.html?utm_source=test")
+    agent = browser.execute_script("return navigator.userAgent")
+    events = _logged(c, 4)
+    assert sorted(e["type"] for e in events) == ["group", "identify", "page", "track"]
+    for event in events:
+        assert (event["src"], event["api_key"]) == ("segment", "web")
+        assert event["context"]["library"]["name"] == "@jitsu/js"
+        assert event["context"]["page"]["url"] == origin + "/index.html?utm_source=test"
+        assert event["eventn_ctx"]["user_agent"] == agent
+        assert event["source_ip"] == "127.0.0.1"
+        assert "writeKey" not in event
+    track = next(e for e in events if e["type"] == "track")
+    assert (track["event"], track["properties"]["plan"]) == ("plan_viewed", "pro")
+    assert track["userId"] == "u-42"
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert sum(report.failed.values()) == 0
+    [(campaign,)] = _query(c, "SELECT context_campaign_source FROM page")
+    assert campaign == "test"
+
+
+RUDDER = SDK.parents[1] / "@rudderstack" / "analytics-js" / "dist" / "npm" / "modern"
+RUDDER_PAGE = """<!doctype html>
+<html><head><title>Docs</title>
+<script src="/rudder.js"></script>
+</head><body><script>
+  const source = {{id: "eventpipe", name: "site", workspaceId: "local", enabled: true,
+                  config: {{}}, destinations: []}};
+  const analytics = new rudderanalytics.RudderAnalytics();
+  analytics.load("{key}", "{collector}", {{getSourceConfig: () => ({{source}}),
+                                          logLevel: "ERROR"}});
+  analytics.page("Docs", "Install");
+  analytics.identify("u-9", {{email: "lin@example.com"}});
+  analytics.track("Order Completed", {{revenue: 42.5}});
+  analytics.group("g-9", {{name: "Acme"}});
+  analytics.alias("u-9", "anon-9");
+</script></body></html>
+"""
+
+
+def test_rudderstacks_browser_sdk(
+    start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
+) -> None:
+    """@rudderstack/analytics-js 3.34.1's bundled browser build (its plugins inside,
+    nothing from RudderStack's CDN), its source config given by ``getSourceConfig``:
+    every call arrives through the Segment API with the SDK's own headers (AnonymousId,
+    SentAt, RSA-Retry-*) allowed by the preflight."""
+    origin, root = site
+    bundle = RUDDER / "bundled" / "umd" / "index.js"
+    assert bundle.exists(), "@rudderstack/analytics-js is not installed: run make test"
+    shutil.copy(bundle, root / "rudder.js")
+    by_type = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}"}}
+    c = start_collector(api_keys=[{"id": "web", "js": WEB_JS, "origins": [origin]}],
+                        destinations=by_type)  # fmt: skip
+    collector = c.url.replace("127.0.0.1", "localhost")
+    (root / "index.html").write_text(RUDDER_PAGE.format(key=WEB_JS, collector=collector))
+    browser.get(origin + "/index.html?utm_source=docs")
+    agent = browser.execute_script("return navigator.userAgent")
+    events = _logged(c, 5)
+    kinds = sorted(e["type"] for e in events)
+    assert kinds == ["alias", "group", "identify", "page", "track"]
+    for event in events:
+        assert (event["src"], event["api_key"]) == ("segment", "web")
+        assert event["eventn_ctx"]["user_agent"] == agent
+        assert event["source_ip"] == "127.0.0.1"
+        # RudderStack sends originalTimestamp and sentAt: the time is the client's,
+        # corrected for its clock, not when the collector received it.
+        assert event["_timestamp"] <= event["receivedAt"]
+    track = next(e for e in events if e["type"] == "track")
+    assert (track["event"], track["properties"]["revenue"]) == ("Order Completed", 42.5)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert sum(report.failed.values()) == 0
+    [(email,)] = _query(c, "SELECT context_traits_email FROM identify")
+    assert email == "lin@example.com"
+
+
+def test_analytics_next_retries_reach_a_collector_that_was_down(
+    start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
+) -> None:
+    """The page loads while the collector is down: analytics-next's first attempts fail,
+    and its retries (which add ``X-Retry-Count``, a header the preflight must allow)
+    reach the collector once it is up. Each call is one row by its messageId."""
+    origin, root = site
+    shutil.copytree(NEXT, root / "analytics-next" / "bundles")
+    port = free_port()
+    host = f"localhost:{port}"
+    settings = {"integrations": {"Segment.io": {"apiKey": WEB_JS, "apiHost": f"{host}/v1",
+                                                "protocol": "http"}}, "plan": {}}  # fmt: skip
+    (root / "index.html").write_text(NEXT_PAGE.format(
+        key=WEB_JS, origin=origin, settings=orjson.dumps(settings).decode()))  # fmt: skip
+    browser.get(origin + "/index.html")
+    _wait_for(lambda: any("ERR_CONNECTION_REFUSED" in entry["message"]
+                          for entry in browser.get_log("browser")))  # fmt: skip
+    time.sleep(2.0)  # some retries meet the closed port too
+    by_id = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}",
+                           "primary_key": ["eventn_ctx_event_id"]}}  # fmt: skip
+    c = start_collector(api_keys=[{"id": "web", "js": WEB_JS, "origins": [origin]}],
+                        destinations=by_id, server={"port": port})  # fmt: skip
+    events = _logged(c, 3, timeout=60)
+    assert sorted(e["type"] for e in events) == ["identify", "page", "track"]
+    assert all(e["context"].get("library", {}).get("name") == "analytics.js" for e in events)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert sum(report.failed.values()) == 0
+    loaded = {table: rows for (_, table), rows in report.loaded.items()}
+    assert loaded == {"identify": 1, "page": 1, "track": 1}

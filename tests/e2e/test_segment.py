@@ -73,6 +73,54 @@ def test_a_node_sdk_pointed_at_the_collector_loads_every_type(
     _check_warehouse(c, spark, library, rudder=sdk == "rudderstack")
 
 
+def test_jitsu_2s_node_sdk_sends_with_its_server_key(start_collector: Any, spark: Any) -> None:
+    """@jitsu/js 1.11.0 (Jitsu 2) in Node with ``s2s: true``: ``/api/s/s2s/<type>``,
+    the key as ``X-Write-Key: id:secret``; every call one row, typed as sent."""
+    c = start_collector(destinations=WAREHOUSE)
+    sent = subprocess.run(["node", str(SDKS / "send.mjs"), "jitsu", c.url, f"web:{WEB_SERVER}"],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert sent.returncode == 0, sent.stdout[-2000:] + sent.stderr[-2000:]
+    _seal(c)
+    report = process_once(c.config, spark)
+    assert report is not None
+    assert sum(report.failed.values()) == 0
+    loaded = {table: rows for (_, table), rows in report.loaded.items()}
+    assert loaded == {"identify": 1, "track": 1, "page": 1, "group": 1}
+    [(event, revenue, key, library)] = _query(c, "SELECT event, properties_revenue, api_key, "
+                                              "context_library_name FROM track")  # fmt: skip
+    assert (event, revenue, key, library) == ("Order Completed", 42.5, "web", "@jitsu/js")
+    columns = {name for (name,) in _query(c, "SELECT column_name FROM "
+               "information_schema.columns WHERE table_name = 'track'")}  # fmt: skip
+    assert "writeKey" not in columns  # the SDK's masked "web:***", dropped as any writeKey
+    [(email,)] = _query(c, "SELECT traits_email FROM identify")
+    assert email == "ada@example.com"
+
+
+def test_jitsu_2_paths_take_keys_of_their_kind_only(start_collector: Any) -> None:
+    """A browser key cannot send as a server (its context.ip would be believed); the id
+    in ``id:secret`` must be the secret's own key; each refusal says what to do."""
+    c = start_collector()
+    message = {"type": "track", "event": "Signed Up", "anonymousId": "a1"}
+    cases = [
+        ("/api/s/s2s/track", f"web:{WEB_JS}", 403, "post to /api/s/<type>"),
+        ("/api/s/track", f"web:{WEB_SERVER}", 403, "s2s: true"),
+        ("/api/s/s2s/track", f"other:{WEB_SERVER}", 401, "X-Write-Key: ID:SECRET"),
+        ("/api/s/s2s/track", None, 401, "X-Write-Key: ID:SECRET"),
+        ("/api/s/s2s/checkout", f"web:{WEB_SERVER}", 404, "one of track"),
+    ]
+    for path, key, status, hint in cases:
+        headers = {"X-Write-Key": key} if key else {}
+        answer = httpx.post(c.url + path, json=message, headers=headers)
+        assert (path, key, answer.status_code) == (path, key, status)
+        assert hint in answer.json()["message" if status != 404 else "error"]
+    assert sum(len(p.read_bytes().splitlines()) for p in c.layout.active_segments()) == 0
+    for path, key in [("/api/s/s2s/track", f"web:{WEB_SERVER}"), ("/api/s/track", WEB_JS)]:
+        answer = httpx.post(c.url + path, json=message, headers={"X-Write-Key": key})
+        assert answer.status_code == 200, answer.text
+    events = read_lines(c.layout.active_segments())
+    assert [e["event_type"] for e in events] == ["Signed Up", "Signed Up"]
+
+
 def _check_warehouse(c: RunningCollector, spark: Any, library: str, *, rudder: bool) -> None:
     """The six messages of _send_everything, one row each, as sent."""
     _seal(c)

@@ -137,9 +137,32 @@ def test_no_secret_is_written_anywhere(
     httpx.post(f"{url}/v1/batch", json={"batch": many, "writeKey": WEB_JS})
     browser = [{"event_type": "e", "secret": WEB_JS}] + [f"not an object {WEB_JS}"] * 11
     httpx.post(f"{url}/api/v1/event", params={"token": WEB_JS}, json=browser)
+    # Jitsu 2's paths: the key in X-Write-Key, the SDK's masked copy in the body.
+    jitsu = {"anonymousId": "a", "event": "j", "writeKey": "web:***",
+             "properties": {"note": WEB_SERVER}}  # fmt: skip
+    httpx.post(f"{url}/api/s/s2s/track", json=jitsu, headers={"X-Write-Key": f"web:{WEB_SERVER}"})
+    httpx.post(f"{url}/api/s/track", json={"event": "no user", "writeKey": WEB_JS},
+               headers={"X-Write-Key": f"web:{WEB_JS}"})  # fmt: skip
+    # Bulk: a good line and a refused one, each with a secret in it.
+    lines = [{"event_type": "j", "note": WEB_JS}, [WEB_SERVER]]
+    httpx.post(f"{url}/api/v1/s2s/bulk", headers={"X-Auth-Token": WEB_SERVER},
+               content=b"\n".join(orjson.dumps(line) for line in lines))  # fmt: skip
+    # Malformed bodies that carry a secret, on every event endpoint.
+    torn = b'{"writeKey": "' + WEB_JS.encode() + b'", "event": '
+    for path, headers in [
+        ("/api/v1/event?token=" + WEB_JS, {}),
+        ("/api/v1/s2s/event", {"X-Auth-Token": WEB_SERVER}),
+        ("/v1/track", _basic(WEB_JS)),
+        ("/v1/batch", {}),
+        ("/api/s/track", {"X-Write-Key": f"web:{WEB_JS}"}),
+        ("/api/s/s2s/track", {"X-Write-Key": f"web:{WEB_SERVER}"}),
+    ]:
+        answer = httpx.post(url + path, content=torn, headers=headers)
+        assert answer.status_code == 400, (path, answer.text)
     _seal(c)
     report = process_once(c.config, spark)
     assert report is not None
+    assert report.loaded[("warehouse", "j")] == 2
     assert report.loaded[("warehouse", "e")] == 3
     assert report.loaded[("pg", "e")] == 3
     written = _every_file(c.layout.root)

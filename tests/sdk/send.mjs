@@ -1,10 +1,12 @@
 // Sends through a real Node SDK, then flushes:
-//   node send.mjs <segment|rudderstack> <collector URL> <write key> [ticks]
-// Without ticks: one message of each Segment type. With ticks: that many tracks, in
-// batches of 50 over about 5 s, retried up to 20 times each (the kill test).
+//   node send.mjs <segment|rudderstack|jitsu> <collector URL> <write key> [ticks]
+// Without ticks: one message of each Segment type (jitsu: of each type @jitsu/js has).
+// With ticks: that many tracks, in batches of 50 over about 5 s, retried up to 20 times
+// each (the kill test; not jitsu, which sends each call once and never retries).
 // Exits 0 once the SDK reports every batch delivered, 1 on any error it reports.
 import { Analytics } from "@segment/analytics-node";
 import RudderAnalytics from "@rudderstack/rudder-sdk-node";
+import jitsu from "@jitsu/js";
 
 const [sdk, host, writeKey, ticks] = process.argv.slice(2);
 const errors = [];
@@ -47,6 +49,16 @@ if (sdk === "segment") {
   });
   sent = await send(client);
   await client.flush();
+} else if (sdk === "jitsu") {
+  // Jitsu 2's SDK from a server: s2s posts to /api/s/s2s/<type>, X-Write-Key id:secret.
+  const client = jitsu.jitsuAnalytics({
+    host, writeKey, s2s: true, errorPolicy: (message) => errors.push(message),
+  });
+  await client.identify("u1", { email: "ada@example.com", plan: "pro" });
+  await client.track("Order Completed", { revenue: 42.5, currency: "EUR" });
+  await client.page("Install", { category: "Docs", url: "https://example.com/docs" });
+  await client.group("g1", { name: "Acme" });
+  sent = 4;
 } else {
   console.error(`unknown sdk ${sdk}`);
   process.exit(2);

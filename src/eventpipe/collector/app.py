@@ -4,6 +4,8 @@
 ``POST /api/v1/s2s/event``  server events; server key only
 ``POST /api/v1/s2s/bulk``   NDJSON of server events, stored as it streams
 ``POST /v1/<type|batch>``   the Segment API (collector/segment.py)
+``POST /api/s/<type>``      Jitsu 2 (``@jitsu/js``): one Segment message, browser keys
+``POST /api/s/s2s/<type>``  the same from servers, server keys; the key in X-Write-Key
 ``GET  /v1/pixel/<type>``   the same, answered with a 1x1 GIF
 ``GET  /health``            200 while accepting, 503 under backpressure
 ``GET  /metrics``           Prometheus text format
@@ -24,6 +26,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
@@ -34,7 +37,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from eventpipe.collector import imports, segment
-from eventpipe.collector.auth import KeyKind, KeyRing
+from eventpipe.collector.auth import KeyKind, KeyMatch, KeyRing
 from eventpipe.collector.backpressure import Backpressure, Limits
 from eventpipe.collector.body import (
     ENCODINGS,
@@ -59,6 +62,7 @@ from eventpipe.collector.enrich import (
 from eventpipe.collector.metrics import CollectorMetrics
 from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import ApiKey, Config
+from eventpipe.errors import ConfigError
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.log.segments import LogClosedError, LogHooks, LogSettings, LogWriteError, SegmentLog
 from eventpipe.log.writers import host_writer
@@ -69,6 +73,8 @@ log = logging.getLogger("eventpipe.collector")
 BROWSER_PATH = "/api/v1/event"
 SERVER_PATH = "/api/v1/s2s/event"
 BULK_PATH = "/api/v1/s2s/bulk"
+JITSU_PREFIX = "/api/s/"
+JITSU_SERVER_PREFIX = "/api/s/s2s/"
 _ALLOWED_ENCODINGS = {"", "identity"}
 
 
@@ -124,6 +130,15 @@ def _error(code: str, message: str, *, segment_api: bool = False) -> dict[str, A
     return {"status": "error", "code": code, "error": message}
 
 
+def _read_script(path: Path | None) -> bytes | None:
+    if path is None:
+        return None
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"server.jitsu_script: cannot read {path}: {exc.strerror}") from None
+
+
 def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
     return Response(
         orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers
@@ -157,6 +172,7 @@ class Collector:
         self.trusted = tuple(
             ipaddress.ip_network(n, strict=False) for n in config.server.trusted_proxies
         )
+        self.jitsu_script = _read_script(config.server.jitsu_script)
         self.enrich_settings = EnrichSettings(
             max_event_bytes=config.server.max_event_bytes,
             anonymize_ip=config.server.anonymize_ip,
@@ -298,6 +314,29 @@ class Collector:
         self.metrics.request("segment", response.status_code)
         return response
 
+    async def jitsu(self, request: Request) -> Response:
+        """``POST /api/s/<type>`` (browsers) and ``/api/s/s2s/<type>`` (servers): Jitsu 2's
+        API, what ``@jitsu/js`` sends. A body is one Segment message of the path's type;
+        the key is ``X-Write-Key`` (``id:secret``), and the path decides its kind."""
+        name = request.path_params["name"]
+        wanted = KeyKind.SERVER if request.path_params.get("s2s") else KeyKind.JS
+        if name not in segment.TYPES:
+            response = _json(404, _error("not_found", f"no such Jitsu API path: {name!r} "
+                                         f"(one of {', '.join(segment.TYPES)})"))  # fmt: skip
+        else:
+            response = await self._segment(request, name, None, jitsu=wanted)
+        self.metrics.request("jitsu", response.status_code)
+        return response
+
+    async def script(self, request: Request) -> Response:
+        """``GET /p.js``: Jitsu 2's browser script (``server.jitsu_script``), which sends to
+        the origin it came from; 404 with what to set when none is configured."""
+        if self.jitsu_script is None:
+            error = "no script configured: set server.jitsu_script to @jitsu/js's p.js"
+            return _json(404, _error("not_found", error))
+        return Response(self.jitsu_script, media_type="application/javascript",
+                        headers={"Cache-Control": "public, max-age=3600"})  # fmt: skip
+
     async def pixel(self, request: Request) -> Response:
         """A message in ``?data=``, answered with a 1x1 GIF whatever happened to it (the
         status says), never cached: e-mail opens, pages without JavaScript."""
@@ -317,14 +356,26 @@ class Collector:
                         headers={"Cache-Control": no_store, "Pragma": "no-cache",
                                  "Expires": "0"})  # fmt: skip
 
-    async def _segment(self, request: Request, kind: str, pixel: bytes | None) -> Response:
+    async def _segment(
+        self, request: Request, kind: str, pixel: bytes | None, *, jitsu: KeyKind | None = None
+    ) -> Response:
+        """A Segment API request; ``jitsu``: one of Jitsu 2's, whose path takes keys of
+        that kind only, named in ``X-Write-Key`` (its body's ``writeKey`` is masked)."""
         headers = request.headers
 
         def early() -> dict[str, str]:  # an error before the key is known (errors only)
             return self._error_cors(headers)
 
-        written = segment.basic_user(headers.get("authorization"))
-        match = self.keyring.match(written)
+        if jitsu is None:
+            written = segment.basic_user(headers.get("authorization"))
+            match = self.keyring.match(written)
+        else:
+            written = headers.get("x-write-key") or _token(request)
+            match = self.keyring.match_write_key(written)
+            if match is None:
+                return self._no_write_key(early(), jitsu=True)
+            if match.kind is not jitsu:
+                return self._wrong_jitsu_kind(match, jitsu, early())
         if written is not None and match is None:
             return self._no_write_key(early())
         if self.backpressure.reason is not None:
@@ -383,11 +434,24 @@ class Collector:
             answer = {**_error("rejected", first, segment_api=True), **answer}
         return _json(200 if answer["success"] else 400, answer, cors)
 
-    def _no_write_key(self, cors: dict[str, str]) -> Response:
+    def _no_write_key(self, cors: dict[str, str], *, jitsu: bool = False) -> Response:
         self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
-        error = ("missing or unknown write key: send it as the user name of HTTP Basic auth, "
-                 "or as writeKey in the body")  # fmt: skip
+        error = (
+            "missing or unknown write key: send it as X-Write-Key: ID:SECRET"
+            if jitsu
+            else "missing or unknown write key: send it as the user name of HTTP Basic "
+            "auth, or as writeKey in the body"
+        )
         return _json(401, _error("unauthorized", error, segment_api=True), cors)
+
+    def _wrong_jitsu_kind(self, match: KeyMatch, wanted: KeyKind, cors: dict[str, str]) -> Response:
+        key = match.key
+        self.metrics.events_rejected.labels(api_key=key.id, reason="wrong_key_kind").inc()
+        where = (f"{JITSU_SERVER_PREFIX}<type> (@jitsu/js: s2s: true)" if wanted is KeyKind.JS
+                 else f"{JITSU_PREFIX}<type>")  # fmt: skip
+        error = (f"this is the {match.kind} key of {key.id!r}; this path takes {wanted} keys "
+                 f"only (post to {where})")  # fmt: skip
+        return _json(403, _error("wrong_key_kind", error, segment_api=True), cors)
 
     # Steps shared by the endpoints
 

@@ -11,7 +11,7 @@ so), the first of repeated headers wins, values are decoded as latin-1.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
@@ -19,10 +19,22 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from eventpipe.collector.app import BROWSER_PATH, BULK_PATH, SERVER_PATH
+from eventpipe.collector.app import (
+    BROWSER_PATH,
+    BULK_PATH,
+    JITSU_PREFIX,
+    JITSU_SERVER_PREFIX,
+    SERVER_PATH,
+)
 
 if TYPE_CHECKING:
+    from collections.abc import Callable, Coroutine
+
+    from starlette.responses import Response
+
     from eventpipe.collector.app import Collector
+
+    Endpoint = Callable[[Request], Coroutine[Any, Any, Response]]
 
 
 class FirstHeaders(Headers):
@@ -70,11 +82,12 @@ class CollectorApp:
     """
 
     def __init__(self, collector: Collector) -> None:
-        self.direct = {
+        self.direct: dict[tuple[str, str], Endpoint] = {
             ("POST", BROWSER_PATH): collector.ingest_browser,
             ("POST", SERVER_PATH): collector.ingest_server,
         }
         self.segment = collector.segment
+        self.jitsu = collector.jitsu
         self.router = Starlette(routes=[
             Route(BROWSER_PATH, collector.ingest_browser, methods=["POST"]),
             Route(BROWSER_PATH, collector.preflight, methods=["OPTIONS"]),
@@ -83,6 +96,8 @@ class CollectorApp:
             Route("/v1/pixel/{name}", collector.pixel, methods=["GET"]),
             Route("/v1/{name}", collector.segment, methods=["POST"]),
             Route("/v1/{name}", collector.preflight, methods=["OPTIONS"]),
+            Route(JITSU_PREFIX + "{name}", collector.preflight, methods=["OPTIONS"]),
+            Route("/p.js", collector.script, methods=["GET"]),
             Route("/health", collector.health, methods=["GET"]),
             Route("/metrics", collector.metrics_page, methods=["GET"]),
         ], lifespan=collector.lifespan)  # fmt: skip
@@ -91,16 +106,29 @@ class CollectorApp:
         if scope["type"] == "http":
             method, path = scope["method"], scope["path"]
             endpoint = self.direct.get((method, path))
-            if endpoint is None and method == "POST" and path.startswith("/v1/"):
-                name = path[4:]  # /v1/<name>: the Segment API's paths
-                if name and "/" not in name:
-                    scope["path_params"] = {"name": name}
-                    endpoint = self.segment
+            if endpoint is None and method == "POST":
+                endpoint = self._by_prefix(scope, path)
             if endpoint is not None:
                 response = await endpoint(EventRequest(scope, receive))
                 await response(scope, receive, send)
                 return
         await self.router(scope, receive, send)
+
+    def _by_prefix(self, scope: Scope, path: str) -> Endpoint | None:
+        """The endpoint of a POST to ``/v1/<name>`` (the Segment API), ``/api/s/<name>`` or
+        ``/api/s/s2s/<name>`` (Jitsu 2), its name set in the scope; None for others."""
+        if path.startswith("/v1/"):
+            name, endpoint, s2s = path[4:], self.segment, False
+        elif path.startswith(JITSU_SERVER_PREFIX):
+            name, endpoint, s2s = path[len(JITSU_SERVER_PREFIX) :], self.jitsu, True
+        elif path.startswith(JITSU_PREFIX):
+            name, endpoint, s2s = path[len(JITSU_PREFIX) :], self.jitsu, False
+        else:
+            return None
+        if not name or "/" in name:
+            return None
+        scope["path_params"] = {"name": name, "s2s": s2s}
+        return endpoint
 
 
 def create_app(collector: Collector) -> CollectorApp:

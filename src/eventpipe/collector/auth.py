@@ -57,5 +57,15 @@ class KeyRing:
                 found = match
         return found
 
+    def match_write_key(self, token: str | None) -> KeyMatch | None:
+        """A Jitsu 2 write key (``X-Write-Key``): ``id:secret``, the secret a key's and
+        the id that key's own; or a secret alone."""
+        found = self.match(token)
+        if found is not None or not token or ":" not in token:
+            return found
+        key_id, _, secret = token.partition(":")
+        found = self.match(secret)
+        return found if found is not None and found.key.id == key_id else None
+
     def keys_with_js(self) -> list[ApiKey]:
         return [match.key for _, match in self._entries if match.kind is KeyKind.JS]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import Field, SecretStr, model_validator
 
 from eventpipe.config.base import Network, OriginPattern, SafeKeyId, Section
@@ -81,6 +83,10 @@ class ServerConfig(Section):
     ``eventn_ctx.client_timestamp``."""
     cors_max_age_seconds: int = Field(default=86_400, ge=0)
     """How long browsers may cache a CORS preflight answer."""
+    jitsu_script: Path | None = None
+    """Jitsu 2's browser script (``@jitsu/js``'s ``dist/web/p.js.txt``), served at
+    ``GET /p.js``: it sends to the origin it was loaded from, so pages that load it from
+    the collector work unchanged. eventpipe ships no copy of it."""
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """On SIGTERM/Ctrl-C, how long requests in flight may take to finish."""
     header_timeout_seconds: float = Field(default=10.0, gt=0)
