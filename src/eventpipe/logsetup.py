@@ -54,6 +54,11 @@ def configure_logging(settings: LoggingConfig) -> None:
         logger.handlers[:] = [handler]
         logger.setLevel(level)
         logger.propagate = False
+    # uvicorn's notes on each worker's start and stop ("Waiting for application
+    # startup"...): seven lines per worker that eventpipe's own start and stop lines say
+    # in one. Its warnings and errors stay; at debug level, everything.
+    if level > logging.DEBUG:
+        logging.getLogger("uvicorn.error").setLevel(max(level, logging.WARNING))
     # One line per request would be most of the output at thousands of requests a second;
     # /metrics counts requests by status instead.
     logging.getLogger("uvicorn.access").disabled = True

@@ -157,6 +157,12 @@ class DataLayout:
         return self.work if self.work is not None else self.root / "tmp"
 
     @property
+    def spark_log(self) -> Path:
+        """The standard error of the Spark driver JVMs that the service and the pipeline's
+        commands start (processing/spark.py, stderr_to)."""
+        return self.root / "logs" / "spark.log"
+
+    @property
     def locks(self) -> Path:
         return self.root / "locks"
 

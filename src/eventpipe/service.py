@@ -51,6 +51,10 @@ log = logging.getLogger("eventpipe.service")
 
 SPARK_STOP_SECONDS = 15.0
 """How long the pipeline may take to stop its Spark session after its loads."""
+RELEASED_EXIT = 4
+"""The exit code of ``eventpipe process --release-when-idle`` that stopped because it had
+nothing to do (processing.release_idle_seconds): its supervisor starts it again when a
+segment is sealed, not as a crash."""
 READER_STOP_SECONDS = 30.0
 """How long a source's reader may take to finish the read under way (it resumes from its
 slot if killed: nothing is lost)."""
@@ -61,9 +65,18 @@ class Supervisor:
     (``process``), a source's reader (``read ID``)."""
 
     def __init__(
-        self, name: str, arguments: list[str], config_path: Path | None, grace_seconds: float
+        self,
+        name: str,
+        arguments: list[str],
+        config_path: Path | None,
+        grace_seconds: float,
+        *,
+        wake: Callable[[], bool] | None = None,
     ) -> None:
+        """``wake``: after the child exits with RELEASED_EXIT, whether there is work for
+        it again (asked every second)."""
         self.name = name
+        self.wake = wake
         self.command = [sys.executable, "-m", "eventpipe.cli", *arguments]
         if config_path is not None:
             self.command += ["-c", str(config_path)]
@@ -83,6 +96,13 @@ class Supervisor:
             code = self._child.wait()
             if self._stop.is_set():
                 return
+            if code == RELEASED_EXIT and self.wake is not None:
+                while not self.wake():
+                    if self._stop.wait(1.0):
+                        return
+                log.info("%s: work arrived; starting it again", self.name)
+                backoff = Backoff(1.0, 60.0, jitter=False)
+                continue
             if code in (130, -signal.SIGINT):
                 # Ctrl-C in a terminal reaches the whole process group: this process
                 # is stopping too. Not a crash, and nothing to restart.
@@ -286,12 +306,15 @@ def run(loaded: LoadedConfig, config_path: Path | None) -> None:
 
         claim_port(loaded.config.server.host, loaded.config.server.port)
     # The pipeline's own grace for its loads, and time to stop Spark after them.
-    grace = loaded.config.processing.shutdown_grace_seconds + SPARK_STOP_SECONDS
-    children = [Supervisor("pipeline", ["process"], config_path, grace)]
+    config = loaded.config
+    grace = config.processing.shutdown_grace_seconds + SPARK_STOP_SECONDS
+    children = [Supervisor("pipeline", ["process", "--release-when-idle"], config_path, grace,
+                           wake=lambda: bool(config.layout.sealed_segments()))]  # fmt: skip
     children += [Supervisor(f"source {s}", ["read", s], config_path, READER_STOP_SECONDS)
                  for s in loaded.config.sources]  # fmt: skip
     for child in children:
         child.start()
+    archive = _build_class_data_in_background(config)
     try:
         if collecting:
             collect(loaded)
@@ -301,6 +324,33 @@ def run(loaded: LoadedConfig, config_path: Path | None) -> None:
     finally:
         for child in children:
             child.stop()
+        if archive is not None and archive.poll() is None:
+            archive.terminate()  # unfinished: the next start builds it again
+            archive.wait()
+
+
+def _build_class_data_in_background(config: Config) -> subprocess.Popen[bytes] | None:
+    """``eventpipe spark-archive`` in a child process at low priority, when this
+    machine's JVM class-data archive is missing: the service answers at once (on a fresh
+    machine, building it first kept the first request waiting some 100 s), the
+    pipeline's Spark starts without it this time, and every later start uses it. Its
+    output goes to data/logs/spark-archive.log."""
+    from eventpipe.processing import class_data
+
+    path = class_data.archive_path()
+    if path is None or path.is_file() or config.spark.settings.get("spark.remote"):
+        return None
+    logs = config.layout.spark_log.parent
+    logs.mkdir(parents=True, exist_ok=True)
+    with (logs / "spark-archive.log").open("ab") as output:
+        child = subprocess.Popen(
+            ["nice", "-n", "10", sys.executable, "-m", "eventpipe.cli", "spark-archive"],
+            stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
+    log.info("building the JVM class-data archive in the background (data/logs/"
+             "spark-archive.log): Spark starts in about half the time from the next "
+             "start")  # fmt: skip
+    return child
 
 
 def _until_stopped() -> None:
@@ -312,14 +362,23 @@ def _until_stopped() -> None:
 
 
 def process(
-    config: Config, *, once: bool, report: Callable[[RunReport], None], idle: Callable[[], None]
-) -> None:
+    config: Config,
+    *,
+    once: bool,
+    report: Callable[[RunReport], None],
+    idle: Callable[[], None],
+    release_when_idle: bool = False,
+) -> bool:
     """``eventpipe process``: batch runs every ``processing.batch_period_seconds`` (``once``:
     one, after the streams caught up with the log), beside a streaming query per stream
     destination. Between two runs, the segments sealed meanwhile are compressed for the
     archive and their schemas inferred (processing/archiving.py, ``wait_preparing_sealed``;
-    processing/segment_schemas.py). ``report`` is given each
-    run's report; ``idle`` is called when there was nothing to process."""
+    processing/segment_schemas.py). ``report`` is given each run's report; ``idle`` is
+    called when a run finds nothing to process after one that did (or at the first).
+
+    ``release_when_idle``: return True, Spark stopped, once nothing was processed for
+    ``processing.release_idle_seconds`` (never with stream destinations); the caller
+    starts it again when there is work (``eventpipe run``'s supervisor). Else False."""
     import signal
 
     from eventpipe.errors import retry_transient
@@ -333,9 +392,12 @@ def process(
     work = pending(config) if once and not streaming else None
     if work is not None and work.empty:
         idle()  # no Spark session (5-15 s) for nothing
-        return
+        return False
     short = work is not None and work.small  # a JVM for a life of seconds
-    spark = start_session(on_terminal(config.spark.settings), short_lived=short)
+    # A run by hand (--once at a terminal) draws Spark's progress bar; the service logs
+    # step lines, and its JVM's own output goes to data/logs/spark.log.
+    settings = on_terminal(config.spark.settings) if once else config.spark.settings
+    spark = start_session(settings, short_lived=short, jvm_log=config.layout.spark_log)
     # SIGTERM (from `eventpipe run`, or an init system): nothing new starts, loads under
     # way get shutdown_grace_seconds to finish and record their progress (a second
     # SIGTERM, or Ctrl-C: at once). What is cut short resumes with its batch ids.
@@ -346,6 +408,10 @@ def process(
     # Stream destinations: one streaming query each, beside the batch runs (--once: up to
     # what the log holds now, then the batch run).
     streams = stream.StreamSupervisor(spark, config)
+    release = config.processing.release_idle_seconds
+    if not release_when_idle or streaming:
+        release = None
+    idle_since: float | None = None
     try:
         if once:
             stream.run_once(spark, config)
@@ -366,13 +432,24 @@ def process(
                 pipeline_log.warning("%s; next try later", exc)
                 shutdown.pause(period)
                 continue
-            if not reports:
+            if reports:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = time.monotonic()
                 idle()
             for one in reports:
                 report(one)
             # The wait prepares what seals meanwhile (archive, schema): Spark is idle.
             if once or wait_preparing_sealed(config, period, spark):
-                return
+                return False
+            if release and idle_since and time.monotonic() - idle_since >= release:
+                if config.layout.sealed_segments():
+                    continue  # sealed in the wait: the next run takes it
+                pipeline_log.info(
+                    "nothing to process for %.0f s: stopping Spark to free its memory "
+                    "(processing.release_idle_seconds); it starts again when a segment is "
+                    "sealed", time.monotonic() - idle_since)  # fmt: skip
+                return True
     finally:
         streams.stop()
         spark.stop()

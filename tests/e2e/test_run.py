@@ -9,6 +9,7 @@ from pathlib import Path
 
 import duckdb
 import httpx
+import psutil
 import pytest
 
 from tests.process import CollectorProcess, free_port, run, write_config
@@ -32,7 +33,8 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
     port = free_port()
     config = write_config(
         tmp_path / "eventpipe.yaml", tmp_path / "data", port,
-        incoming={"rotate_seconds": 1}, processing={"batch_period_seconds": 4},
+        incoming={"rotate_seconds": 1},
+        processing={"batch_period_seconds": 4, "release_idle_seconds": 6},
         spark={"master": "local[2]", "spark.sql.shuffle.partitions": 2},
     )  # fmt: skip
     proc = CollectorProcess(config, port, tmp_path / "run.log", command="run")
@@ -57,12 +59,38 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
             while _count(tmp_path / "data/warehouse.duckdb") != first + 5:
                 assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
                 time.sleep(0.5)
+        # Idle for release_idle_seconds: the pipeline stops, its JVM with it, and the
+        # service holds the collector's memory only; a sealed segment starts it again.
+        _wait_for_line(proc, "stopping Spark to free its memory")
+        deadline = time.monotonic() + 30
+        while any("java" in p.name() for p in _tree(proc.proc.pid)):
+            assert time.monotonic() < deadline, "the JVM is still running"
+            time.sleep(0.5)
+        idle_mb = sum(p.memory_info().rss for p in _tree(proc.proc.pid)) / 2**20
+        assert idle_mb < 400, f"the idle service holds {idle_mb:.0f} MB"
+        for i in range(10, 15):
+            response = httpx.post(
+                proc.url + "/api/v1/event", params={"token": "js-web-secret-1"}, json={"i": i}
+            )
+            assert response.status_code == 200
+        deadline = time.monotonic() + 180
+        while _count(tmp_path / "data/warehouse.duckdb") != 15:
+            assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
+            time.sleep(0.5)
+        assert "pipeline: work arrived; starting it again" in proc.log_path.read_text()
+        stopping = len(proc.log_path.read_text().splitlines())
         proc.signal(signal.SIGTERM)
         assert proc.wait(60) == 0
     finally:
         proc.kill()
     log = proc.log_path.read_text()
     assert "pipeline started" in log
+    # Stopping: a line per process (two collector workers, the pipeline), nothing of
+    # Spark's (the JVM's own output is in data/logs/spark.log).
+    last = log.splitlines()[stopping:]
+    assert len(last) <= 3, last
+    assert "Using incubator modules" not in log
+    assert "Using incubator modules" in (tmp_path / "data/logs/spark.log").read_text()
     # (a segment per collector worker), compressed for the archive and its schema
     # inferred in the wait; the next run merged those schemas instead of inferring.
     assert re.search(r"prepared \d+ sealed segment\(s\) while waiting", log), log[-3000:]
@@ -73,3 +101,15 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
     # the kept schemas of archived segments are removed with them
     kept = [p.name.removesuffix(".json") for p in (data / "tmp/schemas").glob("*.json")]
     assert all((data / "incoming" / name).exists() for name in kept), kept
+
+
+def _tree(pid: int) -> list[psutil.Process]:
+    root = psutil.Process(pid)
+    return [root, *root.children(recursive=True)]
+
+
+def _wait_for_line(proc: CollectorProcess, text: str, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while text not in proc.log_path.read_text():
+        assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
+        time.sleep(0.5)

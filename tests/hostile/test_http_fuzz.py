@@ -62,8 +62,16 @@ def collector(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningColle
     database=None,
 )
 @given(
-    path=st.sampled_from(["/api/v1/event", "/api/v1/s2s/event", "/api/s/track",
-                          "/api/s/s2s/page", "/health", "/nowhere"]),  # fmt: skip
+    path=st.sampled_from(
+        [
+            "/api/v1/event",
+            "/api/v1/s2s/event",
+            "/api/s/track",
+            "/api/s/s2s/page",
+            "/health",
+            "/nowhere",
+        ]
+    ),
     method=st.sampled_from(["POST", "POST", "POST", "GET", "OPTIONS", "PUT"]),
     token=st.sampled_from([WEB_JS, WEB_SERVER, "", "wrong-token-xx", "x" * 5000]),
     headers=st.dictionaries(

@@ -165,7 +165,7 @@ def test_sigterm_finishes_and_seals(collector: tuple[CollectorProcess, Path, Dat
     assert proc.wait() == 0
     assert layout.active_segments() == []
     assert sorted(e["i"] for e in read_lines(layout.sealed_segments())) == list(range(5))
-    assert "collector stopped; sealed" in proc.log_path.read_text()
+    assert "stopped; sealed" in proc.log_path.read_text()
 
 
 def test_a_second_collector_on_the_same_data_dir_is_refused(

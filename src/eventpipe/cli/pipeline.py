@@ -25,8 +25,13 @@ from eventpipe.errors import ConfigError, TerminalError
 @cli.command()
 @config_option
 @click.option("--once", is_flag=True, help="Process what is sealed now, then exit (cron, Airflow).")
+@click.option("--release-when-idle", is_flag=True, hidden=True,
+              help="Exit with 4 after processing.release_idle_seconds with nothing to "
+              "process (eventpipe run starts it again when a segment is sealed).")  # fmt: skip
 @idle_option
-def process(config_path: Path | None, once: bool, idle_exit_code: int) -> None:
+def process(
+    config_path: Path | None, once: bool, release_when_idle: bool, idle_exit_code: int
+) -> None:
     """Run the Spark batch pipeline over sealed segments."""
     from eventpipe import service
 
@@ -37,9 +42,12 @@ def process(config_path: Path | None, once: bool, idle_exit_code: int) -> None:
         idled = True
         click.echo("nothing to process: no sealed segment")
 
-    service.process(load(config_path).config, once=once, report=print_report, idle=idle)
+    released = service.process(load(config_path).config, once=once, report=print_report,
+                               idle=idle, release_when_idle=release_when_idle)  # fmt: skip
     if once and idled:
         idle_exit(idle_exit_code)
+    if released:
+        raise SystemExit(service.RELEASED_EXIT)
 
 
 @cli.command("spark-entry")

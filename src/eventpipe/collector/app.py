@@ -694,4 +694,5 @@ class Collector:
             with contextlib.suppress(asyncio.CancelledError):
                 await monitor
             sealed = await self.segment_log.close()
-            log.info("collector stopped; sealed %d segment(s)", len(sealed))
+            log.info("collector %s stopped; sealed %d segment(s)", self.segment_log.writer,
+                     len(sealed))  # fmt: skip

@@ -53,6 +53,11 @@ class ProcessingConfig(Section):
     shutdown_grace_seconds: float = Field(default=30.0, ge=0)
     """On SIGTERM, loads under way get this long to finish and record their progress
     (nothing new starts); then the process stops anyway (the next run resumes)."""
+    release_idle_seconds: float | None = Field(default=300.0, gt=0)
+    """``eventpipe run``: after this long with nothing to process, the pipeline stops, and
+    its Spark driver with it (some 500 MB); it starts again, cold, when a segment is
+    sealed. Not with stream destinations, whose queries run all the time. Absent
+    (``null``): Spark stays up."""
     work_dir: Path | None = None
     """Where runs stage their files (Spark writes, the driver reads them back). Absent:
     ``<data_dir>/tmp``. On a cluster, a directory every node mounts at this path, like

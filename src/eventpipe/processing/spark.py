@@ -34,9 +34,10 @@ quietly becoming null. Steps that expect bad values use the ``try_`` functions
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -82,10 +83,15 @@ quick compiler only. The optimising one pays off over minutes; in a run of secon
 compile threads take the cores from the job (bench/cold_start.py)."""
 
 
-JVM_LOG_OPTIONS = "-Xlog:disable -Xlog:all=warning:stderr"
+LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+JVM_LOG_OPTIONS = (
+    f"-Xlog:disable -Xlog:all=warning:stderr -Dlog4j2.configurationFile={LOG4J_CONFIG.as_uri()}"
+)
 """The JVM's own warnings on standard error, where Spark's log goes: by default they go
 to standard output, which is the commands' answer (``log step`` prints positions there).
-A class-data archive that the JVM cannot map says so in such a warning."""
+A class-data archive that the JVM cannot map says so in such a warning. Spark's log in
+eventpipe's format, without its start-up notes (``Using Spark's default log4j
+profile``, ``Setting default log level``) and the warnings of log4j2.properties."""
 
 
 def java_options(
@@ -171,11 +177,18 @@ def check_java() -> None:
 
 
 def start_session(
-    overrides: Mapping[str, str], *, class_data_archive: bool = True, short_lived: bool = False
+    overrides: Mapping[str, str],
+    *,
+    class_data_archive: bool = True,
+    short_lived: bool = False,
+    jvm_log: Path | None = None,
 ) -> SparkSession:
     """Start (or reuse) the Spark session with eventpipe's settings. A driver JVM this
     starts maps the class-data archive where one was built (``class_data_archive``), and
-    compiles quickly only when it will live seconds (``short_lived``; see java_options)."""
+    compiles quickly only when it will live seconds (``short_lived``; see java_options).
+    ``jvm_log``: the file the JVM's standard error goes to (appended), not this process's
+    (see stderr_to); unused when Spark's console progress bar is on, which is drawn
+    there."""
     check_java()
     from pyspark.sql import SparkSession
 
@@ -196,7 +209,10 @@ def start_session(
     builder = SparkSession.builder
     for key, value in settings.items():
         builder = builder.config(key, value)
-    session = builder.getOrCreate()
+    progress = settings.get("spark.ui.showConsoleProgress") == "true"
+    quiet = jvm_log is not None and launcher is None and not progress
+    with stderr_to(jvm_log) if quiet and jvm_log else contextlib.nullcontext():
+        session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _make_query_context_loggers()
     # Concurrent Parquet writers (above) make its memory manager warn for every file it
@@ -207,6 +223,25 @@ def start_session(
             "org.apache.parquet.hadoop.MemoryManager", jvm.org.apache.logging.log4j.Level.ERROR
         )
     return session
+
+
+@contextlib.contextmanager
+def stderr_to(path: Path) -> Iterator[None]:
+    """Standard error (file descriptor 2) appended to ``path`` while the block runs, then
+    back: what a child process starts with inherits it for its life. The driver JVM's
+    own output (``WARNING: Using incubator modules``, Java's traces when it is stopped
+    by Ctrl-C) goes to the file, and this process's log stays on the terminal."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 class ConnectMissingError(EventpipeError):
