@@ -304,25 +304,38 @@ RUDDER_PAGE = """<!doctype html>
 """
 
 
+@pytest.mark.parametrize("down_first", [False, True], ids=["up", "down-then-up"])
 def test_rudderstacks_browser_sdk(
-    start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
+    down_first: bool, start_collector: Any, site: tuple[str, Path], browser: Any, spark: Any
 ) -> None:
     """@rudderstack/analytics-js 3.34.1's bundled browser build (its plugins inside,
     nothing from RudderStack's CDN), its source config given by ``getSourceConfig``:
     every call arrives through the Segment API with the SDK's own headers (AnonymousId,
-    SentAt, RSA-Retry-*) allowed by the preflight."""
+    SentAt, RSA-Retry-*) allowed by the preflight; ``down_first``: the page loads while
+    the collector is down, and the SDK's retries arrive once it is up, once each."""
     origin, root = site
     bundle = RUDDER / "bundled" / "umd" / "index.js"
     assert bundle.exists(), "@rudderstack/analytics-js is not installed: run make test"
     shutil.copy(bundle, root / "rudder.js")
-    by_type = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}"}}
-    c = start_collector(api_keys=[{"id": "web", "js": WEB_JS, "origins": [origin]}],
-                        destinations=by_type)  # fmt: skip
-    collector = c.url.replace("127.0.0.1", "localhost")
+    port = free_port()
+    collector = f"http://localhost:{port}"
     (root / "index.html").write_text(RUDDER_PAGE.format(key=WEB_JS, collector=collector))
+
+    def start() -> RunningCollector:
+        by_id = {"warehouse": {"type": "duckdb", "table_name_template": "{{ type }}",
+                               "primary_key": ["eventn_ctx_event_id"]}}  # fmt: skip
+        return start_collector(api_keys=[{"id": "web", "js": WEB_JS, "origins": [origin]}],
+                               destinations=by_id, server={"port": port})  # fmt: skip
+
+    c = None if down_first else start()
     browser.get(origin + "/index.html?utm_source=docs")
     agent = browser.execute_script("return navigator.userAgent")
-    events = _logged(c, 5)
+    if c is None:
+        _wait_for(lambda: any("ERR_CONNECTION_REFUSED" in entry["message"]
+                              for entry in browser.get_log("browser")))  # fmt: skip
+        time.sleep(2.0)  # some retries meet the closed port too
+        c = start()
+    events = _logged(c, 5, timeout=60)
     kinds = sorted(e["type"] for e in events)
     assert kinds == ["alias", "group", "identify", "page", "track"]
     for event in events:
@@ -339,6 +352,8 @@ def test_rudderstacks_browser_sdk(
     assert sum(report.failed.values()) == 0
     [(email,)] = _query(c, "SELECT context_traits_email FROM identify")
     assert email == "lin@example.com"
+    loaded = {table: rows for (_, table), rows in report.loaded.items()}
+    assert loaded == {"alias": 1, "group": 1, "identify": 1, "page": 1, "track": 1}
 
 
 def test_analytics_next_retries_reach_a_collector_that_was_down(
