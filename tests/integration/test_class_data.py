@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eventpipe.processing import class_data
+from eventpipe.processing import class_data, training
 from tests.process import run
 
 
@@ -71,7 +71,7 @@ def test_spark_installed_again_names_another_archive_and_its_build_prunes_the_ol
     other = first.parent / "spark-0.0.0-0000000000000000-0000000000000000.jsa"
     other.write_bytes(b"another installation's")
     again.write_bytes(b"built")
-    class_data._prune_stale(again)
+    class_data.prune_stale(again)
     assert not first.exists()
     assert again.exists()
     assert other.exists()
@@ -83,7 +83,7 @@ def test_a_cache_directory_it_cannot_write_is_a_clear_error_before_any_training(
     read_only = tmp_path / "not-a-directory"
     read_only.write_text("a file where the cache directory would be")
     with pytest.raises(class_data.ClassDataError) as info:
-        class_data.build(read_only / "spark.jsa")
+        training.build(read_only / "spark.jsa")
     assert "EVENTPIPE_CACHE_DIR" in str(info.value.fix)
 
 

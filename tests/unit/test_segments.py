@@ -16,7 +16,8 @@ import pytest
 from eventpipe.errors import DataDirLockedError
 from eventpipe.log import segments
 from eventpipe.log.recovery import rotate_now
-from eventpipe.log.segments import LogHooks, LogSettings, LogWriteError, SegmentLog
+from eventpipe.log.segments import LogHooks, LogWriteError, SegmentLog
+from eventpipe.log.settings import LogSettings
 from eventpipe.paths import DataLayout, SegmentName
 from tests.process import wait_until_dead
 

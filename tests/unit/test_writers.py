@@ -16,7 +16,8 @@ import pytest
 from eventpipe import locks
 from eventpipe.log import writers
 from eventpipe.log.recovery import recover_dead, rotate_now
-from eventpipe.log.segments import LogSettings, SegmentLog
+from eventpipe.log.segments import SegmentLog
+from eventpipe.log.settings import LogSettings
 from eventpipe.paths import DataLayout, SegmentName
 
 

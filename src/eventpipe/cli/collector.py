@@ -69,7 +69,7 @@ def run_command(config_path: Path | None) -> None:
 def rotate(config_path: Path | None) -> None:
     """Seal the active segments now (asks a running collector, or seals them itself)."""
     from eventpipe.log.recovery import rotate_now
-    from eventpipe.log.segments import LogSettings
+    from eventpipe.log.settings import LogSettings
 
     config = load(config_path).config
     sealed = rotate_now(config.layout, LogSettings.of(config))

@@ -75,8 +75,10 @@ def spark_archive(force: bool) -> None:
     if path.is_file() and not force:
         click.echo(f"up to date: {path}")
         return
+    from eventpipe.processing import training
+
     click.echo(f"building {path} (a training run of sample events) ...")
-    class_data.build(path)
+    training.build(path)
     click.echo(f"built {path} ({path.stat().st_size / 2**20:.0f} MB)")
 
 

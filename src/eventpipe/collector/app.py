@@ -64,7 +64,8 @@ from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import ApiKey, Config
 from eventpipe.errors import ConfigError
 from eventpipe.events import format_timestamp, utc_now
-from eventpipe.log.segments import LogClosedError, LogHooks, LogSettings, LogWriteError, SegmentLog
+from eventpipe.log.segments import LogClosedError, LogHooks, LogWriteError, SegmentLog
+from eventpipe.log.settings import LogSettings
 from eventpipe.log.writers import host_writer
 from eventpipe.origins import origin_allowed
 

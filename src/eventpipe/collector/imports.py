@@ -47,7 +47,8 @@ from eventpipe.config import Config
 from eventpipe.errors import ConfigError
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.files import write_file
-from eventpipe.log.segments import LogSettings, SegmentLog
+from eventpipe.log.segments import SegmentLog
+from eventpipe.log.settings import LogSettings
 from eventpipe.log.writers import host_id
 
 FORMATS = ("ndjson", "json", "csv")

@@ -29,7 +29,7 @@ from eventpipe.log import writers
 from eventpipe.paths import DataLayout, SegmentName, seal_stamp
 
 if TYPE_CHECKING:
-    from eventpipe.log.segments import LogSettings
+    from eventpipe.log.settings import LogSettings
 
 log = logging.getLogger("eventpipe.log")
 

@@ -41,11 +41,11 @@ from datetime import datetime
 from pathlib import Path
 
 from eventpipe import locks
-from eventpipe.config import Config
 from eventpipe.errors import DataDirLockedError, TransientError
 from eventpipe.files import fsync_directory
 from eventpipe.log import writers
 from eventpipe.log.recovery import RecoveryReport, Sealer, now, recover_legacy
+from eventpipe.log.settings import LogSettings
 from eventpipe.log.syncer import Syncer
 from eventpipe.paths import DataLayout, SegmentName
 
@@ -62,21 +62,6 @@ class LogClosedError(TransientError):
     """The log is shutting down and takes no more appends."""
 
     name = "log_closed"
-
-
-@dataclass(frozen=True)
-class LogSettings:
-    rotate_seconds: float = 300.0
-    max_segment_bytes: int = 100_000_000
-    fsync: bool = True
-    writer_timeout_seconds: float = 600.0
-    """A writer whose heartbeat is older than this, on another host, is taken as dead."""
-
-    @classmethod
-    def of(cls, config: Config) -> LogSettings:
-        incoming = config.incoming
-        return cls(incoming.rotate_seconds, incoming.max_segment_bytes, incoming.fsync,
-                   incoming.writer_timeout_seconds)  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from eventpipe import locks
 from eventpipe.paths import DataLayout
 
 if TYPE_CHECKING:
-    from eventpipe.log.segments import LogSettings
+    from eventpipe.log.settings import LogSettings
 
 HOST = socket.gethostname()
 """This host's name, as writers' lock files record it."""

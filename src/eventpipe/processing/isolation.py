@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,6 +27,12 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 log = logging.getLogger("eventpipe.processing")
+
+RunPart = Callable[
+    ["SparkSession", Config, str, dict[str, tuple[str, ...]], list[str], StateStore, RunReport],
+    None,
+]
+"""job.run_job's leading parameters: what a part of an isolated run is run with."""
 
 
 def caused_by_data(exc: Exception) -> bool:
@@ -64,6 +70,8 @@ class Isolation:
     dest_id: str
     state: StateStore
     report: RunReport
+    run_part: RunPart
+    """How a part runs: job.run_job (given by the job, which runs its isolation)."""
 
     @property
     def root(self) -> Path:
@@ -170,12 +178,10 @@ class Isolation:
             write_file(path, b"".join(lines[first:end]))
         for table in loaded:  # load_tables skips a table recorded ok for the entry
             self.state.record([entry], self.dest_id, table, ok=True)
-        from eventpipe.processing.job import run_job  # the job runs its isolation
-
         part_id = f"{self.run_id}.{name}"
         report = RunReport(part_id, (name,), resumed=False)
-        run_job(self.spark, only, part_id, {self.dest_id: (entry,)}, [str(path)], self.state,
-                 report)  # fmt: skip
+        self.run_part(self.spark, only, part_id, {self.dest_id: (entry,)}, [str(path)],
+                      self.state, report)  # fmt: skip
         shutil.rmtree(self.config.layout.tmp / part_id, ignore_errors=True)
         with COUNTS:
             for key, rows in report.loaded.items():

@@ -42,15 +42,15 @@ from eventpipe.errors import TransientError
 from eventpipe.events import Stage
 from eventpipe.log import compaction
 from eventpipe.log.recovery import recover_dead
-from eventpipe.log.segments import LogSettings
+from eventpipe.log.settings import LogSettings
 from eventpipe.paths import DataLayout, count_lines
 from eventpipe.processing import shutdown, transforms
 from eventpipe.processing.archiving import ArchiveAhead, archive_segments
 from eventpipe.processing.failures import fail_corrupt, fail_once, once
 from eventpipe.processing.isolation import Isolation, caused_by_data
 from eventpipe.processing.load import load_tables
+from eventpipe.processing.lookup import Lookups
 from eventpipe.processing.read import (
-    Lookups,
     day_of,
     entry_file,
     event_json,
@@ -315,7 +315,8 @@ def process_stream_batch(
             raise
         # First time: raised, and the query starts again from its checkpoint (the same
         # micro-batch); second time: its events are isolated.
-        if Isolation(spark, only, run_id, dest_id, state, report).after(exc, (name,), lines):
+        isolation = Isolation(spark, only, run_id, dest_id, state, report, run_job)
+        if isolation.after(exc, (name,), lines):
             raise
     state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
@@ -357,7 +358,7 @@ def run_job(
 
     def isolate(dest_id: str, exc: Exception) -> None:
         files = [entry_file(config.layout, run_id, e) for e in plan[dest_id]]
-        isolation = Isolation(spark, config, run_id, dest_id, state, report)
+        isolation = Isolation(spark, config, run_id, dest_id, state, report, run_job)
         stopped = isolation.after(exc, plan[dest_id], files)
         if stopped is not None and failing is not None:
             failing[dest_id] = stopped

@@ -27,15 +27,23 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.sql.functions import arrow_udf  # type: ignore[attr-defined]
+from pyspark.sql.types import StructType
 
+from eventpipe.config import Config
 from eventpipe.errors import ConfigError
+from eventpipe.processing.fields import column_at
+from eventpipe.reserved import LOOKUP
+from eventpipe.schema.naming import column_name
+from eventpipe.schema.pointers import parse_pointer, pointer
 
 GEO_FIELDS: tuple[tuple[str, T.DataType, pa.DataType], ...] = (
     ("country", T.StringType(), pa.string()),
@@ -448,10 +456,93 @@ def apply_rule(
     A batch without the ``source`` field is returned unchanged; a value that is not a
     string is looked up as its text (``source_ip`` sent as a number finds nothing).
     """
-    from eventpipe.processing.fields import column_at, set_path
+    from eventpipe.processing.fields import set_path
 
     ref = column_at(frame.schema, source)
     if ref is None:
         return frame
     value = function(ref.cast("string"))
     return set_path(frame, target, value, condition)
+
+
+@dataclass(frozen=True)
+class LookupRule:
+    name: str
+    source: tuple[str, ...]
+    target: tuple[str, ...]
+    destinations: frozenset[str] | None
+    """The destinations it belongs to; None: seed 1's implicit rule, for browser events
+    of every destination."""
+
+    @property
+    def column(self) -> str:
+        """Where the read pass keeps its results; rules reading the same field share it
+        (an implicit rule's column has browser events' results only)."""
+        scope = "browser_" if self.destinations is None else ""
+        return f"{LOOKUP}{scope}{self.name}_{pointer(self.source)}"
+
+
+@dataclass(frozen=True)
+class Lookups:
+    """Every lookup rule of a run, each distinct (rule, source) computed once, in the read
+    pass, into a column of its own; destinations then place the results (``set_path``)."""
+
+    database: str
+    rules: tuple[LookupRule, ...]
+    """Implicit rules first, then each destination's in its configured order."""
+
+    @classmethod
+    def plan(cls, config: Config) -> Lookups:
+        database = str(config.enrichment.ip_database or default_ip_database())
+        rules: list[LookupRule] = []
+        if config.enrichment.browser_rules:
+            rules += [LookupRule(name, src, dst, None) for name, src, dst in IMPLICIT_RULES]
+        for dest_id, dest in config.destinations.items():
+            for rule in dest.enrichment:
+                src = parse_pointer(rule.source, where="enrichment.from")
+                dst = parse_pointer(rule.to, where="enrichment.to")
+                rules.append(LookupRule(rule.name, src, dst, frozenset({dest_id})))
+        if any(rule.name == "ip_lookup" for rule in rules):
+            check_ip_database(database)  # a bad path: a config error, not a failed run
+        return cls(database, tuple(rules))
+
+    def computed(self, schema: StructType) -> dict[str, Column]:
+        """The lookup columns a batch with ``schema`` gets (rules whose source it has).
+        Implicit rules look up browser events' values only: server events' are passed as
+        null (Spark runs a UDF on every row, whatever condition is around it)."""
+        out: dict[str, Column] = {}
+        for rule in self.rules:
+            ref = column_at(schema, rule.source)
+            if ref is not None and rule.column not in out:
+                function = rule_function(rule.name, self.database)
+                value = ref.cast("string")
+                if rule.destinations is None:
+                    value = F.when(browser_of(schema), value)
+                out[rule.column] = function(value)
+        return out
+
+    def for_destination(self, dest_id: str) -> list[LookupRule]:
+        """The rules one destination applies, in order."""
+        return [r for r in self.rules if r.destinations is None or dest_id in r.destinations]
+
+    def text_columns(self, dest_id: str) -> set[str]:
+        """The flattened columns of text fields a destination's lookups write."""
+        return {
+            column_name((*rule.target, field))
+            for rule in self.for_destination(dest_id)
+            for field in TEXT_FIELDS[rule.name]
+        }
+
+
+# Seed 1: applied to every browser event.
+IMPLICIT_RULES = (
+    ("ip_lookup", ("source_ip",), ("eventn_ctx", "location")),
+    ("user_agent_parse", ("eventn_ctx", "user_agent"), ("eventn_ctx", "parsed_ua")),
+)
+
+
+def browser_of(schema: StructType) -> Column:
+    """Browser events: the collector marks server events ``src: "api"`` (if absent)."""
+    if "src" not in schema.fieldNames():
+        return F.lit(True)
+    return F.col("src").isNull() | (F.col("src").cast("string") != F.lit("api"))

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import Config
-from eventpipe.processing.read import Lookups, stage_events
+from eventpipe.processing.lookup import Lookups
+from eventpipe.processing.read import stage_events
 from eventpipe.processing.run import (
     RunContext,
     RunReport,

@@ -10,7 +10,6 @@ import logging
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
@@ -20,24 +19,22 @@ from eventpipe import reserved
 from eventpipe.config import Config
 from eventpipe.files import replacing, write_file
 from eventpipe.paths import DataLayout
-from eventpipe.processing import lookup, segment_schemas
+from eventpipe.processing import segment_schemas
 from eventpipe.processing.fields import (
-    column_at,
     has_arrays,
     json_object,
     json_text_arrays,
 )
+from eventpipe.processing.lookup import Lookups
 from eventpipe.processing.run import TIMESTAMP, Target, ref, step
+from eventpipe.processing.segment_schemas import json_reader
 from eventpipe.reserved import (
     CORRUPT,
     FILE,
-    LOOKUP,
     ROW,
     SEGMENT,
 )
 from eventpipe.schema.casts import cast_to
-from eventpipe.schema.naming import column_name
-from eventpipe.schema.pointers import parse_pointer, pointer
 from eventpipe.schema.types import DataType
 from eventpipe.state.store import (
     Part,
@@ -64,82 +61,6 @@ def entry_file(layout: DataLayout, run_id: str, entry: str) -> Path:
         with source.open("rb") as lines, replacing(out) as copy:
             copy.writelines(itertools.islice(lines, part.start, end))
     return out
-
-
-@dataclass(frozen=True)
-class LookupRule:
-    name: str
-    source: tuple[str, ...]
-    target: tuple[str, ...]
-    destinations: frozenset[str] | None
-    """The destinations it belongs to; None: seed 1's implicit rule, for browser events
-    of every destination."""
-
-    @property
-    def column(self) -> str:
-        """Where the read pass keeps its results; rules reading the same field share it
-        (an implicit rule's column has browser events' results only)."""
-        scope = "browser_" if self.destinations is None else ""
-        return f"{LOOKUP}{scope}{self.name}_{pointer(self.source)}"
-
-
-@dataclass(frozen=True)
-class Lookups:
-    """Every lookup rule of a run, each distinct (rule, source) computed once, in the read
-    pass, into a column of its own; destinations then place the results (``set_path``)."""
-
-    database: str
-    rules: tuple[LookupRule, ...]
-    """Implicit rules first, then each destination's in its configured order."""
-
-    @classmethod
-    def plan(cls, config: Config) -> Lookups:
-        database = str(config.enrichment.ip_database or lookup.default_ip_database())
-        rules: list[LookupRule] = []
-        if config.enrichment.browser_rules:
-            rules += [LookupRule(name, src, dst, None) for name, src, dst in IMPLICIT_RULES]
-        for dest_id, dest in config.destinations.items():
-            for rule in dest.enrichment:
-                src = parse_pointer(rule.source, where="enrichment.from")
-                dst = parse_pointer(rule.to, where="enrichment.to")
-                rules.append(LookupRule(rule.name, src, dst, frozenset({dest_id})))
-        if any(rule.name == "ip_lookup" for rule in rules):
-            lookup.check_ip_database(database)  # a bad path: a config error, not a failed run
-        return cls(database, tuple(rules))
-
-    def computed(self, schema: StructType) -> dict[str, Column]:
-        """The lookup columns a batch with ``schema`` gets (rules whose source it has).
-        Implicit rules look up browser events' values only: server events' are passed as
-        null (Spark runs a UDF on every row, whatever condition is around it)."""
-        out: dict[str, Column] = {}
-        for rule in self.rules:
-            ref = column_at(schema, rule.source)
-            if ref is not None and rule.column not in out:
-                function = lookup.rule_function(rule.name, self.database)
-                value = ref.cast("string")
-                if rule.destinations is None:
-                    value = F.when(browser_of(schema), value)
-                out[rule.column] = function(value)
-        return out
-
-    def for_destination(self, dest_id: str) -> list[LookupRule]:
-        """The rules one destination applies, in order."""
-        return [r for r in self.rules if r.destinations is None or dest_id in r.destinations]
-
-    def text_columns(self, dest_id: str) -> set[str]:
-        """The flattened columns of text fields a destination's lookups write."""
-        return {
-            column_name((*rule.target, field))
-            for rule in self.for_destination(dest_id)
-            for field in lookup.TEXT_FIELDS[rule.name]
-        }
-
-
-# Seed 1: applied to every browser event.
-IMPLICIT_RULES = (
-    ("ip_lookup", ("source_ip",), ("eventn_ctx", "location")),
-    ("user_agent_parse", ("eventn_ctx", "user_agent"), ("eventn_ctx", "parsed_ua")),
-)
 
 
 def events_copy(layout: DataLayout, run_id: str) -> Path:
@@ -323,12 +244,6 @@ def read_events(
     return raw.select(*columns)
 
 
-def json_reader(spark: SparkSession, corrupt: str) -> DataFrameReader:
-    """Spark's JSON reader as the pipeline reads its log: lines that are not JSON objects
-    kept, their text in the column ``corrupt``."""
-    return spark.read.options(mode="PERMISSIVE", columnNameOfCorruptRecord=corrupt)
-
-
 def event_json(frame: DataFrame) -> Column:
     """Each event of a frame from :func:`read_events` as JSON text, under its own keys
     (what a failed/ record keeps, and a replay reads again)."""
@@ -348,13 +263,6 @@ def day_of(schema: StructType) -> Column:
 def of_segments(frame: DataFrame, target: Target, column: Column) -> DataFrame:
     """The rows of ``frame`` from the target's segments (``column``: the row's segment)."""
     return frame.filter(column.isin(list(target.segments)))
-
-
-def browser_of(schema: StructType) -> Column:
-    """Browser events: the collector marks server events ``src: "api"`` (if absent)."""
-    if "src" not in schema.fieldNames():
-        return F.lit(True)
-    return F.col("src").isNull() | (F.col("src").cast("string") != F.lit("api"))
 
 
 def staging_writer(frame: DataFrame) -> DataFrameWriter:

@@ -67,7 +67,7 @@ def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | No
         if not caused_by_data(exc):
             raise
         # Raised the first time (the replay resumes when run again); then isolated.
-        isolation = Isolation(spark, only, run_id, dest_id, state, report)
+        isolation = Isolation(spark, only, run_id, dest_id, state, report, run_job)
         if isolation.after(exc, (replaying.name,), [events_file]):
             raise
     archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.lz4"

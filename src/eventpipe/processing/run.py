@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
 from eventpipe.config import Config, DestinationConfig, TableDestinationConfig
 from eventpipe.destinations.base import Destination, Metered, Opened, Sink
@@ -31,8 +31,7 @@ from eventpipe.state.store import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from eventpipe.processing.archiving import ArchiveAhead
-    from eventpipe.processing.read import Lookups
+    from eventpipe.processing.lookup import Lookups
 
 
 log = logging.getLogger("eventpipe.processing")
@@ -66,6 +65,14 @@ class Rebuild:
     shadow: Callable[[Destination], Destination]
 
 
+class Archiving(Protocol):
+    """The archiving of a run's segments, begun ahead (archiving.ArchiveAhead)."""
+
+    def begin(self) -> bool:
+        """Start archiving, if it can start now; whether it started."""
+        ...
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What every step of one run shares."""
@@ -88,7 +95,7 @@ class RunContext:
     rebuild: Rebuild | None = None
     started: datetime = field(default_factory=utc_now)
     """When the run started here: metering's window and order of arrival count from it."""
-    ahead: ArchiveAhead | None = None
+    ahead: Archiving | None = None
     """The segments' archiving, begun when the run's Spark passes are done (load_tables)."""
     staged: bool = False
     """Whether the events are a staged copy (cheap to read again), not the JSON files."""

@@ -59,7 +59,7 @@ from eventpipe.paths import DataLayout
 from eventpipe.reserved import CORRUPT, unguessable
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from pyspark.sql import DataFrameReader, SparkSession
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -99,7 +99,6 @@ def inference_settings(spark: SparkSession) -> str:
 def infer(spark: SparkSession, paths: Sequence[str]) -> tuple[StructType, str]:
     """Spark's inference of the JSON lines of ``paths``, as the pipeline's reader makes
     it, and the name it gave its corrupt-record column (present if some line is not JSON)."""
-    from eventpipe.processing.read import json_reader
 
     corrupt = unguessable(CORRUPT)
     return json_reader(spark, corrupt).json(list(paths)).schema, corrupt
@@ -305,3 +304,9 @@ def _java_order(name: str) -> bytes:
     """Java's ``String.compareTo`` order (by UTF-16 code units), in which Spark's
     inference sorts an object's fields."""
     return name.encode("utf-16-be", errors="surrogatepass")
+
+
+def json_reader(spark: SparkSession, corrupt: str) -> DataFrameReader:
+    """Spark's JSON reader as the pipeline reads its log: lines that are not JSON objects
+    kept, their text in the column ``corrupt``."""
+    return spark.read.options(mode="PERMISSIVE", columnNameOfCorruptRecord=corrupt)

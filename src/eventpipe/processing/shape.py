@@ -22,8 +22,9 @@ from eventpipe.processing.fields import (
 )
 from eventpipe.processing.flatten import Flat, flatten_mapped, leaves
 from eventpipe.processing.inference import StagedTypes, token_types
+from eventpipe.processing.lookup import browser_of
 from eventpipe.processing.mapping import Mapping
-from eventpipe.processing.read import browser_of, of_segments, read_events, staging_writer
+from eventpipe.processing.read import of_segments, read_events, staging_writer
 from eventpipe.processing.run import TIMESTAMP, RunContext, Target, ref, step
 from eventpipe.processing.template import render, sanitize_table_name, table_names
 from eventpipe.reserved import (

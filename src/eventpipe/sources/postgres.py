@@ -70,7 +70,8 @@ from eventpipe.config import Config, PostgresSourceConfig
 from eventpipe.errors import TransientError, redacted
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.files import write_file
-from eventpipe.log.segments import LogSettings, SegmentLog
+from eventpipe.log.segments import SegmentLog
+from eventpipe.log.settings import LogSettings
 from eventpipe.log.writers import host_id
 from eventpipe.state.locks import open_locks
 

@@ -124,7 +124,7 @@ def test_set_path_creates_parents_and_respects_the_condition(spark: Any) -> None
 
 def test_the_ip_database_is_checked_only_when_a_rule_reads_it(tmp_path: Path) -> None:
     from eventpipe.config import parse_config
-    from eventpipe.processing.read import Lookups
+    from eventpipe.processing.lookup import Lookups
 
     def config(browser_rules: bool, rules: list[dict[str, str]]) -> Any:
         return parse_config({
