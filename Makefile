@@ -63,7 +63,7 @@ setup: $(STAMP) java spark-archive
 java:
 	@scripts/ensure-java.sh
 
-# The JVM class-data archive of this machine's Java and Spark (processing/class_data.py):
+# The JVM class-data archive of this machine's Java and Spark (processing/runtime/class_data.py):
 # Spark's driver starts in about half the time. Built once (about 40 s), then up to date.
 # A speed-up only: if it cannot be built (a read-only cache directory), make goes on.
 spark-archive: $(RUN_STAMP) java

@@ -127,7 +127,7 @@ def hand_written(spark: Any, paths: list[str], out: Path, database: str) -> None
     from pyspark.sql import functions as F
     from pyspark.sql.types import ArrayType, StructType
 
-    from eventpipe.processing.lookup import rule_function
+    from eventpipe.processing.steps.lookup import rule_function
 
     raw = spark.read.json(paths)
     enriched = raw.withColumns({
@@ -297,9 +297,9 @@ def main() -> None:
     logging.getLogger("py4j").setLevel(logging.WARNING)
 
     from eventpipe.config import parse_config
-    from eventpipe.processing.archiving import prepare_sealed
-    from eventpipe.processing.job import process_once
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.archiving import prepare_sealed
+    from eventpipe.processing.batch.job import process_once
+    from eventpipe.processing.runtime.spark import start_session
 
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="eventpipe-batch-bench-") as tmp:
@@ -339,7 +339,7 @@ def main() -> None:
         results["spark floor: read.json -> parquet"] = sorted(floors)[1]
         print(f"  spark floor, median of 3: {sorted(floors)[1]:.1f} s", flush=True)
         if not args.no_lookups:
-            from eventpipe.processing.lookup import default_ip_database
+            from eventpipe.processing.steps.lookup import default_ip_database
 
             # Twice, the second timed: the first decodes the IP database's records that
             # eventpipe's runs after it then find in the workers' memo.

@@ -41,8 +41,8 @@ def run_side(
 ) -> int:
     """Session start, warm-up, floor, and the timed run on one side; rows loaded."""
     from eventpipe.config import parse_config
-    from eventpipe.processing.job import process_once
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.job import process_once
+    from eventpipe.processing.runtime.spark import start_session
 
     def config(data: Path) -> Any:
         return parse_config(

@@ -76,7 +76,7 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=3)
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "src"))
-    from eventpipe.processing import class_data
+    from eventpipe.processing.runtime import class_data
 
     archive = class_data.archive_path()
     if archive is None or not archive.is_file():

@@ -196,8 +196,8 @@ def main() -> None:
 
     from batch import timed
     from eventpipe.config import parse_config
-    from eventpipe.processing.job import process_once
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.job import process_once
+    from eventpipe.processing.runtime.spark import start_session
 
     results: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="eventpipe-http-bench-") as tmp:

@@ -49,8 +49,8 @@ def pipeline(events: int, work: Path) -> dict[str, tuple[float, float]]:
     """(total, table loads) seconds of `process --once` per destination type."""
     from batch import generate
     from eventpipe.config import parse_config
-    from eventpipe.processing.job import process_once
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.job import process_once
+    from eventpipe.processing.runtime.spark import start_session
 
     steps = LoadSteps()
     processing = logging.getLogger("eventpipe.processing")

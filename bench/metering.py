@@ -230,8 +230,8 @@ def main() -> None:
     import duckdb
 
     from eventpipe.config import Config, parse_config
-    from eventpipe.processing.job import process_pending
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.job import process_pending
+    from eventpipe.processing.runtime.spark import start_session
 
     def config(data: Path, products: Path) -> Config:
         return parse_config({"data_dir": str(data), "destinations": {"billing": {

@@ -49,8 +49,8 @@ def main() -> None:
 
     from batch import generate
     from eventpipe.config import parse_config
-    from eventpipe.processing.job import process_once
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.job import process_once
+    from eventpipe.processing.runtime.spark import start_session
 
     rng = random.Random(13)
     poison = set(rng.sample(range(args.events), args.poison))

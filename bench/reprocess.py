@@ -42,9 +42,9 @@ def main() -> None:
 
     from batch import generate
     from eventpipe.config import Config, parse_config
-    from eventpipe.processing import reprocess as rp
-    from eventpipe.processing.job import process_pending
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.job import process_pending
+    from eventpipe.processing.modes import reprocess as rp
+    from eventpipe.processing.runtime.spark import start_session
 
     first, last = date(2026, 11, 1), date(2026, 11, 28)
 

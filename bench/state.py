@@ -60,8 +60,8 @@ def main() -> None:
 
     from batch import generate
     from eventpipe.config import Config, parse_config
-    from eventpipe.processing.job import process_pending
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.batch.job import process_pending
+    from eventpipe.processing.runtime.spark import start_session
     from eventpipe.state.db import PostgresDatabase
     from eventpipe.state.store import StateStore
 

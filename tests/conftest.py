@@ -107,7 +107,7 @@ def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
 @pytest.fixture(scope="session")
 def spark() -> Iterator[Any]:
     """One real Spark session for the whole test run (starting one takes ~15 s)."""
-    from eventpipe.processing.spark import start_session
+    from eventpipe.processing.runtime.spark import start_session
 
     session = start_session({"spark.master": "local[2]", "spark.sql.shuffle.partitions": "2"})
     yield session

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import duckdb
 
-from eventpipe.processing.metering import Product
+from eventpipe.processing.steps.metering import Product
 
 
 def load_products(db: duckdb.DuckDBPyConnection, products: Sequence[Product]) -> None:

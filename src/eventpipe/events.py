@@ -90,7 +90,7 @@ def event_error_line(
     ``raw_sha256`` are the whole input's size and SHA-256.
     A destination's EventErrors carry ``day``: the UTC day of the event's ``_timestamp``
     as the pipeline converts it (null where it does not), by which a reprocess of that
-    day replaces them (processing/reprocess.py).
+    day replaces them (processing/modes/reprocess.py).
     """
     record: dict[str, Any] = {
         "event": event,

@@ -159,7 +159,7 @@ class DataLayout:
     @property
     def spark_log(self) -> Path:
         """The standard error of the Spark driver JVMs that the service and the pipeline's
-        commands start (processing/spark.py, stderr_to)."""
+        commands start (processing/runtime/spark.py, stderr_to)."""
         return self.root / "logs" / "spark.log"
 
     @property

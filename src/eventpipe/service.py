@@ -45,7 +45,7 @@ from eventpipe.logsetup import configure_logging
 from eventpipe.retry import Backoff
 
 if TYPE_CHECKING:
-    from eventpipe.processing.run import RunReport
+    from eventpipe.processing.batch.run import RunReport
 
 log = logging.getLogger("eventpipe.service")
 
@@ -335,7 +335,7 @@ def _build_class_data_in_background(config: Config) -> subprocess.Popen[bytes] |
     machine, building it first kept the first request waiting some 100 s), the
     pipeline's Spark starts without it this time, and every later start uses it. Its
     output goes to data/logs/spark-archive.log."""
-    from eventpipe.processing import class_data
+    from eventpipe.processing.runtime import class_data
 
     path = class_data.archive_path()
     if path is None or path.is_file() or config.spark.settings.get("spark.remote"):
@@ -372,8 +372,8 @@ def process(
     """``eventpipe process``: batch runs every ``processing.batch_period_seconds`` (``once``:
     one, after the streams caught up with the log), beside a streaming query per stream
     destination. Between two runs, the segments sealed meanwhile are compressed for the
-    archive and their schemas inferred (processing/archiving.py, ``wait_preparing_sealed``;
-    processing/segment_schemas.py). ``report`` is given each run's report; ``idle`` is
+    archive and their schemas inferred (processing/batch/archiving.py, ``wait_preparing_sealed``;
+    processing/batch/segment_schemas.py). ``report`` is given each run's report; ``idle`` is
     called when a run finds nothing to process after one that did (or at the first).
 
     ``release_when_idle``: return True, Spark stopped, once nothing was processed for
@@ -382,11 +382,12 @@ def process(
     import signal
 
     from eventpipe.errors import retry_transient
-    from eventpipe.processing import shutdown, stream
-    from eventpipe.processing.archiving import wait_preparing_sealed
-    from eventpipe.processing.job import pending, process_pending
-    from eventpipe.processing.run import PipelineBusyError
-    from eventpipe.processing.spark import on_terminal, start_session
+    from eventpipe.processing.batch.archiving import wait_preparing_sealed
+    from eventpipe.processing.batch.job import pending, process_pending
+    from eventpipe.processing.batch.run import PipelineBusyError
+    from eventpipe.processing.modes import stream
+    from eventpipe.processing.runtime import shutdown
+    from eventpipe.processing.runtime.spark import on_terminal, start_session
 
     streaming = any(d.mode == "stream" for d in config.destinations.values())
     work = pending(config) if once and not streaming else None

@@ -27,10 +27,10 @@ import pytest
 import yaml
 
 from eventpipe.config import parse_config
-from eventpipe.processing import stream
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.replay import replay_failed
-from eventpipe.processing.reprocess import reprocess
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.modes import stream
+from eventpipe.processing.modes.replay import replay_failed
+from eventpipe.processing.modes.reprocess import reprocess
 from tests.process import EVENTPIPE, _env, free_port
 from tests.standalone import SPARK_HOME, Cluster
 

@@ -15,8 +15,8 @@ from eventpipe.archive.read import lines
 from eventpipe.archive.verify import verify
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
-from eventpipe.processing import job
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch import job
+from eventpipe.processing.batch.job import process_once
 from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
 
 
@@ -158,7 +158,7 @@ def test_status_shows_backlog_loads_failures_and_skips(spark: Any, tmp_path: Pat
 def test_one_pipeline_per_data_directory(start_collector: Any, spark: Any) -> None:
     import pytest
 
-    from eventpipe.processing.run import PipelineBusyError, pipeline_lock
+    from eventpipe.processing.batch.run import PipelineBusyError, pipeline_lock
 
     c = start_collector()
     _post(c, [{"event_id": "x"}], server=True)
@@ -214,8 +214,8 @@ def test_a_resumed_run_writes_each_failed_event_once(
 ) -> None:
     import pytest
 
-    from eventpipe.processing import load
-    from eventpipe.processing.run import DestinationsFailingError
+    from eventpipe.processing.batch import load
+    from eventpipe.processing.batch.run import DestinationsFailingError
 
     c = start_collector()
     _post(c, [{"event_id": "ok"}, {"event_id": "bad", "_timestamp": "x"}], server=True)
@@ -250,7 +250,7 @@ def test_failed_events_are_found_by_their_ids_few_or_many(
 ) -> None:
     """Failed rows are joined with their events by a broadcast of their ids when they
     are few, and by a sort-merge join when there are more (2 here): the same failed/."""
-    from eventpipe.processing import failures
+    from eventpipe.processing.batch import failures
     from tests.conftest import make_config
 
     monkeypatch.setattr(failures, "BROADCAST_FAILED", broadcast_up_to)

@@ -27,7 +27,7 @@ from typing import Any
 import orjson
 import pytest
 
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.conftest import WEB_JS, RunningCollector, read_lines
 from tests.e2e.test_batch_pipeline import _query, _seal
 from tests.process import free_port

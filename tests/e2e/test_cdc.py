@@ -30,9 +30,9 @@ from eventpipe.archive.read import lines
 from eventpipe.config import Config
 from eventpipe.destinations.base import Destination
 from eventpipe.log import compaction
-from eventpipe.processing.fill import fill
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.run import open_destination
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.batch.run import open_destination
+from eventpipe.processing.modes.fill import fill
 from eventpipe.sources.postgres import PostgresSource, _as_json, _columns
 from tests.conftest import make_config, source_sql
 from tests.process import EVENTPIPE, CollectorProcess, _env, free_port, run, write_config

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 from tests.unit.processing.test_lookup import CHROME
 

@@ -10,9 +10,9 @@ from typing import Any
 import orjson
 import pytest
 
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.run import DestinationsFailingError
-from eventpipe.processing.version import code_version
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.batch.run import DestinationsFailingError
+from eventpipe.processing.batch.version import code_version
 from eventpipe.state.store import TableRun, open_state
 from tests.conftest import make_config
 from tests.process import free_port, run, write_config

@@ -11,7 +11,7 @@ import orjson
 import pytest
 
 from eventpipe.errors import QueryError
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.addevents import AddEventsServer, addevents_server
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
@@ -70,7 +70,7 @@ def test_a_stream_sink_waits_out_an_outage_while_a_stream_warehouse_keeps_loadin
 ) -> None:
     import duckdb
 
-    from eventpipe.processing import stream
+    from eventpipe.processing.modes import stream
 
     c = start_collector(destinations={
         "warehouse": {"type": "duckdb", "mode": "stream"},

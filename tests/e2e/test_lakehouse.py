@@ -15,9 +15,9 @@ import httpx
 from eventpipe.config import Config
 from eventpipe.destinations.lakehouse import lattice_type
 from eventpipe.destinations.registry import iceberg_catalog
-from eventpipe.processing import reprocess as rp
-from eventpipe.processing.job import process_once, process_pending
-from eventpipe.processing.run import open_destination
+from eventpipe.processing.batch.job import process_once, process_pending
+from eventpipe.processing.batch.run import open_destination
+from eventpipe.processing.modes import reprocess as rp
 from eventpipe.reserved import DAY
 from tests.conftest import WEB_SERVER, make_config
 from tests.e2e.test_batch_pipeline import _post, _seal

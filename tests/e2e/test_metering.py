@@ -18,9 +18,9 @@ import yaml
 
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
-from eventpipe.processing import reprocess as rp
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.metering import load_products
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.modes import reprocess as rp
+from eventpipe.processing.steps.metering import load_products
 from tests import metering_sql
 from tests.conftest import make_config, read_lines
 

@@ -7,8 +7,8 @@ from typing import Any
 import duckdb
 import pyarrow.dataset as ds
 
-from eventpipe.processing.job import process_once
-from eventpipe.processing.run import open_destination
+from eventpipe.processing.batch.job import process_once
+from eventpipe.processing.batch.run import open_destination
 from tests.e2e.test_batch_pipeline import _post, _seal
 
 

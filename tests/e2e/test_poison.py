@@ -12,9 +12,9 @@ import orjson
 import psycopg
 import pytest
 
-from eventpipe.processing import load
-from eventpipe.processing.job import process_once, process_pending
-from eventpipe.processing.run import DestinationsFailingError
+from eventpipe.processing.batch import load
+from eventpipe.processing.batch.job import process_once, process_pending
+from eventpipe.processing.batch.run import DestinationsFailingError
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from eventpipe.processing.job import process_once
-from eventpipe.processing.run import open_destination
+from eventpipe.processing.batch.job import process_once
+from eventpipe.processing.batch.run import open_destination
 from tests.e2e.test_batch_pipeline import _post, _seal
 
 COLUMNS = {"b": True, "i": 5, "f": 1.5, "s": "x", "t": "2026-11-21T10:00:00Z"}

@@ -9,8 +9,8 @@ import lz4.frame
 import orjson
 
 from eventpipe.config import DuckDBConfig
-from eventpipe.processing.job import process_once
-from eventpipe.processing.replay import replay_failed
+from eventpipe.processing.batch.job import process_once
+from eventpipe.processing.modes.replay import replay_failed
 from tests.conftest import read_lines
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 

@@ -23,10 +23,10 @@ from eventpipe.archive.write import write_segment
 from eventpipe.config import Config
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.errors import ConfigError
-from eventpipe.processing import reprocess as rp
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.replay import replay_failed
-from eventpipe.processing.version import code_version
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.batch.version import code_version
+from eventpipe.processing.modes import reprocess as rp
+from eventpipe.processing.modes.replay import replay_failed
 from eventpipe.state.store import StateStore, open_state
 from tests.conftest import make_config
 from tests.process import run, write_config

@@ -13,8 +13,8 @@ import pytest
 
 from eventpipe.archive.retention import prune, pruned_through
 from eventpipe.archive.write import archive_segment
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.run import DestinationsFailingError
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.batch.run import DestinationsFailingError
 from tests.conftest import make_config
 from tests.process import free_port, run, write_config
 

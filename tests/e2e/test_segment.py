@@ -20,7 +20,7 @@ import httpx
 import orjson
 import pytest
 
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
 from tests.e2e.test_batch_pipeline import _query, _seal
 from tests.process import CollectorProcess, free_port, write_config

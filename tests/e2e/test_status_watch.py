@@ -8,7 +8,7 @@ import re
 import subprocess
 from typing import Any
 
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.e2e.test_batch_pipeline import _post, _seal
 from tests.process import EVENTPIPE, _env, write_config
 

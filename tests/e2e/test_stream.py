@@ -1,5 +1,5 @@
 """Stream mode: from an HTTP post to a row in the destination without waiting for the log
-to rotate, on Spark Structured Streaming (processing/stream.py)."""
+to rotate, on Spark Structured Streaming (processing/modes/stream.py)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ import orjson
 
 from eventpipe.errors import QueryError
 from eventpipe.log import tail
-from eventpipe.processing import stream
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
+from eventpipe.processing.modes import stream
 from tests.conftest import read_lines
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 

@@ -13,8 +13,8 @@ import pytest
 
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.version import code_version
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.batch.version import code_version
 from eventpipe.state.store import open_state
 from tests.conftest import make_config, read_lines
 
@@ -209,7 +209,7 @@ def test_a_changed_python_transform_changes_the_code_version(
 
 def test_a_runs_report_names_the_filtered_events(capsys: pytest.CaptureFixture[str]) -> None:
     from eventpipe.cli.common import print_report
-    from eventpipe.processing.run import RunReport
+    from eventpipe.processing.batch.run import RunReport
 
     report = RunReport("run-1", ("s1",), False, loaded={("billing", "usage"): 2},
                        filtered={"billing": 3, "other": 0},

@@ -19,7 +19,7 @@ import orjson
 import pytest
 
 from eventpipe.paths import DataLayout
-from eventpipe.processing.job import process_pending
+from eventpipe.processing.batch.job import process_pending
 from tests.conftest import make_config
 from tests.process import CollectorProcess, free_port, write_config
 

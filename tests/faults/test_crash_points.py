@@ -37,8 +37,8 @@ from eventpipe.archive.verify import verify
 from eventpipe.config import Config
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.destinations.postgres import PostgresDestination
-from eventpipe.processing import archiving
-from eventpipe.processing.job import process_pending
+from eventpipe.processing.batch import archiving
+from eventpipe.processing.batch.job import process_pending
 from eventpipe.state.store import StateStore, open_state
 from tests.conftest import make_config
 

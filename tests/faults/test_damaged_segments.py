@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.conftest import RunningCollector, read_lines
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 from tests.process import run, write_config

@@ -29,7 +29,7 @@ import orjson
 from eventpipe.config import parse_config
 from eventpipe.log import writers
 from eventpipe.paths import DataLayout, SegmentName
-from eventpipe.processing.job import process_pending
+from eventpipe.processing.batch.job import process_pending
 from tests.faults.test_collector_kill9 import _Load
 from tests.process import CollectorProcess, free_port, run, write_config
 

@@ -9,8 +9,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from eventpipe.processing.job import process_pending
-from eventpipe.processing.run import DestinationsFailingError
+from eventpipe.processing.batch.job import process_pending
+from eventpipe.processing.batch.run import DestinationsFailingError
 from eventpipe.state.store import StateStore
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 from tests.postgres import PostgresServer

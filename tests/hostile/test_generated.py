@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventpipe.destinations.duckdb import DuckDBDestination
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.conftest import WEB_SERVER, RunningCollector, make_config
 from tests.e2e.test_batch_pipeline import _seal
 
@@ -146,7 +146,7 @@ class Pipeline:
     def rows(self) -> dict[str, str]:
         """Every row of every table of each destination as text, per destination."""
         from eventpipe.destinations.lakehouse import LakehouseDestination
-        from eventpipe.processing.run import open_destination
+        from eventpipe.processing.batch.run import open_destination
 
         config = self.collector.config
         found = dict.fromkeys(DESTINATIONS, "")

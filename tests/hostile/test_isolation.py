@@ -8,9 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from eventpipe.processing import shape
-from eventpipe.processing.job import process_once
-from eventpipe.processing.run import DestinationsFailingError
+from eventpipe.processing.batch import shape
+from eventpipe.processing.batch.job import process_once
+from eventpipe.processing.batch.run import DestinationsFailingError
 from tests.conftest import SHOP_JS
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
@@ -83,8 +83,8 @@ def test_a_stream_micro_batch_that_fails_twice_is_isolated_and_a_replay_too(
 ) -> None:
     from pyspark.errors import StreamingQueryException
 
-    from eventpipe.processing import stream
-    from eventpipe.processing.replay import replay_failed
+    from eventpipe.processing.modes import stream
+    from eventpipe.processing.modes.replay import replay_failed
 
     c = start_collector(destinations={"warehouse": {"type": "duckdb", "mode": "stream"}})
     events = [{"n": n, "event_id": f"e{n}"} for n in range(6)]

@@ -9,7 +9,7 @@ from typing import Any
 import orjson
 import psycopg
 
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
 

@@ -20,7 +20,7 @@ import orjson
 
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.conftest import SHOP_JS, WEB_JS, WEB_SERVER, RunningCollector, read_lines
 from tests.e2e.test_batch_pipeline import _seal
 

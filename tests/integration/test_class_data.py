@@ -1,4 +1,4 @@
-"""The JVM class-data archive (processing/class_data.py): built by the setup (``make test``
+"""The JVM class-data archive (processing/runtime/class_data.py): built by the setup (``make test``
 runs ``eventpipe spark-archive``), and mapped by the driver JVM of a cold ``process
 --once``. Spark's own ``-Xshare:on`` makes the JVM refuse to start when the archive it
 is given cannot be mapped, so a run that loads its rows proves the archive was used;
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eventpipe.processing import class_data, training
+from eventpipe.processing.modes import training
+from eventpipe.processing.runtime import class_data
 from tests.process import run
 
 

@@ -17,7 +17,7 @@ import zstandard
 from eventpipe.collector.imports import import_files
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
-from eventpipe.processing.job import process_once
+from eventpipe.processing.batch.job import process_once
 from tests.conftest import make_config, read_lines
 from tests.process import run, write_config
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from eventpipe.log import tail
 from eventpipe.paths import DataLayout
-from eventpipe.processing.stream import _line_boundary
+from eventpipe.processing.modes.stream import _line_boundary
 
 
 def _layout(tmp_path: Path) -> DataLayout:
@@ -86,7 +86,7 @@ def test_progress_says_what_may_be_archived_and_the_lag(tmp_path: Path) -> None:
 def test_a_micro_batch_reads_segments_oldest_first_within_its_budget(tmp_path: Path) -> None:
     from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxBytes
 
-    from eventpipe.processing.stream import _LogReader
+    from eventpipe.processing.modes.stream import _LogReader
 
     layout = _layout(tmp_path)
     old = layout.sealed_segment("web", "w-0", "2026-11-22T10-00-00.000")

@@ -79,7 +79,7 @@ def last_error(failed: Path) -> str:
 
 def with_spark(config: Any, call: Callable[[Any], T]) -> T:
     """``call(spark)`` with a Spark session of the config's settings, stopped after."""
-    from eventpipe.processing.spark import on_terminal, start_session
+    from eventpipe.processing.runtime.spark import on_terminal, start_session
 
     spark = start_session(on_terminal(config.spark.settings), jvm_log=config.layout.spark_log)
     try:

@@ -28,7 +28,7 @@ def _tables_of(
     config_path: Path | None, destination_id: str | None, tables: tuple[str, ...]
 ) -> tuple[LakehouseDestination, list[str]]:
     from eventpipe.destinations.lakehouse import LakehouseDestination
-    from eventpipe.processing.run import open_destination
+    from eventpipe.processing.batch.run import open_destination
 
     config = load(config_path).config
     lakes = [d for d, dest in config.destinations.items() if dest.type in LAKE_TYPES]

@@ -99,7 +99,7 @@ def log_fill(config_path: Path | None, destination_id: str, idle_exit_code: int)
     order (after a source's compaction: its current state, then what followed); then
     the pipeline goes on with it as usual. Run it before the pipeline runs the
     destination."""
-    from eventpipe.processing.fill import fill
+    from eventpipe.processing.modes.fill import fill
 
     config = load(config_path).config
     reports = with_spark(config, lambda spark: fill(spark, config, destination_id, click.echo))
@@ -140,7 +140,7 @@ def log_show(
         return
     import orjson
 
-    from eventpipe.processing.preview import preview
+    from eventpipe.processing.modes.preview import preview
     from eventpipe.reserved import FILTERED
 
     config.destination(destination_id)
@@ -166,7 +166,7 @@ def log_ack(config_path: Path | None, destination_id: str, end: str) -> None:
     """Mark a destination's events up to a position (included) as handled, without
     loading them: the destination goes on after it."""
     from eventpipe.log.inspect import Position
-    from eventpipe.processing.operator import acknowledge
+    from eventpipe.processing.modes.operator import acknowledge
 
     config = load(config_path).config
     config.destination(destination_id)
@@ -182,7 +182,7 @@ def log_ack(config_path: Path | None, destination_id: str, end: str) -> None:
 @click.option("--destination", "destination_id", required=True, help="The destination id.")
 def log_step(config_path: Path | None, destination_id: str) -> None:
     """Process a destination's next pending event alone and print what happened."""
-    from eventpipe.processing.operator import step
+    from eventpipe.processing.modes.operator import step
     from eventpipe.state.store import SENT_TABLE
 
     config = load(config_path).config

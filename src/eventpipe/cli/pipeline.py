@@ -64,18 +64,18 @@ def spark_entry() -> None:
 def spark_archive(force: bool) -> None:
     """Build the JVM class-data archive that halves Spark's start on this machine (make
     run and make test do). A training run of sample events; about half a minute."""
-    from eventpipe.processing import class_data
+    from eventpipe.processing.runtime import class_data
 
     path = class_data.archive_path()
     if path is None:
-        from eventpipe.processing.spark import check_java
+        from eventpipe.processing.runtime.spark import check_java
 
         check_java()  # raises, with how to install Java
         return
     if path.is_file() and not force:
         click.echo(f"up to date: {path}")
         return
-    from eventpipe.processing import training
+    from eventpipe.processing.modes import training
 
     click.echo(f"building {path} (a training run of sample events) ...")
     training.build(path)
@@ -96,7 +96,7 @@ def replay_failed_command(
 ) -> None:
     """Replay data/failed/failed.dst=ID.log: what loads leaves failed/ (archived), what
     fails again stays there with its new error."""
-    from eventpipe.processing.replay import replay_failed
+    from eventpipe.processing.modes.replay import replay_failed
 
     config = load(config_path).config
     config.destination(destination_id)
@@ -148,8 +148,8 @@ def reprocess(
     has its rows replaced in one transaction. Interrupted, it resumes where it stopped."""
     import signal
 
-    from eventpipe.processing import reprocess as rp
-    from eventpipe.processing import shutdown
+    from eventpipe.processing.modes import reprocess as rp
+    from eventpipe.processing.runtime import shutdown
     from eventpipe.state.store import open_state
 
     config = load(config_path).config

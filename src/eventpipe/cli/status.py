@@ -259,7 +259,7 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     """Run one read-only query on a destination (DuckDB; PostgreSQL in its schema;
     Parquet, Iceberg and Delta tables through DuckDB) and print a table. Writes, several
     statements and reading other files are refused."""
-    from eventpipe.processing.run import open_destination
+    from eventpipe.processing.batch.run import open_destination
 
     config = load(config_path).config
     candidates = dict(config.destinations)

@@ -58,7 +58,7 @@ class LoadResult:
 @dataclass(frozen=True)
 class DaySwap:
     """Replace a destination's rows of some days by rows rebuilt in shadow tables, in one
-    transaction (``eventpipe reprocess``, processing/reprocess.py)."""
+    transaction (``eventpipe reprocess``, processing/modes/reprocess.py)."""
 
     swap_id: str
     """Recorded with the swap: a swap done once is not done again."""

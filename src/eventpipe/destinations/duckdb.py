@@ -95,7 +95,7 @@ class DuckDBDestination:
     by side: appends to different tables commit beside each other. One insert into a
     DuckDB file keeps one core busy (threads=1 is as fast), so two tables load in about
     the time of one. Where the run still compresses its segments for the archive beside
-    the loads, they take one thread fewer and leave it a core (processing/load.py); where
+    the loads, they take one thread fewer and leave it a core (processing/batch/load.py); where
     the service's wait compressed them, the loads take both (docs/pipeline.md)."""
 
     def __init__(

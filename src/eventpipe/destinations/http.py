@@ -120,7 +120,7 @@ class HttpSettings:
 @dataclass(frozen=True)
 class HttpSink:
     """The ``type: http`` destination, opened: a sink (no tables). The job's send step
-    (processing/send.py) runs :func:`deliver_batches` in Spark tasks with its settings."""
+    (processing/batch/send.py) runs :func:`deliver_batches` in Spark tasks with its settings."""
 
     id: str
     config: HttpConfig

@@ -1,5 +1,5 @@
 """The syntax of ``table_name_template``, parsed without Spark, so that the config check
-refuses a template that would not compile (processing/template.py compiles it to a Spark
+refuses a template that would not compile (processing/steps/template.py compiles it to a Spark
 column expression).
 
 Literal text with ``{{ path.to.field }}`` placeholders, and a date filter for timestamps:

@@ -13,12 +13,12 @@
 * ``run_tables``: the run history per destination x table: rows loaded, ok or failed
   with the error, so that "what happened to yesterday's data" has an answer (``eventpipe
   status --history``). ``runs.code_versions`` holds each destination's code version
-  (processing/version.py) the run's rows were built with.
+  (processing/batch/version.py) the run's rows were built with.
 * ``day_versions``: destination x day (UTC day of the rows' ``_timestamp``) x code
   version: each version some of that day's rows were built with, and for a day rebuilt by
   ``eventpipe reprocess`` the archive files it read, with their sha1 (``inputs``). A day
   with one row, of the current version, whose files are unchanged, is up to date
-  (processing/reprocess.py).
+  (processing/modes/reprocess.py).
 * A stream destination records each micro-batch like a segment
   (``queue.dst=<id>/batch-<n>``), one a second: once a later micro-batch is recorded,
   the older ones are folded into one row per table (``queue.dst=<id>/folded``, rows

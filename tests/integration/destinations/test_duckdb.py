@@ -87,7 +87,7 @@ def test_a_reader_that_holds_on_makes_the_write_fail_as_transient(
 
 def test_a_load_waits_for_readers_past_the_query_time_limit(tmp_path: Path) -> None:
     """An `eventpipe query` ends at query_timeout_seconds: a load waits longer than that."""
-    from eventpipe.processing.run import open_destination
+    from eventpipe.processing.batch.run import open_destination
     from tests.conftest import make_config
 
     config = make_config(tmp_path / "data", destinations={

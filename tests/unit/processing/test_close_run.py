@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from eventpipe.config import Config
-from eventpipe.processing.job import close_run
+from eventpipe.processing.batch.job import close_run
 from eventpipe.state.store import ALL_TABLES, StateStore
 
 SEGMENT = "incoming.tok=web-2026-11-21T10-00-00.000.log"

@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from eventpipe.processing.flatten import flatten
+from eventpipe.processing.steps.flatten import flatten
 
 
 def _frame(spark: Any, tmp_path: Path, events: list[dict[str, Any]]) -> Any:

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from eventpipe.processing.flatten import flatten
-from eventpipe.processing.inference import column_types, staged_column_types, token_types
+from eventpipe.processing.steps.flatten import flatten
+from eventpipe.processing.steps.inference import column_types, staged_column_types, token_types
 from eventpipe.schema.types import DataType
 
 S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,

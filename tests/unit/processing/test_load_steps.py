@@ -11,9 +11,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from eventpipe.destinations.base import LoadRequest
-from eventpipe.processing import load
-from eventpipe.processing.load import Parts, PoisonLimitError, split_load
-from eventpipe.processing.shape import within_max_columns
+from eventpipe.processing.batch import load
+from eventpipe.processing.batch.load import Parts, PoisonLimitError, split_load
+from eventpipe.processing.batch.shape import within_max_columns
 from eventpipe.reserved import ROW
 from eventpipe.schema.diff import Table
 from eventpipe.schema.naming import UNMAPPED_COLUMN

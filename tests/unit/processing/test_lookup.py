@@ -9,8 +9,8 @@ import pyarrow as pa
 import pytest
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing import lookup
-from eventpipe.processing.fields import set_path
+from eventpipe.processing.steps import lookup
+from eventpipe.processing.steps.fields import set_path
 
 CHROME = (
     "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
@@ -124,7 +124,7 @@ def test_set_path_creates_parents_and_respects_the_condition(spark: Any) -> None
 
 def test_the_ip_database_is_checked_only_when_a_rule_reads_it(tmp_path: Path) -> None:
     from eventpipe.config import parse_config
-    from eventpipe.processing.lookup import Lookups
+    from eventpipe.processing.steps.lookup import Lookups
 
     def config(browser_rules: bool, rules: list[dict[str, str]]) -> Any:
         return parse_config({

@@ -12,7 +12,7 @@ import duckdb
 import pytest
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.metering import (
+from eventpipe.processing.steps.metering import (
     Filter,
     Product,
     classify,

@@ -1,4 +1,4 @@
-"""Reading a run's log files (processing/read.py): each event's row id is the same on
+"""Reading a run's log files (processing/batch/read.py): each event's row id is the same on
 every attempt of the run, whatever the cluster is when the run resumes. Failed rows find
 their original events by it."""
 
@@ -12,7 +12,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from eventpipe.processing.read import read_events, run_session
+from eventpipe.processing.batch.read import read_events, run_session
 from eventpipe.reserved import ROW
 
 

@@ -1,4 +1,4 @@
-"""Segment schemas kept by the service's wait (processing/segment_schemas.py): merged, they
+"""Segment schemas kept by the service's wait (processing/batch/segment_schemas.py): merged, they
 are what Spark's inference of the same segments read together gives, or they are not
 used. Checked on the hostile suite's generated events and on the ordinary ways segments
 differ (a field new in one, nulls in one, integers beside floats)."""
@@ -15,9 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eventpipe.paths import DataLayout
-from eventpipe.processing import segment_schemas
-from eventpipe.processing.fields import json_text_arrays
-from eventpipe.processing.segment_schemas import (
+from eventpipe.processing.batch import segment_schemas
+from eventpipe.processing.batch.segment_schemas import (
     Inexact,
     SegmentSchema,
     infer,
@@ -26,6 +25,7 @@ from eventpipe.processing.segment_schemas import (
     may_hold_empty_object,
     merge_all,
 )
+from eventpipe.processing.steps.fields import json_text_arrays
 from tests.hostile.test_generated import events
 
 SEGMENT = "incoming.tok=web-2026-11-25T10-00-{:02d}.000.log"

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from eventpipe.processing import class_data
-from eventpipe.processing.spark import JavaMissingError, check_java, spark_settings
+from eventpipe.processing.runtime import class_data
+from eventpipe.processing.runtime.spark import JavaMissingError, check_java, spark_settings
 
 
 def test_config_wins_over_the_defaults() -> None:
@@ -81,7 +81,7 @@ def test_a_spark_connect_session_takes_only_session_settings() -> None:
 def test_a_terminal_gets_sparks_progress_bar_and_a_log_does_not(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from eventpipe.processing.spark import on_terminal
+    from eventpipe.processing.runtime.spark import on_terminal
 
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
     assert on_terminal({})["spark.ui.showConsoleProgress"] == "true"
@@ -94,7 +94,7 @@ def test_a_terminal_gets_sparks_progress_bar_and_a_log_does_not(
 def test_a_short_lived_local_session_compiles_quickly_unless_configured_otherwise(
     tmp_path: Path,
 ) -> None:
-    from eventpipe.processing.spark import JVM_LOG_OPTIONS, java_options
+    from eventpipe.processing.runtime.spark import JVM_LOG_OPTIONS, java_options
 
     def options(settings: dict[str, str], **kwargs: Any) -> str:
         out = java_options(settings, **kwargs)[class_data.JAVA_OPTIONS]

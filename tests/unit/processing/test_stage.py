@@ -8,7 +8,7 @@ from typing import Any
 
 from pyspark.sql import functions as F
 
-from eventpipe.processing.shape import stage_flat
+from eventpipe.processing.batch.shape import stage_flat
 from eventpipe.reserved import ERROR, FILTERED, TABLE
 
 

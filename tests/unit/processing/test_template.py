@@ -11,7 +11,7 @@ import pytest
 from pyspark.sql import functions as F
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.template import render, sanitize_table_name, table_names
+from eventpipe.processing.steps.template import render, sanitize_table_name, table_names
 from eventpipe.schema.naming import table_name
 from eventpipe.schema.templates import Template, java_date_pattern
 
@@ -108,7 +108,7 @@ def _render_read(
     spark: Any, tmp_path: Path, template: str, events: list[Any]
 ) -> list[tuple[str, str | None]]:
     """As the pipeline renders: the batch read by read_events (arrays as JSON text)."""
-    from eventpipe.processing.read import read_events
+    from eventpipe.processing.batch.read import read_events
 
     path = tmp_path / f"batch{len(list(tmp_path.iterdir()))}.log"
     # json, not orjson: it writes integers past 64 bits, as clients may.

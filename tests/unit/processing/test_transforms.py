@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from eventpipe.processing import transforms
+from eventpipe.processing.steps import transforms
 
 
 def test_set_makes_the_objects_an_event_lacks_on_the_way(spark: Any) -> None:

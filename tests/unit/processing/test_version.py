@@ -5,7 +5,7 @@ settings are modelled must not change them."""
 from __future__ import annotations
 
 from eventpipe.config import parse_config
-from eventpipe.processing.version import code_version
+from eventpipe.processing.batch.version import code_version
 
 
 def test_versions_stay_what_they_were_when_one_model_held_every_type() -> None:

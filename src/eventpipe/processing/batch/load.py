@@ -21,13 +21,10 @@ from eventpipe.destinations.base import Destination, LoadRequest, Metered
 from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage
 from eventpipe.files import replacing_path, write_file
-from eventpipe.processing import metering, shutdown
-from eventpipe.processing.failures import fail_once
-from eventpipe.processing.flatten import Flat
-from eventpipe.processing.inference import staged_column_types
-from eventpipe.processing.read import staging_writer
-from eventpipe.processing.run import RunContext, Target, ref, step
-from eventpipe.processing.shape import (
+from eventpipe.processing.batch.failures import fail_once
+from eventpipe.processing.batch.read import staging_writer
+from eventpipe.processing.batch.run import RunContext, Target, ref, step
+from eventpipe.processing.batch.shape import (
     Flattened,
     StagedTable,
     staged_table,
@@ -35,6 +32,10 @@ from eventpipe.processing.shape import (
     with_overflow,
     within_max_columns,
 )
+from eventpipe.processing.runtime import shutdown
+from eventpipe.processing.steps import metering
+from eventpipe.processing.steps.flatten import Flat
+from eventpipe.processing.steps.inference import staged_column_types
 from eventpipe.reserved import (
     ERROR,
     ROW,

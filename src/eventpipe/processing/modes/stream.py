@@ -183,8 +183,8 @@ def start_stream(
     """The streaming query of one stream destination, started. A micro-batch that fails
     as transient is retried with backoff (1 s doubling to 30 s): until it loads, or until
     ``stopping`` is set; ``available_now`` (``process --once``): 3 attempts."""
-    from eventpipe.processing.job import process_stream_batch
-    from eventpipe.processing.schema_cache import SchemaCache
+    from eventpipe.processing.batch.job import process_stream_batch
+    from eventpipe.processing.batch.schema_cache import SchemaCache
 
     spark.dataSource.register(LogSource)
     layout = config.layout
@@ -278,7 +278,7 @@ def _planned_end(checkpoint: Path, epoch: int) -> dict[str, int]:
 
 def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
     """The micro-batch's lines, into the archive as LZ4 frames (``files`` removed)."""
-    from eventpipe.processing.archiving import compress
+    from eventpipe.processing.batch.archiving import compress
 
     stamp = utc_now().strftime("%Y-%m-%dT%H-%M-%S.%f")
     target = layout.archive / stamp[:10] / f"streaming-archive.dst={dest_id}-{stamp}.log.lz4"
@@ -290,7 +290,7 @@ def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
 def stream_lock(config: Config, dest_id: str) -> Iterator[None]:
     """One streaming query per destination and data directory: two would share (and
     corrupt) one checkpoint. Held across hosts (eventpipe.state.locks)."""
-    from eventpipe.processing.run import PipelineBusyError
+    from eventpipe.processing.batch.run import PipelineBusyError
 
     def busy(holder: str) -> Exception:
         return PipelineBusyError(
@@ -304,7 +304,7 @@ def stream_lock(config: Config, dest_id: str) -> Iterator[None]:
 
 def run_once(spark: SparkSession, config: Config) -> None:
     """Every stream destination, up to what the log holds now (``process --once``)."""
-    from eventpipe.processing.run import stream_ids
+    from eventpipe.processing.batch.run import stream_ids
 
     for dest_id in stream_ids(config):
         with stream_lock(config, dest_id):
@@ -325,7 +325,7 @@ class StreamSupervisor:
         self.spark = spark
         self.config = config
         self._stop = threading.Event()
-        from eventpipe.processing.run import stream_ids
+        from eventpipe.processing.batch.run import stream_ids
 
         self._threads = [
             threading.Thread(target=self._keep, args=(d,), name=f"stream-{d}", daemon=True)

@@ -14,10 +14,10 @@ from eventpipe.config import Config
 from eventpipe.errors import EventpipeError, first_line
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.files import write_file
-from eventpipe.processing import shutdown
-from eventpipe.processing.failures import append_failed, once
-from eventpipe.processing.load import PoisonLimitError
-from eventpipe.processing.run import COUNTS, RunReport, step
+from eventpipe.processing.batch.failures import append_failed, once
+from eventpipe.processing.batch.load import PoisonLimitError
+from eventpipe.processing.batch.run import COUNTS, RunReport, step
+from eventpipe.processing.runtime import shutdown
 from eventpipe.state.store import (
     ALL_TABLES,
     StateStore,

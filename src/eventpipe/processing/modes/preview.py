@@ -9,17 +9,17 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import Config
-from eventpipe.processing.lookup import Lookups
-from eventpipe.processing.read import stage_events
-from eventpipe.processing.run import (
+from eventpipe.processing.batch.read import stage_events
+from eventpipe.processing.batch.run import (
     RunContext,
     RunReport,
     Target,
     open_destination,
     read_catalogues,
 )
-from eventpipe.processing.schema_cache import SchemaCache
-from eventpipe.processing.shape import flatten_for
+from eventpipe.processing.batch.schema_cache import SchemaCache
+from eventpipe.processing.batch.shape import flatten_for
+from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
     ERROR,
     FILTERED,

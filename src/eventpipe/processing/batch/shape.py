@@ -15,18 +15,18 @@ from pyspark.sql.types import TimestampType
 
 from eventpipe.config import DestinationConfig
 from eventpipe.files import write_file
-from eventpipe.processing import metering, transforms
-from eventpipe.processing.fields import (
+from eventpipe.processing.batch.read import of_segments, read_events, staging_writer
+from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
+from eventpipe.processing.steps import metering, transforms
+from eventpipe.processing.steps.fields import (
     set_path,
     with_type_at,
 )
-from eventpipe.processing.flatten import Flat, flatten_mapped, leaves
-from eventpipe.processing.inference import StagedTypes, token_types
-from eventpipe.processing.lookup import browser_of
-from eventpipe.processing.mapping import Mapping
-from eventpipe.processing.read import of_segments, read_events, staging_writer
-from eventpipe.processing.run import TIMESTAMP, RunContext, Target, ref, step
-from eventpipe.processing.template import render, sanitize_table_name, table_names
+from eventpipe.processing.steps.flatten import Flat, flatten_mapped, leaves
+from eventpipe.processing.steps.inference import StagedTypes, token_types
+from eventpipe.processing.steps.lookup import browser_of
+from eventpipe.processing.steps.mapping import Mapping
+from eventpipe.processing.steps.template import render, sanitize_table_name, table_names
 from eventpipe.reserved import (
     CORRUPT,
     ERROR,

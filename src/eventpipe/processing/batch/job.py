@@ -44,20 +44,18 @@ from eventpipe.log import compaction
 from eventpipe.log.recovery import recover_dead
 from eventpipe.log.settings import LogSettings
 from eventpipe.paths import DataLayout, count_lines
-from eventpipe.processing import shutdown, transforms
-from eventpipe.processing.archiving import ArchiveAhead, archive_segments
-from eventpipe.processing.failures import fail_corrupt, fail_once, once
-from eventpipe.processing.isolation import Isolation, caused_by_data
-from eventpipe.processing.load import load_tables
-from eventpipe.processing.lookup import Lookups
-from eventpipe.processing.read import (
+from eventpipe.processing.batch.archiving import ArchiveAhead, archive_segments
+from eventpipe.processing.batch.failures import fail_corrupt, fail_once, once
+from eventpipe.processing.batch.isolation import Isolation, caused_by_data
+from eventpipe.processing.batch.load import load_tables
+from eventpipe.processing.batch.read import (
     day_of,
     entry_file,
     event_json,
     events_copy,
     stage_events,
 )
-from eventpipe.processing.run import (
+from eventpipe.processing.batch.run import (
     DestinationsFailingError,
     Rebuild,
     RunContext,
@@ -69,10 +67,13 @@ from eventpipe.processing.run import (
     read_catalogues,
     step,
 )
-from eventpipe.processing.schema_cache import SchemaCache
-from eventpipe.processing.send import send
-from eventpipe.processing.shape import flatten_for, stage_flat
-from eventpipe.processing.version import code_version
+from eventpipe.processing.batch.schema_cache import SchemaCache
+from eventpipe.processing.batch.send import send
+from eventpipe.processing.batch.shape import flatten_for, stage_flat
+from eventpipe.processing.batch.version import code_version
+from eventpipe.processing.runtime import shutdown
+from eventpipe.processing.steps import transforms
+from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
     CORRUPT,
     DAY,

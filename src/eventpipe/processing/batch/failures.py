@@ -15,7 +15,7 @@ from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.files import append_file, write_file
 from eventpipe.log.writers import PIPELINE_WRITER
 from eventpipe.paths import DataLayout
-from eventpipe.processing.run import COUNTS, RunContext
+from eventpipe.processing.batch.run import COUNTS, RunContext
 from eventpipe.reserved import (
     CORRUPT,
     DAY,

@@ -26,10 +26,10 @@ from eventpipe.config import Config
 from eventpipe.errors import ConfigError
 from eventpipe.log.inspect import file_order
 from eventpipe.paths import SegmentName
-from eventpipe.processing import shutdown
-from eventpipe.processing.job import run_job
-from eventpipe.processing.reprocess import Source, spark_inputs
-from eventpipe.processing.run import RunReport, pipeline_lock
+from eventpipe.processing.batch.job import run_job
+from eventpipe.processing.batch.run import RunReport, pipeline_lock
+from eventpipe.processing.modes.reprocess import Source, spark_inputs
+from eventpipe.processing.runtime import shutdown
 from eventpipe.state.store import open_state
 
 if TYPE_CHECKING:

@@ -25,7 +25,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, NumericType, StringType, StructType
 
-from eventpipe.processing.fields import field_type, reference
+from eventpipe.processing.steps.fields import field_type, reference
 from eventpipe.reserved import RESERVED_PATTERN
 from eventpipe.schema.naming import MAX_NAME_LENGTH, table_name
 from eventpipe.schema.templates import Template, java_date_pattern

@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eventpipe.errors import EventpipeError
-from eventpipe.processing import class_data
+from eventpipe.processing.runtime import class_data
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

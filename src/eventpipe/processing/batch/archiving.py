@@ -18,14 +18,15 @@ from eventpipe.config import Config
 from eventpipe.errors import first_line
 from eventpipe.files import replacing
 from eventpipe.paths import DataLayout
-from eventpipe.processing import segment_schemas, shutdown
-from eventpipe.processing.run import (
+from eventpipe.processing.batch import segment_schemas
+from eventpipe.processing.batch.run import (
     PipelineBusyError,
     batch_destinations,
     pipeline_lock,
     step,
     stream_ids,
 )
+from eventpipe.processing.runtime import shutdown
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -45,7 +46,7 @@ class ArchiveAhead:
 
     Segments compressed already (by the wait of ``eventpipe process`` before the run,
     :func:`wait_preparing_sealed`) are skipped: with none left, no thread starts, and the
-    loads take every thread they may (processing/load.py).
+    loads take every thread they may (processing/batch/load.py).
 
     A segment the thread could not prepare (an error, or not reached) is compressed when
     it is archived, as without it. What is not an error (a BaseException: an interrupt,

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING
 from eventpipe.config import Config
 from eventpipe.events import utc_now
 from eventpipe.files import move, replacing
-from eventpipe.processing.archiving import compress
-from eventpipe.processing.isolation import Isolation, caused_by_data
-from eventpipe.processing.job import run_job
-from eventpipe.processing.run import RunReport, pipeline_lock
+from eventpipe.processing.batch.archiving import compress
+from eventpipe.processing.batch.isolation import Isolation, caused_by_data
+from eventpipe.processing.batch.job import run_job
+from eventpipe.processing.batch.run import RunReport, pipeline_lock
 from eventpipe.state.store import (
     open_state,
 )

@@ -19,15 +19,15 @@ from eventpipe import reserved
 from eventpipe.config import Config
 from eventpipe.files import replacing, write_file
 from eventpipe.paths import DataLayout
-from eventpipe.processing import segment_schemas
-from eventpipe.processing.fields import (
+from eventpipe.processing.batch import segment_schemas
+from eventpipe.processing.batch.run import TIMESTAMP, Target, ref, step
+from eventpipe.processing.batch.segment_schemas import json_reader
+from eventpipe.processing.steps.fields import (
     has_arrays,
     json_object,
     json_text_arrays,
 )
-from eventpipe.processing.lookup import Lookups
-from eventpipe.processing.run import TIMESTAMP, Target, ref, step
-from eventpipe.processing.segment_schemas import json_reader
+from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
     CORRUPT,
     FILE,

@@ -13,10 +13,10 @@ from pyspark.sql import functions as F
 
 from eventpipe.config import HttpConfig
 from eventpipe.events import Stage
-from eventpipe.processing import shutdown
-from eventpipe.processing.failures import fail_once
-from eventpipe.processing.run import RunContext, Target, ref, step
-from eventpipe.processing.shape import Flattened
+from eventpipe.processing.batch.failures import fail_once
+from eventpipe.processing.batch.run import RunContext, Target, ref, step
+from eventpipe.processing.batch.shape import Flattened
+from eventpipe.processing.runtime import shutdown
 from eventpipe.reserved import (
     ERROR,
     ROW,

@@ -21,15 +21,15 @@ from typing import TYPE_CHECKING
 from eventpipe.errors import ConfigError, EventpipeError
 from eventpipe.log.inspect import Position, segment_file, segment_id
 from eventpipe.paths import count_lines
-from eventpipe.processing.archiving import archive_segments
-from eventpipe.processing.job import close_run, execute_run
-from eventpipe.processing.run import (
+from eventpipe.processing.batch.archiving import archive_segments
+from eventpipe.processing.batch.job import close_run, execute_run
+from eventpipe.processing.batch.run import (
     DestinationsFailingError,
     RunReport,
     batch_destinations,
     pipeline_lock,
 )
-from eventpipe.processing.version import code_version
+from eventpipe.processing.batch.version import code_version
 from eventpipe.state.store import ALL_TABLES, Part, Run, StateStore, open_state
 
 if TYPE_CHECKING:

@@ -17,7 +17,7 @@ log = logging.getLogger("eventpipe.processing")
 
 JSON_TEXT = "eventpipe.json_text"
 """Metadata of a string field that holds JSON text: an array, read as the text it was
-sent as (processing/read.py, read_events), so that its values are never rewritten."""
+sent as (processing/batch/read.py, read_events), so that its values are never rewritten."""
 
 
 def is_json_text(field: StructField) -> bool:

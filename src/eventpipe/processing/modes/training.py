@@ -1,4 +1,4 @@
-"""The class-data archive's training run (processing/class_data.py): a small batch of
+"""The class-data archive's training run (processing/runtime/class_data.py): a small batch of
 sample events through the real job, in a driver JVM that writes the classes it loaded to
 the archive as it exits. Built by ``eventpipe spark-archive`` (``make test``, and
 ``eventpipe run`` in the background when it is missing)."""
@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from eventpipe.config import parse_config
-from eventpipe.processing import class_data
-from eventpipe.processing.job import process_once
-from eventpipe.processing.spark import start_session
+from eventpipe.processing.batch.job import process_once
+from eventpipe.processing.runtime import class_data
+from eventpipe.processing.runtime.spark import start_session
 
 
 def build(path: Path, work: Path | None = None) -> Path:

@@ -24,8 +24,8 @@ from pyspark.sql import functions as F
 from pyspark.sql.types import ArrayType, DataType, StringType, StructType
 
 from eventpipe import reserved
-from eventpipe.processing.fields import reference
-from eventpipe.processing.mapping import Leaf, Mapping
+from eventpipe.processing.steps.fields import reference
+from eventpipe.processing.steps.mapping import Leaf, Mapping
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
 from eventpipe.schema.pointers import pointer
 from eventpipe.schema.types import DataType as SchemaType

@@ -217,7 +217,7 @@ def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable
         StructType,
     )
 
-    from eventpipe.processing.fields import is_json_text, reference
+    from eventpipe.processing.steps.fields import is_json_text, reference
 
     def value_at(path: str) -> Column:
         steps = _steps(path)
@@ -307,8 +307,8 @@ def route(
     from pyspark.sql import Window
     from pyspark.sql import functions as F
 
-    from eventpipe.processing.fields import column_at, field_type, json_object, reference
-    from eventpipe.processing.transforms import live
+    from eventpipe.processing.steps.fields import column_at, field_type, json_object, reference
+    from eventpipe.processing.steps.transforms import live
     from eventpipe.reserved import ERROR, FILTERED, ROW, TABLE
     from eventpipe.schema.casts import cast_to
     from eventpipe.schema.types import DataType

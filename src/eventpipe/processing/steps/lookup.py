@@ -40,7 +40,7 @@ from pyspark.sql.types import StructType
 
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
-from eventpipe.processing.fields import column_at
+from eventpipe.processing.steps.fields import column_at
 from eventpipe.reserved import LOOKUP
 from eventpipe.schema.naming import column_name
 from eventpipe.schema.pointers import parse_pointer, pointer
@@ -456,7 +456,7 @@ def apply_rule(
     A batch without the ``source`` field is returned unchanged; a value that is not a
     string is looked up as its text (``source_ip`` sent as a number finds nothing).
     """
-    from eventpipe.processing.fields import set_path
+    from eventpipe.processing.steps.fields import set_path
 
     ref = column_at(frame.schema, source)
     if ref is None:

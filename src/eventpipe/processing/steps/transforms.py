@@ -35,7 +35,7 @@ from pyspark.sql.types import ArrayType, MapType, StructType
 
 from eventpipe.config import Config, DestinationConfig, TransformStep
 from eventpipe.errors import ConfigError, first_line
-from eventpipe.processing.fields import assign, field_type, reference
+from eventpipe.processing.steps.fields import assign, field_type, reference
 from eventpipe.reserved import ERROR, FILTERED, ROW, TABLE
 
 if TYPE_CHECKING:

@@ -2,7 +2,7 @@
 
 A day is a UTC day of the events' ``_timestamp`` (late events belong to their own day,
 whenever they arrived). Each run records, per destination x day, the code version its
-rows were built with (state.store ``day_versions``, processing/version.py). A day is
+rows were built with (state.store ``day_versions``, processing/batch/version.py). A day is
 rebuilt when:
 
 * a version other than the current one built some of its rows (a day with no version
@@ -82,17 +82,17 @@ from eventpipe.destinations.base import (
 from eventpipe.destinations.registry import REPLACES_DAYS, kind
 from eventpipe.errors import ConfigError, TerminalError
 from eventpipe.files import KeepOld, replacing
-from eventpipe.processing import shutdown
-from eventpipe.processing.failures import rebuild_failures
-from eventpipe.processing.job import run_job
-from eventpipe.processing.run import (
+from eventpipe.processing.batch.failures import rebuild_failures
+from eventpipe.processing.batch.job import run_job
+from eventpipe.processing.batch.run import (
     Rebuild,
     RunReport,
     batch_destinations,
     open_destination,
     pipeline_lock,
 )
-from eventpipe.processing.version import code_version
+from eventpipe.processing.batch.version import code_version
+from eventpipe.processing.runtime import shutdown
 from eventpipe.schema.diff import Table, TablePatch, diff
 from eventpipe.state.store import ALL_TABLES, DayVersion, StateStore, open_state
 

@@ -18,11 +18,11 @@ from eventpipe.destinations.base import Destination, Metered, Opened, Sink
 from eventpipe.errors import TransientError
 from eventpipe.events import utc_now
 from eventpipe.paths import DataLayout
-from eventpipe.processing import metering
-from eventpipe.processing.fields import (
+from eventpipe.processing.batch.schema_cache import SchemaCache
+from eventpipe.processing.steps import metering
+from eventpipe.processing.steps.fields import (
     reference,
 )
-from eventpipe.processing.schema_cache import SchemaCache
 from eventpipe.state.locks import open_locks
 from eventpipe.state.store import (
     StateStore,
@@ -31,7 +31,7 @@ from eventpipe.state.store import (
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
-    from eventpipe.processing.lookup import Lookups
+    from eventpipe.processing.steps.lookup import Lookups
 
 
 log = logging.getLogger("eventpipe.processing")
@@ -58,7 +58,7 @@ class RunReport:
 
 @dataclass(frozen=True)
 class Rebuild:
-    """A reprocess run (processing/reprocess.py): only the events of ``days`` (UTC days of
+    """A reprocess run (processing/modes/reprocess.py): only the events of ``days`` (UTC days of
     their ``_timestamp``), loaded through ``shadow`` (the destination's shadow tables)."""
 
     days: tuple[str, ...]
@@ -143,7 +143,7 @@ def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> O
     from eventpipe.destinations import registry
 
     def spark() -> SparkSession:
-        from eventpipe.processing.spark import start_session
+        from eventpipe.processing.runtime.spark import start_session
 
         return start_session(config.spark.settings)
 
@@ -207,7 +207,7 @@ def batch_destinations(config: Config) -> dict[str, DestinationConfig]:
 
 
 def stream_ids(config: Config) -> list[str]:
-    """The destinations in ``mode: stream`` (processing/stream.py runs them)."""
+    """The destinations in ``mode: stream`` (processing/modes/stream.py runs them)."""
     return [d for d, dest in config.destinations.items() if dest.mode == "stream"]
 
 
