@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # SDKs' Python packages). The tests' install ($(STAMP)) is a superset and counts for it.
 RUN_STAMP := $(VENV)/.installed-run-stamp
 
-.PHONY: sdks browser run test soak lint bench setup java spark-archive postgres tools clean
+.PHONY: sdks browser run test test-fast soak lint bench setup java spark-archive postgres tools clean
 
 # eventpipe run builds the class-data archive in the background when it is missing (the
 # first start answers at once; later ones start Spark in half the time).
@@ -18,6 +18,11 @@ run: $(RUN_STAMP) java
 
 test: $(STAMP) java spark-archive postgres tools sdks browser lint
 	$(BIN)/pytest
+
+# The edit-test loop: lint, types, import contracts and the unit tests (a few minutes;
+# make test runs everything).
+test-fast: $(STAMP) java lint
+	$(BIN)/pytest tests/unit
 
 # The fault suite, many more times (tens of minutes): SOAK_KILLS collector kills under
 # load, SOAK_CRASHES pipeline deaths per database. Prints acknowledged, loaded,
