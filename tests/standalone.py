@@ -16,9 +16,11 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -30,7 +32,8 @@ from typing import Any
 import pyspark
 
 SPARK_HOME = Path(pyspark.__file__).parent
-SRC = Path(__file__).resolve().parents[1] / "src"
+ROOT = Path(__file__).resolve().parents[1]
+SRC = ROOT / "src"
 
 
 def _free_port() -> int:
@@ -117,8 +120,34 @@ def spark_env() -> dict[str, str]:
 
 def _in_own_tmp(command: list[str]) -> list[str]:
     """``command`` in a mount namespace of its own, under an empty tmpfs on /tmp."""
-    script = 'mount -t tmpfs tmpfs /tmp && exec "$@"'
+    script = f'{empty_tmp()} && exec "$@"'
     return ["unshare", "-m", "--", "sh", "-c", script, "sh", *command]
+
+
+def empty_tmp() -> str:
+    """Shell commands, for a mount namespace of their own, that put an empty tmpfs on /tmp
+    as a separate machine has, but keep what every host has even when it lives under
+    /tmp: this checkout (its source and virtualenv) and the running Python. Each such
+    directory is opened first and mounted back from that descriptor over the empty /tmp
+    (a checkout under /tmp used to vanish from the simulated hosts)."""
+    under_tmp = [p for p in (ROOT, Path(sys.prefix), Path(sys.base_prefix),
+                             Path(sys.executable).resolve().parent)
+                 if p.resolve().is_relative_to("/tmp")]  # fmt: skip
+    keep: list[Path] = []
+    for path in sorted({p.resolve() for p in under_tmp}, key=lambda p: len(p.parts)):
+        if not any(path.is_relative_to(k) for k in keep):
+            keep.append(path)
+    fds = range(3, 3 + len(keep))
+    opened = " ".join(f"{fd}<{shlex.quote(str(path))}" for fd, path in zip(fds, keep, strict=True))
+    steps = [f"exec {opened}"] if keep else []
+    steps.append("mount -t tmpfs tmpfs /tmp")
+    for fd, path in zip(fds, keep, strict=True):
+        quoted = shlex.quote(str(path))
+        steps.append(f"mkdir -p {quoted} && mount --no-canonicalize --bind /proc/self/fd/{fd} "
+                     f"{quoted}")  # fmt: skip
+    if keep:
+        steps.append("exec " + " ".join(f"{fd}<&-" for fd in fds))
+    return " && ".join(steps)
 
 
 def check_namespaces() -> None:

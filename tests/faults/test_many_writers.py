@@ -32,6 +32,7 @@ from eventpipe.paths import DataLayout, SegmentName
 from eventpipe.processing.batch.job import process_pending
 from tests.faults.test_collector_kill9 import _Load
 from tests.process import CollectorProcess, free_port, run, write_config
+from tests.standalone import empty_tmp
 
 KILLS = max(8, int(os.environ.get("EVENTPIPE_SOAK_KILLS", "8")) // 5)
 OTHER_HOST = "host-b"
@@ -49,10 +50,7 @@ def _size(path: Path) -> int:
 def _namespace(shared: Path, mount: Path) -> tuple[str, ...]:
     """Run a command as on a second host: ``shared`` mounted at ``mount``, ``/tmp``
     empty, host name OTHER_HOST."""
-    script = (
-        f"mount --bind {shared} {mount} && mount -t tmpfs tmpfs /tmp && "
-        f'hostname {OTHER_HOST} && exec "$@"'
-    )
+    script = f'mount --bind {shared} {mount} && {empty_tmp()} && hostname {OTHER_HOST} && exec "$@"'
     return ("unshare", "-m", "-u", "--", "sh", "-c", script, "sh")
 
 
