@@ -81,6 +81,16 @@ class RunningCollector:
         return self.collector.segment_log.writer
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _no_process_left_behind() -> Iterator[None]:
+    """After each module, whatever ``eventpipe`` processes its tests left running (one
+    that failed before stopping them) are killed, with their workers."""
+    yield
+    from tests.process import kill_left_behind
+
+    kill_left_behind()
+
+
 @pytest.fixture
 def start_collector(tmp_path: Path) -> Iterator[Any]:
     """Start collectors with config overrides; all are stopped after the test."""

@@ -95,7 +95,9 @@ class CollectorProcess:
             env=_env(),
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_die_with_pytest,
         )
+        _STARTED.append(self)
 
     def wait_ready(self, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
@@ -125,3 +127,24 @@ class CollectorProcess:
             os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait(10)
         self._log.close()
+
+
+_STARTED: list[CollectorProcess] = []
+
+
+def kill_left_behind() -> None:
+    """SIGKILL every CollectorProcess still running (and its workers): what a test that
+    failed before stopping its processes left."""
+    left = [p for p in _STARTED if p.proc.poll() is None]
+    _STARTED.clear()
+    for process in left:
+        process.kill()
+
+
+def _die_with_pytest() -> None:
+    """In the child, before exec: SIGKILL when pytest dies, however it dies (a timeout
+    that ends pytest, a kill): its own session is out of the terminal's reach, and a
+    collector left behind once served for over an hour. Its workers die with it."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
