@@ -3,7 +3,7 @@
 ``POST /api/v1/event``      browser events; js key in ``?token=`` or ``X-Auth-Token``
 ``POST /api/v1/s2s/event``  server events; server key only
 ``POST /api/v1/s2s/bulk``   NDJSON of server events, stored as it streams
-``POST /v1/<type|batch>``   the Segment API (collector/segment.py)
+``POST /v1/<type|batch>``   the Segment API (collector/segment_api.py)
 ``POST /api/s/<type>``      Jitsu 2 (``@jitsu/js``): one Segment message, browser keys
 ``POST /api/s/s2s/<type>``  the same from servers, server keys; the key in X-Write-Key
 ``GET  /v1/pixel/<type>``   the same, answered with a 1x1 GIF
@@ -36,7 +36,7 @@ from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventpipe.collector import imports, segment
+from eventpipe.collector import imports, segment_api
 from eventpipe.collector.auth import KeyKind, KeyMatch, KeyRing
 from eventpipe.collector.backpressure import Backpressure, Limits
 from eventpipe.collector.body import (
@@ -304,10 +304,10 @@ class Collector:
                          {"Connection": "close"})  # fmt: skip
         return _json(200, {"status": "partial" if result.rejected else "ok", **answer})
 
-    # The Segment API (collector/segment.py)
+    # The Segment API (collector/segment_api.py)
 
     async def segment(self, request: Request) -> Response:
-        kind = segment.path_type(request.path_params["name"])
+        kind = segment_api.path_type(request.path_params["name"])
         if kind is None:
             response = _json(404, {"success": False, "error": "no such Segment API path"})
         else:
@@ -321,9 +321,9 @@ class Collector:
         the key is ``X-Write-Key`` (``id:secret``), and the path decides its kind."""
         name = request.path_params["name"]
         wanted = KeyKind.SERVER if request.path_params.get("s2s") else KeyKind.JS
-        if name not in segment.TYPES:
+        if name not in segment_api.TYPES:
             response = _json(404, _error("not_found", f"no such Jitsu API path: {name!r} "
-                                         f"(one of {', '.join(segment.TYPES)})"))  # fmt: skip
+                                         f"(one of {', '.join(segment_api.TYPES)})"))  # fmt: skip
         else:
             response = await self._segment(request, name, None, jitsu=wanted)
         self.metrics.request("jitsu", response.status_code)
@@ -342,20 +342,21 @@ class Collector:
         """A message in ``?data=``, answered with a 1x1 GIF whatever happened to it (the
         status says), never cached: e-mail opens, pages without JavaScript."""
         kind = request.path_params["name"]
-        if kind not in segment.TYPES:
+        if kind not in segment_api.TYPES:
             answer = _json(404, {"success": False, "error": "no such pixel path"})
         else:
             try:
-                data = segment.pixel_body(request.query_params.get("data"))
+                data = segment_api.pixel_body(request.query_params.get("data"))
                 answer = await self._segment(request, kind, data)
-            except segment.MessageError as exc:
+            except segment_api.MessageError as exc:
                 self.metrics.events_rejected.labels(api_key="-", reason=exc.reason).inc()
                 answer = _json(400, {"success": False, "error": str(exc)})
         self.metrics.request("pixel", answer.status_code)
         no_store = "no-store, no-cache, must-revalidate, max-age=0"
-        return Response(segment.PIXEL_GIF, status_code=answer.status_code, media_type="image/gif",
-                        headers={"Cache-Control": no_store, "Pragma": "no-cache",
-                                 "Expires": "0"})  # fmt: skip
+        return Response(segment_api.PIXEL_GIF, status_code=answer.status_code,
+                        media_type="image/gif", headers={"Cache-Control": no_store,
+                                                         "Pragma": "no-cache",
+                                                         "Expires": "0"})  # fmt: skip
 
     async def _segment(
         self, request: Request, kind: str, pixel: bytes | None, *, jitsu: KeyKind | None = None
@@ -368,7 +369,7 @@ class Collector:
             return self._error_cors(headers)
 
         if jitsu is None:
-            written = segment.basic_user(headers.get("authorization"))
+            written = segment_api.basic_user(headers.get("authorization"))
             match = self.keyring.match(written)
         else:
             written = headers.get("x-write-key") or _token(request)
@@ -392,7 +393,7 @@ class Collector:
             return self._refused_body(match.key.id if match else "-", exc, early(),
                                       segment_api=True)  # fmt: skip
         if match is None:
-            match = self.keyring.match(segment.body_write_key(document))
+            match = self.keyring.match(segment_api.body_write_key(document))
             if match is None:
                 return self._no_write_key(early())
         key, browser = match.key, match.kind is KeyKind.JS
@@ -403,8 +404,8 @@ class Collector:
         if isinstance(cors, Response):
             return cors
         try:
-            messages = segment.messages(document, kind)
-        except segment.MessageError as exc:
+            messages = segment_api.messages(document, kind)
+        except segment_api.MessageError as exc:
             self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
             return _json(400, _error(exc.reason, str(exc), segment_api=True), cors)
         ctx = self._context(request, key.id, browser=browser)
@@ -412,11 +413,11 @@ class Collector:
         refused: dict[int, tuple[str, str]] = {}
         for index, message in enumerate(messages):
             try:
-                segment.to_event(message, ctx.received_at, server=not browser,
+                segment_api.to_event(message, ctx.received_at, server=not browser,
                                  received=ctx.timestamp)  # fmt: skip
-            except segment.MessageError as exc:
+            except segment_api.MessageError as exc:
                 refused[index] = (exc.reason, str(exc))
-        prepared = self._prepare(ctx, messages, body, in_array=kind == segment.BATCH,
+        prepared = self._prepare(ctx, messages, body, in_array=kind == segment_api.BATCH,
                                  refused=refused, excess=excess)  # fmt: skip
         count = len(messages) + excess
         del messages, document, items, body  # see _prepare

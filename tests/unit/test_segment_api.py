@@ -8,29 +8,29 @@ from datetime import UTC, datetime
 
 import pytest
 
-from eventpipe.collector import segment
-from eventpipe.collector.segment import MessageError, messages, to_event
+from eventpipe.collector import segment_api
+from eventpipe.collector.segment_api import MessageError, messages, to_event
 
 RECEIVED = datetime(2026, 11, 24, 12, 0, 0, tzinfo=UTC)
 
 
 def test_the_write_key_is_the_user_name_of_basic_auth() -> None:
     header = "Basic " + base64.b64encode(b"s2s-secret:").decode()
-    assert segment.basic_user(header) == "s2s-secret"
-    assert segment.basic_user("Basic " + base64.b64encode(b"k:ignored").decode()) == "k"
-    assert segment.basic_user("Bearer s2s-secret") is None
-    assert segment.basic_user("Basic !!!") is None
-    assert segment.basic_user(None) is None
-    assert segment.body_write_key({"writeKey": "js-key", "batch": []}) == "js-key"
-    assert segment.body_write_key([1]) is None
+    assert segment_api.basic_user(header) == "s2s-secret"
+    assert segment_api.basic_user("Basic " + base64.b64encode(b"k:ignored").decode()) == "k"
+    assert segment_api.basic_user("Bearer s2s-secret") is None
+    assert segment_api.basic_user("Basic !!!") is None
+    assert segment_api.basic_user(None) is None
+    assert segment_api.body_write_key({"writeKey": "js-key", "batch": []}) == "js-key"
+    assert segment_api.body_write_key([1]) is None
 
 
 def test_paths_name_the_type_they_take() -> None:
-    assert segment.path_type("track") == "track"
-    assert segment.path_type("import") == segment.BATCH
-    assert segment.path_type("b") == segment.BATCH
-    assert segment.path_type("p") == "page"
-    assert segment.path_type("nothing") is None
+    assert segment_api.path_type("track") == "track"
+    assert segment_api.path_type("import") == segment_api.BATCH
+    assert segment_api.path_type("b") == segment_api.BATCH
+    assert segment_api.path_type("p") == "page"
+    assert segment_api.path_type("nothing") is None
 
 
 def test_a_batch_gives_its_shared_fields_to_each_message() -> None:
@@ -44,7 +44,7 @@ def test_a_batch_gives_its_shared_fields_to_each_message() -> None:
         "sentAt": "2026-11-24T12:00:00Z",
         "writeKey": "secret",
     }
-    first, second, third = messages(body, segment.BATCH)
+    first, second, third = messages(body, segment_api.BATCH)
     assert first["context"] == {"library": {"name": "analytics-python"}, "ip": "1.2.3.4"}
     assert first["sentAt"] == "2026-11-24T12:00:00Z"
     assert second["sentAt"] == "2026-11-24T11:00:00Z"  # its own wins
@@ -53,7 +53,7 @@ def test_a_batch_gives_its_shared_fields_to_each_message() -> None:
     single = messages({"type": "page", "event": "x", "userId": "u"}, "track")
     assert single[0]["type"] == "track"  # the path decides
     with pytest.raises(MessageError, match="batch"):
-        messages({"messages": []}, segment.BATCH)
+        messages({"messages": []}, segment_api.BATCH)
     with pytest.raises(MessageError, match="JSON object"):
         messages([{}], "track")
 
@@ -141,9 +141,9 @@ def test_messages_the_spec_refuses_are_refused_with_a_reason(
 
 def test_a_pixel_carries_base64_json_standard_or_url_safe() -> None:
     raw = b'{"type":"track","event":"Opened ~?","userId":"u"}'
-    assert segment.pixel_body(base64.b64encode(raw).decode()) == raw
-    assert segment.pixel_body(base64.urlsafe_b64encode(raw).decode().rstrip("=")) == raw
+    assert segment_api.pixel_body(base64.b64encode(raw).decode()) == raw
+    assert segment_api.pixel_body(base64.urlsafe_b64encode(raw).decode().rstrip("=")) == raw
     with pytest.raises(MessageError):
-        segment.pixel_body("not base64!")
+        segment_api.pixel_body("not base64!")
     with pytest.raises(MessageError):
-        segment.pixel_body(None)
+        segment_api.pixel_body(None)
