@@ -166,7 +166,7 @@ def log_ack(config_path: Path | None, destination_id: str, end: str) -> None:
     """Mark a destination's events up to a position (included) as handled, without
     loading them: the destination goes on after it."""
     from eventpipe.log.inspect import Position
-    from eventpipe.processing.modes.operator import acknowledge
+    from eventpipe.processing.modes.log_steps import acknowledge
 
     config = load(config_path).config
     config.destination(destination_id)
@@ -182,7 +182,7 @@ def log_ack(config_path: Path | None, destination_id: str, end: str) -> None:
 @click.option("--destination", "destination_id", required=True, help="The destination id.")
 def log_step(config_path: Path | None, destination_id: str) -> None:
     """Process a destination's next pending event alone and print what happened."""
-    from eventpipe.processing.modes.operator import step
+    from eventpipe.processing.modes.log_steps import step
     from eventpipe.state.store import SENT_TABLE
 
     config = load(config_path).config

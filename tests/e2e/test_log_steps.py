@@ -14,7 +14,7 @@ import pytest
 from eventpipe.config import Config
 from eventpipe.log.inspect import Position
 from eventpipe.processing.batch.job import process_pending
-from eventpipe.processing.modes.operator import UnfinishedRunError, acknowledge, step
+from eventpipe.processing.modes.log_steps import UnfinishedRunError, acknowledge, step
 from eventpipe.processing.modes.preview import preview
 from eventpipe.state.store import StateStore
 from tests.conftest import make_config

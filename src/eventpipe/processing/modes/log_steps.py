@@ -1,4 +1,4 @@
-"""Operator tools on one destination's progress through the log (``eventpipe log``).
+"""Stepping through one destination's progress through the log (``eventpipe log``).
 
 * ``step``: process the destination's next pending event alone, through the whole
   pipeline, as a run of one line (``<segment>@<line>+1``, state.store.Part). The
