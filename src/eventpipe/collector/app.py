@@ -1,14 +1,14 @@
-"""The collector's HTTP surface (Jitsu-compatible shapes).
+"""The collector: its shared steps and eventpipe's own endpoints (Jitsu 1's shapes).
 
 ``POST /api/v1/event``      browser events; js key in ``?token=`` or ``X-Auth-Token``
 ``POST /api/v1/s2s/event``  server events; server key only
 ``POST /api/v1/s2s/bulk``   NDJSON of server events, stored as it streams
-``POST /v1/<type|batch>``   the Segment API (collector/segment_api.py)
-``POST /api/s/<type>``      Jitsu 2 (``@jitsu/js``): one Segment message, browser keys
-``POST /api/s/s2s/<type>``  the same from servers, server keys; the key in X-Write-Key
-``GET  /v1/pixel/<type>``   the same, answered with a 1x1 GIF
+``OPTIONS`` (any event path) CORS preflights
 ``GET  /health``            200 while accepting, 503 under backpressure
 ``GET  /metrics``           Prometheus text format
+
+The Segment API (``/v1/...``, the pixel) and Jitsu 2's (``/api/s/...``, ``/p.js``) are
+collector/segment_endpoints.py, on the same steps.
 
 The order of checks is cheapest first, and nothing is read that will be refused anyway:
 key (401/403), origin (403), backpressure (503), declared size (413), body (413/400),
@@ -29,15 +29,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from prometheus_client import CONTENT_TYPE_LATEST
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import Request
 from starlette.responses import Response
 
-from eventpipe.collector import imports, segment_api
-from eventpipe.collector.auth import KeyKind, KeyMatch, KeyRing
+from eventpipe.collector import imports
+from eventpipe.collector.auth import KeyKind, KeyRing
 from eventpipe.collector.backpressure import Backpressure, Limits
 from eventpipe.collector.body import (
     ENCODINGS,
@@ -59,6 +58,7 @@ from eventpipe.collector.enrich import (
     enrich_batch,
     summary_line,
 )
+from eventpipe.collector.http import error_body, json_answer, request_token
 from eventpipe.collector.metrics import CollectorMetrics
 from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import ApiKey, Config
@@ -74,8 +74,6 @@ log = logging.getLogger("eventpipe.collector")
 BROWSER_PATH = "/api/v1/event"
 SERVER_PATH = "/api/v1/s2s/event"
 BULK_PATH = "/api/v1/s2s/bulk"
-JITSU_PREFIX = "/api/s/"
-JITSU_SERVER_PREFIX = "/api/s/s2s/"
 _ALLOWED_ENCODINGS = {"", "identity"}
 
 
@@ -114,23 +112,6 @@ STORED_ALLOWANCE_BYTES = 4 * 1024 * 1024
 bytes per byte it sent."""
 
 
-def _token(request: Request) -> str | None:
-    """The key a request names: ``?token=``, else the X-Auth-Token header (the query
-    string parsed only when there is one: 4% of a single-event request's time)."""
-    if request.scope["query_string"] and (token := request.query_params.get("token")):
-        return token
-    return request.headers.get("x-auth-token")
-
-
-def _error(code: str, message: str, *, segment_api: bool = False) -> dict[str, Any]:
-    """An error answer's body: eventpipe's (``status``, ``error``) or the Segment API's
-    (``success``), with the ``code`` and ``message`` that Segment's and RudderStack's SDKs
-    read (rudder-sdk-python raised ``KeyError('code')`` without them)."""
-    if segment_api:
-        return {"success": False, "code": code, "message": message, "error": message}
-    return {"status": "error", "code": code, "error": message}
-
-
 def _read_script(path: Path | None) -> bytes | None:
     if path is None:
         return None
@@ -138,12 +119,6 @@ def _read_script(path: Path | None) -> bytes | None:
         return path.read_bytes()
     except OSError as exc:
         raise ConfigError(f"server.jitsu_script: cannot read {path}: {exc.strerror}") from None
-
-
-def _json(status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        orjson.dumps(payload), status_code=status, media_type="application/json", headers=headers
-    )
 
 
 class Collector:
@@ -205,12 +180,12 @@ class Collector:
 
     async def _ingest_inner(self, request: Request, endpoint: _Endpoint) -> Response:
         headers = request.headers
-        match = self.keyring.match(_token(request))
+        match = self.keyring.match(request_token(request))
         if match is None:
             self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
             error = "missing or unknown API key: pass it as ?token=KEY or X-Auth-Token"
-            early = self._error_cors(headers) if endpoint.browser else {}  # errors only
-            return _json(401, _error("unauthorized", error), early)
+            early = self.error_cors(headers) if endpoint.browser else {}  # errors only
+            return json_answer(401, error_body("unauthorized", error), early)
         key = match.key
         wanted = KeyKind.JS if endpoint.browser else KeyKind.SERVER
         if match.kind is not wanted:
@@ -218,36 +193,38 @@ class Collector:
             other = SERVER_PATH if endpoint.browser else BROWSER_PATH
             error = (f"this is the {match.kind} key of {key.id!r}; {endpoint.path} takes "
                      f"{wanted} keys only (post to {other})")  # fmt: skip
-            early = self._error_cors(headers) if endpoint.browser else {}
-            return _json(403, _error("wrong_key_kind", error), early)
-        cors = self._cors(key, headers) if endpoint.browser else {}
+            early = self.error_cors(headers) if endpoint.browser else {}
+            return json_answer(403, error_body("wrong_key_kind", error), early)
+        cors = self.cors(key, headers) if endpoint.browser else {}
         if isinstance(cors, Response):
             return cors
         if self.backpressure.reason is not None:
-            return self._busy(key.id, self.backpressure.reason, cors)
+            return self.busy(key.id, self.backpressure.reason, cors)
         try:
-            body = await self._body(request, endpoint.label)
+            body = await self.read_body(request, endpoint.label)
             items, in_array = parse_events(body)
         except BodyError as exc:
-            return self._refused_body(key.id, exc, cors)
-        ctx = self._context(request, key.id, browser=endpoint.browser)
-        excess = self._cap(items)
-        prepared = self._prepare(ctx, items, body, in_array=in_array, excess=excess)
+            return self.refused_body(key.id, exc, cors)
+        ctx = self.context(request, key.id, browser=endpoint.browser)
+        excess = self.cap(items)
+        prepared = self.prepare(ctx, items, body, in_array=in_array, excess=excess)
         del items, body  # see _prepare
-        stored = await self._append(ctx, prepared, cors)
+        stored = await self.append(ctx, prepared, cors)
         if isinstance(stored, Response):
             return stored
         accepted, batch = stored
         if not batch.rejections:
-            return _json(200, {"status": "ok", "accepted": accepted}, cors)
+            return json_answer(200, {"status": "ok", "accepted": accepted}, cors)
         answer: dict[str, Any] = {"accepted": accepted}
         answer["rejected"] = [{"index": r.index, "error": r.message} for r in batch.rejections]
         if batch.unrecorded:  # the answer lists the first ones; failed/ has the body
             answer["rejected_count"] = batch.rejected.total()
         refused = {**cors, "X-Eventpipe-Rejected": str(batch.rejected.total())}
         if accepted == 0:
-            return _json(400, {**_error("rejected", "no event was accepted"), **answer}, refused)
-        return _json(200, {"status": "partial", **answer}, refused)
+            return json_answer(
+                400, {**error_body("rejected", "no event was accepted"), **answer}, refused
+            )
+        return json_answer(200, {"status": "partial", **answer}, refused)
 
     # Bulk uploads
 
@@ -262,21 +239,21 @@ class Collector:
 
     async def _bulk(self, request: Request) -> Response:
         headers = request.headers
-        match = self.keyring.match(_token(request))
+        match = self.keyring.match(request_token(request))
         if match is None or match.kind is not KeyKind.SERVER:
             reason = "unauthorized" if match is None else "wrong_key_kind"
             self.metrics.events_rejected.labels(api_key="-", reason=reason).inc()
             error = "bulk uploads take a server key (X-Auth-Token or ?token=)"
-            return _json(401 if match is None else 403, _error(reason, error))
+            return json_answer(401 if match is None else 403, error_body(reason, error))
         key_id = match.key.id
         if self.backpressure.reason is not None:
-            return self._busy(key_id, self.backpressure.reason, {})
+            return self.busy(key_id, self.backpressure.reason, {})
         encoding = headers.get("content-encoding", "").strip().lower()
         if encoding not in (*_ALLOWED_ENCODINGS, "gzip"):
-            return self._refused_body(key_id, BodyError(415, "unsupported_encoding",
+            return self.refused_body(key_id, BodyError(415, "unsupported_encoding",
                                       f"Content-Encoding {encoding!r}: send NDJSON, plain "
                                       "or gzip"), {})  # fmt: skip
-        ctx = self._context(request, key_id, browser=False)
+        ctx = self.context(request, key_id, browser=False)
         server = self.config.server
         lines = imports.ndjson_lines(request.stream(), gzip=encoding == "gzip",
                                      limit=server.max_bulk_bytes,
@@ -284,7 +261,7 @@ class Collector:
                                      max_line=server.max_event_bytes)  # fmt: skip
 
         async def store(batch: EnrichedBatch) -> int | Response:
-            stored = await self._append(ctx, _Prepared.of(batch, None), {})
+            stored = await self.append(ctx, _Prepared.of(batch, None), {})
             return stored if isinstance(stored, Response) else stored[0]
 
         upload = BulkUpload(ctx, self.enrich_settings, store, server.max_bulk_events)
@@ -300,176 +277,25 @@ class Collector:
             if stopped.reason == "client_disconnected":
                 log.info("bulk upload of %s: %s (%d accepted)", key_id, stopped.message,
                          result.accepted)  # fmt: skip
-            return _json(stopped.status, {**_error(stopped.reason, stopped.message), **answer},
-                         {"Connection": "close"})  # fmt: skip
-        return _json(200, {"status": "partial" if result.rejected else "ok", **answer})
-
-    # The Segment API (collector/segment_api.py)
-
-    async def segment(self, request: Request) -> Response:
-        kind = segment_api.path_type(request.path_params["name"])
-        if kind is None:
-            response = _json(404, {"success": False, "error": "no such Segment API path"})
-        else:
-            response = await self._segment(request, kind, None)
-        self.metrics.request("segment", response.status_code)
-        return response
-
-    async def jitsu(self, request: Request) -> Response:
-        """``POST /api/s/<type>`` (browsers) and ``/api/s/s2s/<type>`` (servers): Jitsu 2's
-        API, what ``@jitsu/js`` sends. A body is one Segment message of the path's type;
-        the key is ``X-Write-Key`` (``id:secret``), and the path decides its kind."""
-        name = request.path_params["name"]
-        wanted = KeyKind.SERVER if request.path_params.get("s2s") else KeyKind.JS
-        if name not in segment_api.TYPES:
-            response = _json(404, _error("not_found", f"no such Jitsu API path: {name!r} "
-                                         f"(one of {', '.join(segment_api.TYPES)})"))  # fmt: skip
-        else:
-            response = await self._segment(request, name, None, jitsu=wanted)
-        self.metrics.request("jitsu", response.status_code)
-        return response
-
-    async def script(self, request: Request) -> Response:
-        """``GET /p.js``: Jitsu 2's browser script (``server.jitsu_script``), which sends to
-        the origin it came from; 404 with what to set when none is configured."""
-        if self.jitsu_script is None:
-            error = "no script configured: set server.jitsu_script to @jitsu/js's p.js"
-            return _json(404, _error("not_found", error))
-        return Response(self.jitsu_script, media_type="application/javascript",
-                        headers={"Cache-Control": "public, max-age=3600"})  # fmt: skip
-
-    async def pixel(self, request: Request) -> Response:
-        """A message in ``?data=``, answered with a 1x1 GIF whatever happened to it (the
-        status says), never cached: e-mail opens, pages without JavaScript."""
-        kind = request.path_params["name"]
-        if kind not in segment_api.TYPES:
-            answer = _json(404, {"success": False, "error": "no such pixel path"})
-        else:
-            try:
-                data = segment_api.pixel_body(request.query_params.get("data"))
-                answer = await self._segment(request, kind, data)
-            except segment_api.MessageError as exc:
-                self.metrics.events_rejected.labels(api_key="-", reason=exc.reason).inc()
-                answer = _json(400, {"success": False, "error": str(exc)})
-        self.metrics.request("pixel", answer.status_code)
-        no_store = "no-store, no-cache, must-revalidate, max-age=0"
-        return Response(segment_api.PIXEL_GIF, status_code=answer.status_code,
-                        media_type="image/gif", headers={"Cache-Control": no_store,
-                                                         "Pragma": "no-cache",
-                                                         "Expires": "0"})  # fmt: skip
-
-    async def _segment(
-        self, request: Request, kind: str, pixel: bytes | None, *, jitsu: KeyKind | None = None
-    ) -> Response:
-        """A Segment API request; ``jitsu``: one of Jitsu 2's, whose path takes keys of
-        that kind only, named in ``X-Write-Key`` (its body's ``writeKey`` is masked)."""
-        headers = request.headers
-
-        def early() -> dict[str, str]:  # an error before the key is known (errors only)
-            return self._error_cors(headers)
-
-        if jitsu is None:
-            written = segment_api.basic_user(headers.get("authorization"))
-            match = self.keyring.match(written)
-        else:
-            written = headers.get("x-write-key") or _token(request)
-            match = self.keyring.match_write_key(written)
-            if match is None:
-                return self._no_write_key(early(), jitsu=True)
-            if match.kind is not jitsu:
-                return self._wrong_jitsu_kind(match, jitsu, early())
-        if written is not None and match is None:
-            return self._no_write_key(early())
-        if self.backpressure.reason is not None:
-            key_id = match.key.id if match else "-"
-            return self._busy(key_id, self.backpressure.reason, early(), segment_api=True)
-        try:
-            body = pixel if pixel is not None else await self._body(request, "segment")
-            items, in_array = parse_events(body)
-            if in_array:
-                raise BodyError(400, "not_an_object", "a Segment API body is a JSON object")
-            document = items[0]
-        except BodyError as exc:
-            return self._refused_body(match.key.id if match else "-", exc, early(),
-                                      segment_api=True)  # fmt: skip
-        if match is None:
-            match = self.keyring.match(segment_api.body_write_key(document))
-            if match is None:
-                return self._no_write_key(early())
-        key, browser = match.key, match.kind is KeyKind.JS
-        # An <img> sends no Origin, and a pixel in an e-mail has none to send: a pixel
-        # is checked against the key's origins only when its request names one.
-        checked = browser and (pixel is None or "origin" in headers)
-        cors = self._cors(key, headers) if checked else {}
-        if isinstance(cors, Response):
-            return cors
-        try:
-            messages = segment_api.messages(document, kind)
-        except segment_api.MessageError as exc:
-            self.metrics.events_rejected.labels(api_key=key.id, reason=exc.reason).inc()
-            return _json(400, _error(exc.reason, str(exc), segment_api=True), cors)
-        ctx = self._context(request, key.id, browser=browser)
-        excess = self._cap(messages)
-        refused: dict[int, tuple[str, str]] = {}
-        for index, message in enumerate(messages):
-            try:
-                segment_api.to_event(message, ctx.received_at, server=not browser,
-                                 received=ctx.timestamp)  # fmt: skip
-            except segment_api.MessageError as exc:
-                refused[index] = (exc.reason, str(exc))
-        prepared = self._prepare(ctx, messages, body, in_array=kind == segment_api.BATCH,
-                                 refused=refused, excess=excess)  # fmt: skip
-        count = len(messages) + excess
-        del messages, document, items, body  # see _prepare
-        stored = await self._append(ctx, prepared, cors, segment_api=True)
-        if isinstance(stored, Response):
-            return stored
-        accepted, batch = stored
-        answer: dict[str, Any] = {"success": accepted > 0 or count == 0, "accepted": accepted}
-        if batch.rejections:
-            answer["rejected"] = [{"index": r.index, "error": r.message} for r in batch.rejections]
-            answer["rejected_count"] = batch.rejected.total()
-            cors = {**cors, "X-Eventpipe-Rejected": str(batch.rejected.total())}
-        # 400 only when nothing was taken: SDKs retry 5xx and 429, and drop what got a 4xx.
-        if not answer["success"]:
-            first = batch.rejections[0].message if batch.rejections else "no message accepted"
-            answer = {**_error("rejected", first, segment_api=True), **answer}
-        return _json(200 if answer["success"] else 400, answer, cors)
-
-    def _no_write_key(self, cors: dict[str, str], *, jitsu: bool = False) -> Response:
-        self.metrics.events_rejected.labels(api_key="-", reason="unauthorized").inc()
-        error = (
-            "missing or unknown write key: send it as X-Write-Key: ID:SECRET"
-            if jitsu
-            else "missing or unknown write key: send it as the user name of HTTP Basic "
-            "auth, or as writeKey in the body"
-        )
-        return _json(401, _error("unauthorized", error, segment_api=True), cors)
-
-    def _wrong_jitsu_kind(self, match: KeyMatch, wanted: KeyKind, cors: dict[str, str]) -> Response:
-        key = match.key
-        self.metrics.events_rejected.labels(api_key=key.id, reason="wrong_key_kind").inc()
-        where = (f"{JITSU_SERVER_PREFIX}<type> (@jitsu/js: s2s: true)" if wanted is KeyKind.JS
-                 else f"{JITSU_PREFIX}<type>")  # fmt: skip
-        error = (f"this is the {match.kind} key of {key.id!r}; this path takes {wanted} keys "
-                 f"only (post to {where})")  # fmt: skip
-        return _json(403, _error("wrong_key_kind", error, segment_api=True), cors)
+            stop = error_body(stopped.reason, stopped.message)
+            return json_answer(stopped.status, {**stop, **answer}, {"Connection": "close"})
+        return json_answer(200, {"status": "partial" if result.rejected else "ok", **answer})
 
     # Steps shared by the endpoints
 
-    def _cors(self, key: ApiKey, headers: Headers) -> dict[str, str] | Response:
+    def cors(self, key: ApiKey, headers: Headers) -> dict[str, str] | Response:
         """A browser request's CORS answer headers, or the 403 of an origin the key does
         not allow."""
         origin = headers.get("origin")
         if key.origins and (origin is None or not origin_allowed(origin, key.origins)):
             self.metrics.events_rejected.labels(api_key=key.id, reason="origin").inc()
             error = f"origin {origin!r} is not allowed for key {key.id!r}"
-            return _json(403, _error("origin", error))
+            return json_answer(403, error_body("origin", error))
         if origin is None:
             return {}
         return cors_headers(origin)
 
-    def _error_cors(self, headers: Headers) -> dict[str, str]:
+    def error_cors(self, headers: Headers) -> dict[str, str]:
         """CORS headers for an answer given before a key is known (no key, a bad body):
         for an origin some browser key allows, so that the browser shows the answer to
         the page instead of a network error that SDKs retry."""
@@ -480,7 +306,7 @@ class Collector:
             return cors_headers(origin)
         return {}
 
-    async def _body(self, request: Request, label: str) -> bytes:
+    async def read_body(self, request: Request, label: str) -> bytes:
         """The request's body within the limits (BodyError otherwise), decoded from its
         Content-Encoding (gzip, deflate, br, zstd) within ``max_body_bytes`` too."""
         headers = request.headers
@@ -502,17 +328,17 @@ class Collector:
             return decoded_limited(body, encoding, max_body)
         return body
 
-    def _refused_body(
+    def refused_body(
         self, key_id: str, exc: BodyError, cors: dict[str, str], *, segment_api: bool = False
     ) -> Response:
         self.metrics.events_rejected.labels(api_key=key_id, reason=exc.reason).inc()
         if exc.reason == "client_disconnected":
             log.info("request of %s: %s", key_id, exc.message)
         extra = {"Connection": "close"} if exc.status in (408, 413) else {}
-        payload = _error(exc.reason, exc.message, segment_api=segment_api)
-        return _json(exc.status, payload, {**cors, **extra})
+        payload = error_body(exc.reason, exc.message, segment_api=segment_api)
+        return json_answer(exc.status, payload, {**cors, **extra})
 
-    def _context(self, request: Request, key_id: str, *, browser: bool) -> RequestContext:
+    def context(self, request: Request, key_id: str, *, browser: bool) -> RequestContext:
         headers = request.headers
         client = request.scope.get("client")
         peer = client[0] if client else "0.0.0.0"
@@ -529,7 +355,7 @@ class Collector:
             timestamp=format_timestamp(now),
         )
 
-    def _prepare(
+    def prepare(
         self,
         ctx: RequestContext,
         items: list[Any],
@@ -558,7 +384,7 @@ class Collector:
             batch.failed_lines.append(summary_line(batch, ctx, body))
         return _Prepared.of(batch, len(body) + len(ctx.user_agent or ""))
 
-    def _cap(self, items: list[Any]) -> int:
+    def cap(self, items: list[Any]) -> int:
         """Cut ``items`` to ``max_events_per_request``; how many were cut. Every item
         costs some 150 bytes of enrichment whatever its size: a body of 300,000 ``{}``
         would store 55 MB."""
@@ -569,7 +395,7 @@ class Collector:
         del items[cap:]
         return excess
 
-    async def _append(
+    async def append(
         self,
         ctx: RequestContext,
         prepared: _Prepared,
@@ -592,7 +418,7 @@ class Collector:
         except (LogWriteError, LogClosedError) as exc:
             self.backpressure.note_write_error(exc.fields.get("errno"))
             log.error("could not append %d events for %s: %s", accepted, ctx.key_id, exc)
-            return self._busy(ctx.key_id, exc.message, cors)
+            return self.busy(ctx.key_id, exc.message, cors)
         del events, failed
         if accepted:
             self.metrics.accepted(ctx.key_id, accepted)
@@ -622,16 +448,16 @@ class Collector:
             "shorter User-Agent"
         )
         log.warning("refused %d item(s) of %s: %s", items, ctx.key_id, error)
-        return _json(413, _error("amplification", error, segment_api=segment_api), cors)
+        return json_answer(413, error_body("amplification", error, segment_api=segment_api), cors)
 
-    def _busy(
+    def busy(
         self, key_id: str, reason: str, cors: dict[str, str], *, segment_api: bool = False
     ) -> Response:
         self.metrics.events_rejected.labels(api_key=key_id, reason="backpressure").inc()
         retry = str(self.config.incoming.retry_after_seconds)
         error = f"not accepting events now: {reason}; retry later"
-        payload = _error("backpressure", error, segment_api=segment_api)
-        return _json(503, payload, {**cors, "Retry-After": retry})
+        payload = error_body("backpressure", error, segment_api=segment_api)
+        return json_answer(503, payload, {**cors, "Retry-After": retry})
 
     async def preflight(self, request: Request) -> Response:
         """CORS preflight for the browser endpoint.
@@ -642,7 +468,7 @@ class Collector:
         """
         origin = request.headers.get("origin")
         if origin is None:
-            return _json(400, _error("no_origin", "a CORS preflight needs an Origin"))
+            return json_answer(400, error_body("no_origin", "a CORS preflight needs an Origin"))
         token = request.query_params.get("token")
         if token:
             match = self.keyring.match(token)
@@ -650,7 +476,7 @@ class Collector:
         else:
             candidates = self.keyring.keys_with_js()
         if not any(origin_allowed(origin, key.origins) for key in candidates):
-            return _json(403, _error("origin", f"origin {origin!r} is not allowed"))
+            return json_answer(403, error_body("origin", f"origin {origin!r} is not allowed"))
         requested = request.headers.get("access-control-request-headers")
         return Response(
             status_code=204,
@@ -666,8 +492,8 @@ class Collector:
     async def health(self, request: Request) -> Response:
         reason = self.backpressure.reason
         if reason is None:
-            return _json(200, {"status": "ok"})
-        return _json(
+            return json_answer(200, {"status": "ok"})
+        return json_answer(
             503,
             {"status": "busy", "reason": reason},
             {"Retry-After": str(self.config.incoming.retry_after_seconds)},

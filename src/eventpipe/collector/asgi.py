@@ -19,12 +19,11 @@ from starlette.requests import Request
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
-from eventpipe.collector.app import (
-    BROWSER_PATH,
-    BULK_PATH,
+from eventpipe.collector.app import BROWSER_PATH, BULK_PATH, SERVER_PATH
+from eventpipe.collector.segment_endpoints import (
     JITSU_PREFIX,
     JITSU_SERVER_PREFIX,
-    SERVER_PATH,
+    SegmentEndpoints,
 )
 
 if TYPE_CHECKING:
@@ -86,18 +85,19 @@ class CollectorApp:
             ("POST", BROWSER_PATH): collector.ingest_browser,
             ("POST", SERVER_PATH): collector.ingest_server,
         }
-        self.segment = collector.segment
-        self.jitsu = collector.jitsu
+        segment = SegmentEndpoints(collector)
+        self.segment = segment.segment
+        self.jitsu = segment.jitsu
         self.router = Starlette(routes=[
             Route(BROWSER_PATH, collector.ingest_browser, methods=["POST"]),
             Route(BROWSER_PATH, collector.preflight, methods=["OPTIONS"]),
             Route(SERVER_PATH, collector.ingest_server, methods=["POST"]),
             Route(BULK_PATH, collector.bulk, methods=["POST"]),
-            Route("/v1/pixel/{name}", collector.pixel, methods=["GET"]),
-            Route("/v1/{name}", collector.segment, methods=["POST"]),
+            Route("/v1/pixel/{name}", segment.pixel, methods=["GET"]),
+            Route("/v1/{name}", segment.segment, methods=["POST"]),
             Route("/v1/{name}", collector.preflight, methods=["OPTIONS"]),
             Route(JITSU_PREFIX + "{name}", collector.preflight, methods=["OPTIONS"]),
-            Route("/p.js", collector.script, methods=["GET"]),
+            Route("/p.js", segment.script, methods=["GET"]),
             Route("/health", collector.health, methods=["GET"]),
             Route("/metrics", collector.metrics_page, methods=["GET"]),
         ], lifespan=collector.lifespan)  # fmt: skip
