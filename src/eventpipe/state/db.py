@@ -21,9 +21,9 @@ import functools
 import re
 import sqlite3
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from eventpipe.errors import TransientError, first_line
 
@@ -254,3 +254,15 @@ def _postgres_ddl(statement: str) -> str:
     if "CREATE TABLE IF NOT EXISTS runs " in ddl:  # the insertion order SQLite has as rowid
         ddl = ddl.replace("(\n", "(\n    rowid BIGINT GENERATED ALWAYS AS IDENTITY,\n", 1)
     return ddl
+
+
+class Store:
+    """A state store's database and its transactions: what each kind of record's queries
+    (state/runs.py, progress.py, days.py, summaries.py) run on."""
+
+    def __init__(self, where: Path | Database) -> None:
+        """The store in the SQLite file ``where``, or in the database ``where``."""
+        self.db: Database = SqliteDatabase(where) if isinstance(where, Path) else where
+
+    def _db(self) -> AbstractContextManager[Transaction]:
+        return cast("AbstractContextManager[Transaction]", self.db.transaction())

@@ -1,0 +1,117 @@
+"""What ``eventpipe status`` reads: the run history, each destination's summary and
+tables, failing tables, every status row."""
+
+from __future__ import annotations
+
+import json
+
+from eventpipe.state.db import Store
+from eventpipe.state.records import (
+    ALL_TABLES,
+    DestinationSummary,
+    RunRecord,
+    TableProgress,
+    TableRun,
+)
+
+
+class Summaries(Store):
+    """What ``eventpipe status`` reads."""
+
+    def history(self, limit: int = 20) -> list[RunRecord]:
+        """The last ``limit`` runs, newest first, with what each loaded."""
+        with self._db() as db:
+            runs = db.execute(
+                "SELECT run_id, trigger, started_at, finished_at, status, segments, error, "
+                "code_versions FROM runs ORDER BY started_at DESC, rowid DESC LIMIT ?",
+                (limit,),
+            ).fetchall()
+            ids = [r[0] for r in runs]
+            if not ids:
+                return []
+            marks = ",".join("?" * len(ids))
+            tables = db.execute(
+                "SELECT run_id, destination, tbl, status, rows, error FROM run_tables "
+                f"WHERE run_id IN ({marks}) ORDER BY destination, tbl",
+                ids,
+            ).fetchall()
+            counts = db.execute(
+                "SELECT run_id, destination, skipped, failed, filtered FROM destination_runs "
+                f"WHERE run_id IN ({marks}) ORDER BY destination",
+                ids,
+            ).fetchall()
+        return [
+            RunRecord(
+                run_id=run_id, trigger=trigger, started_at=started, finished_at=finished,
+                status=status, segments=len(json.loads(segments)), error=error,
+                code_versions=json.loads(versions or "{}"),
+                tables=tuple(TableRun(*t[1:]) for t in tables if t[0] == run_id),
+                events=tuple((c[1], c[2], c[3], c[4]) for c in counts if c[0] == run_id),
+            )
+            for run_id, trigger, started, finished, status, segments, error, versions in runs
+        ]  # fmt: skip
+
+    def summary(self, destination: str) -> DestinationSummary:
+        """What ``eventpipe status`` shows for one destination."""
+        with self._db() as db:
+            last, rows = db.execute(
+                "SELECT max(updated_at), coalesce(sum(rows), 0) FROM segment_status "
+                "WHERE destination = ? AND tbl != ? AND status = 'ok'",
+                (destination, ALL_TABLES),
+            ).fetchone()
+            skipped, failed, filtered = db.execute(
+                "SELECT coalesce(sum(skipped), 0), coalesce(sum(failed), 0), "
+                "coalesce(sum(filtered), 0) "
+                "FROM destination_runs WHERE destination = ?",
+                (destination,),
+            ).fetchone()
+            done = {
+                segment
+                for (segment,) in db.execute(
+                    "SELECT segment FROM segment_status WHERE destination = ? AND tbl = ? "
+                    "AND status = 'ok'",
+                    (destination, ALL_TABLES),
+                )
+            }
+        return DestinationSummary(
+            last, int(rows), int(skipped), int(failed), frozenset(done), int(filtered)
+        )
+
+    def tables(self, destination: str) -> list[TableProgress]:
+        """Per table of one destination: what its records add up to."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tbl, count(*) FILTER (WHERE status = 'ok'), "
+                "coalesce(sum(rows) FILTER (WHERE status = 'ok'), 0), "
+                "count(*) FILTER (WHERE status = 'failed'), max(updated_at), "
+                "max(error) FILTER (WHERE status = 'failed') "
+                "FROM segment_status WHERE destination = ? AND tbl != ? GROUP BY tbl "
+                "ORDER BY tbl",
+                (destination, ALL_TABLES),
+            ).fetchall()
+        return [
+            TableProgress(table, int(ok), int(rows), int(failed), last, error)
+            for table, ok, rows, failed, last, error in rows
+        ]
+
+    def failing_tables(self, destination: str) -> list[tuple[str, str]]:
+        """The tables of ``destination`` whose latest run failed them (a table the
+        database refused to create or change), with the reason, by name."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT tbl, coalesce(error, '') FROM run_tables AS r WHERE destination = ? "
+                "AND tbl != ? AND status = 'failed' AND updated_at = (SELECT max(updated_at) "
+                "FROM run_tables WHERE destination = r.destination AND tbl = r.tbl) "
+                "ORDER BY tbl",
+                (destination, ALL_TABLES),
+            ).fetchall()
+        return [(str(table), str(error)) for table, error in rows]
+
+    def statuses(self) -> list[tuple[str, str, str, str, int, str | None, int]]:
+        with self._db() as db:
+            return list(
+                db.execute(
+                    "SELECT segment, destination, tbl, status, rows, error, attempts "
+                    "FROM segment_status ORDER BY segment, destination, tbl"
+                )
+            )
