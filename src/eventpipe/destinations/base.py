@@ -182,14 +182,79 @@ class Destination(Protocol):
         ...
 
 
+class SinkSettings(Protocol):
+    """What a sink's Spark tasks need to deliver (picklable: it travels to executors)."""
+
+    @property
+    def hold_seconds(self) -> float | None:
+        """How long a task retries a failing request before it hands its session back to
+        the driver, which waits without holding a Spark slot."""
+        ...
+
+    def deliver(self, batches: Iterator[Any]) -> Iterator[Any]:
+        """One Spark task (``mapInArrow``): rows ``row, key, info, ts, attrs`` in, one row
+        of this attempt's stats (JSON text, column ``stats``) out."""
+        ...
+
+    def until(self, give_up_at: float) -> SinkSettings:
+        """The same, a transient failure final after ``give_up_at`` (``time.time()``)."""
+        ...
+
+
+class SinkOutcome(Protocol):
+    """What a run's deliveries add up to, over every attempt (the progress records)."""
+
+    @property
+    def delivered(self) -> int: ...
+
+    @property
+    def requests(self) -> int: ...
+
+    @property
+    def payload_bytes(self) -> int: ...
+
+    @property
+    def possible_duplicates(self) -> int: ...
+
+    @property
+    def failed(self) -> Sequence[Any]:
+        """Each refused event's ``row`` and ``error``."""
+        ...
+
+
+@dataclass(frozen=True)
+class SinkRetries:
+    """How the driver waits out an API that keeps failing."""
+
+    initial_seconds: float
+    max_seconds: float
+    max_elapsed_seconds: float
+
+
 class Sink(Protocol):
-    """A destination without tables: the job sends its rows from Spark tasks, through
-    what ``settings`` returns (the HTTP sink, destinations/http.py)."""
+    """A destination without tables: the job sends its rows from Spark tasks, a task per
+    group of sessions, through what ``settings`` returns (the HTTP sink,
+    destinations/http.py), and reads what happened from ``outcome``."""
 
     @property
     def id(self) -> str: ...
 
-    def settings(self, *, progress: str, run: str, tasks: int, hold_seconds: float) -> Any: ...
+    @property
+    def sessions(self) -> tuple[str, ...]:
+        """The fields whose values make a session (requests in order, one at a time)."""
+        ...
+
+    @property
+    def retries(self) -> SinkRetries: ...
+
+    def settings(
+        self, *, progress: str, run: str, tasks: int, hold_seconds: float
+    ) -> SinkSettings: ...
+
+    def outcome(self, progress: str) -> SinkOutcome:
+        """What the run's attempts delivered and failed, from their records in
+        ``progress``."""
+        ...
 
 
 Opened = Destination | Sink

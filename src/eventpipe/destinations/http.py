@@ -59,12 +59,13 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import orjson
 
-from eventpipe.destinations.http_progress import Failed, Progress
+from eventpipe.destinations.base import SinkRetries
+from eventpipe.destinations.http_progress import Failed, Progress, Totals
 from eventpipe.retry import Backoff
 
 if TYPE_CHECKING:
@@ -116,14 +117,34 @@ class HttpSettings:
     run: str = ""
     """The run id: with the rows of a payload, its ``Idempotency-Key``."""
 
+    def deliver(self, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        return deliver_batches(self, batches)
+
+    def until(self, give_up_at: float) -> HttpSettings:
+        return replace(self, give_up_at=give_up_at)
+
 
 @dataclass(frozen=True)
 class HttpSink:
     """The ``type: http`` destination, opened: a sink (no tables). The job's send step
-    (processing/batch/send.py) runs :func:`deliver_batches` in Spark tasks with its settings."""
+    (processing/batch/send.py) runs its settings' ``deliver`` (:func:`deliver_batches`) in
+    Spark tasks."""
 
     id: str
     config: HttpConfig
+
+    @property
+    def sessions(self) -> tuple[str, ...]:
+        return tuple(self.config.group_by)
+
+    @property
+    def retries(self) -> SinkRetries:
+        dest = self.config
+        return SinkRetries(dest.retry_initial_seconds, dest.retry_max_seconds,
+                           dest.retry_max_elapsed_seconds)  # fmt: skip
+
+    def outcome(self, progress: str) -> Totals:
+        return Progress(progress).totals()
 
     def settings(self, *, progress: str, run: str, tasks: int, hold_seconds: float) -> HttpSettings:
         """What each of ``tasks`` Spark tasks of run ``run`` needs, its progress records

@@ -114,7 +114,7 @@ class Target:
     segments: tuple[str, ...]
     """The segments it takes in this run (what its records are made for)."""
     destination: Opened
-    """Its tables, or a sink (events are sent: destinations/http.py)."""
+    """Its tables, or a sink (events are sent: destinations/base.py, Sink)."""
     schemas: SchemaCache
     """Its tables' schemas (a stream's lives across micro-batches; a batch run's is new)."""
 

@@ -1,17 +1,16 @@
-"""Send: a destination without tables (the HTTP sink) gets its staged rows on Spark,
-a task per group of sessions; the driver waits out an API that is down."""
+"""Send: a destination without tables (a sink: destinations/base.py ``Sink``; the HTTP
+sink is one) gets its staged rows on Spark, a task per group of sessions; the driver
+waits out an API that is down. Which sink it is, this module never asks."""
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import functions as F
 
-from eventpipe.config import HttpConfig
 from eventpipe.events import Stage
 from eventpipe.processing.batch.failures import fail_once
 from eventpipe.processing.batch.run import RunContext, Target, ref, step
@@ -31,7 +30,7 @@ from eventpipe.state.store import (
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
 
-    from eventpipe.destinations.http import HttpSettings
+    from eventpipe.destinations.base import SinkSettings
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -44,19 +43,18 @@ def send(
     run: RunContext,
     target: Target,
 ) -> None:
-    """Deliver the destination's staged rows to its HTTP API (destinations/http.py), on
-    Spark: rows partitioned by session key, so that a task owns each session (one request
-    in flight per session, in order, on a cluster too). Events that could not be
-    delivered go to failed/ with the API's answer. Progress records go to
-    ``where``/sent (the destination's directory of the run)."""
-    from eventpipe.destinations.http_progress import Progress
-
-    dest_id, dest = target.id, cast(HttpConfig, target.config)
+    """Deliver the destination's staged rows through its sink, on Spark: rows partitioned
+    by session key, so that a task owns each session (one request in flight per session,
+    in order, on a cluster too). Events that could not be delivered go to failed/ with
+    the API's answer. Progress records go to ``where``/sent (the destination's directory
+    of the run)."""
+    dest_id, sink = target.id, target.sink
+    retries = sink.retries
     columns = flattened.columns
     if run.state.table_ok(target.segments, dest_id, SENT_TABLE):
         return  # sent by an earlier try of this run
     present = set(columns)
-    group = [c for c in (_group_column(g) for g in dest.group_by) if c in present]
+    group = [c for c in (_group_column(g) for g in sink.sessions) if c in present]
     attrs = [c for c in columns if c not in group]
     spark = staged.sparkSession
     tasks = parallelism(spark)
@@ -80,7 +78,7 @@ def send(
         .sortWithinPartitions("row")
     )
     progress = where / "sent"
-    settings: HttpSettings = target.sink.settings(
+    settings: SinkSettings = sink.settings(
         progress=str(progress), run=run.run_id, tasks=tasks, hold_seconds=HOLD_SECONDS
     )
     hold = settings.hold_seconds or HOLD_SECONDS
@@ -96,9 +94,9 @@ def send(
             # The API keeps failing: wait here, where no Spark slot is held, then send
             # what is left (progress records skip what was delivered).
             if backoff is None:  # the deadline counts from the failing request's first try
-                give_up_at = time.time() - hold + dest.retry_max_elapsed_seconds
-                settings = replace(settings, give_up_at=give_up_at)
-                backoff = Backoff(dest.retry_initial_seconds, dest.retry_max_seconds,
+                give_up_at = time.time() - hold + retries.max_elapsed_seconds
+                settings = settings.until(give_up_at)
+                backoff = Backoff(retries.initial_seconds, retries.max_seconds,
                                   deadline=give_up_at)  # fmt: skip
             # Past the deadline: one last attempt at it, where the tasks give up.
             wait = backoff.wait(attempt["retry_after"])
@@ -108,7 +106,7 @@ def send(
                         attempt["unsent"], wait)  # fmt: skip
             run.pause(wait)
     # What was delivered and what failed, by this attempt and any earlier one of the run.
-    totals = Progress(progress).totals()
+    totals = sink.outcome(str(progress))
     if totals.failed:
         frame = spark.createDataFrame([(f.row, f.error) for f in totals.failed],
                                       f"{ROW} long, {ERROR} string")  # fmt: skip
@@ -135,15 +133,11 @@ _PEAKS = frozenset({"peak_buffered_bytes", "retry_after"})
 """Stats whose total over tasks and attempts is the largest, not the sum."""
 
 
-def _send_attempt(rows: DataFrame, settings: HttpSettings) -> dict[str, float]:
+def _send_attempt(rows: DataFrame, settings: SinkSettings) -> dict[str, float]:
     """One Spark job delivering ``rows``; the stats of its tasks, added up."""
     import orjson
 
-    from eventpipe.destinations.http import deliver_batches
-
-    outputs = rows.mapInArrow(
-        lambda batches: deliver_batches(settings, batches), "stats string"
-    ).collect()
+    outputs = rows.mapInArrow(settings.deliver, "stats string").collect()
     total: dict[str, float] = {}
     for output in outputs:
         _add_stats(total, orjson.loads(output["stats"]))
