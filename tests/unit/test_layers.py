@@ -29,41 +29,37 @@ def test_the_package_keeps_its_layers() -> None:
     assert "3 kept, 0 broken" in result.stdout
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
+def _lint_with_job_imported_in(tmp_path: Path, module: str) -> str:
+    """lint-imports' report on a copy of the package where ``module`` (a path under
+    eventpipe/) imports the batch job inside a function, as the lazy imports of the code
+    base do: seen all the same."""
     shutil.copytree(ROOT / "src" / "eventpipe", tmp_path / "eventpipe")
-    errors = tmp_path / "eventpipe" / "errors.py"
-    # Inside a function, as the lazy imports of the code base are: seen all the same.
-    errors.write_text(
-        errors.read_text()
+    path = tmp_path / "eventpipe" / module
+    path.write_text(
+        path.read_text()
         + textwrap.dedent("""
 
-        def _upward() -> None:
+        def _reaching() -> None:
             from eventpipe.processing.batch import job  # noqa: F401
     """)
     )
     result = _lint(tmp_path)
     assert result.returncode != 0
-    assert "eventpipe.errors -> eventpipe.processing.batch.job" in result.stdout
+    return result.stdout
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
+    report = _lint_with_job_imported_in(tmp_path, "errors.py")
+    assert "eventpipe.errors -> eventpipe.processing.batch.job" in report
 
 
 def test_an_import_that_closes_a_circle_breaks_the_contract(tmp_path: Path) -> None:
-    shutil.copytree(ROOT / "src" / "eventpipe", tmp_path / "eventpipe")
-    run = tmp_path / "eventpipe" / "processing" / "batch" / "run.py"
     # What a run shares reaching up to the job, which imports it: a loop inside one
     # layer, which the layers contracts cannot see.
-    run.write_text(
-        run.read_text()
-        + textwrap.dedent("""
-
-        def _loop() -> None:
-            from eventpipe.processing.batch import job  # noqa: F401
-    """)
-    )
-    result = _lint(tmp_path)
-    assert result.returncode != 0
-    assert "No cycles are allowed in eventpipe.processing.batch" in result.stdout
-    assert "eventpipe imports only downward KEPT" in result.stdout
-    assert "the pipeline's parts import only downward KEPT" in result.stdout
+    report = _lint_with_job_imported_in(tmp_path, "processing/batch/run.py")
+    assert "No cycles are allowed in eventpipe.processing.batch" in report
+    assert "eventpipe imports only downward KEPT" in report
+    assert "the pipeline's parts import only downward KEPT" in report
 
 
 def test_validating_a_config_imports_no_spark(tmp_path: Path) -> None:
