@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import socket
@@ -95,7 +96,6 @@ class CollectorProcess:
             env=_env(),
             cwd=cwd,
             start_new_session=True,
-            preexec_fn=_die_with_pytest,
         )
         _STARTED.append(self)
 
@@ -132,19 +132,12 @@ class CollectorProcess:
 _STARTED: list[CollectorProcess] = []
 
 
+@atexit.register
 def kill_left_behind() -> None:
     """SIGKILL every CollectorProcess still running (and its workers): what a test that
-    failed before stopping its processes left."""
+    failed before stopping its processes left (after each module, and when pytest
+    exits: they run in sessions of their own, out of the terminal's reach)."""
     left = [p for p in _STARTED if p.proc.poll() is None]
     _STARTED.clear()
     for process in left:
         process.kill()
-
-
-def _die_with_pytest() -> None:
-    """In the child, before exec: SIGKILL when pytest dies, however it dies (a timeout
-    that ends pytest, a kill): its own session is out of the terminal's reach, and a
-    collector left behind once served for over an hour. Its workers die with it."""
-    import ctypes
-
-    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
