@@ -54,9 +54,8 @@ def process(
 def spark_entry() -> None:
     """Print the Python file spark-submit runs to launch eventpipe's commands:
     spark-submit --master URL "$(eventpipe spark-entry)" process --once -c eventpipe.yaml"""
-    from eventpipe.cli import __main__ as entry
-
-    click.echo(entry.__file__)
+    # Named, not imported: importing it made the command group import itself back.
+    click.echo(Path(__file__).with_name("__main__.py"))
 
 
 @cli.command("spark-archive")
