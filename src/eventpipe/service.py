@@ -443,7 +443,7 @@ def process(
             # The wait prepares what seals meanwhile (archive, schema): Spark is idle.
             if once or wait_preparing_sealed(config, period, spark):
                 return False
-            if release and idle_since and time.monotonic() - idle_since >= release:
+            if release and idle_since is not None and time.monotonic() - idle_since >= release:
                 if config.layout.sealed_segments():
                     continue  # sealed in the wait: the next run takes it
                 pipeline_log.info(

@@ -210,8 +210,8 @@ def start_session(
     for key, value in settings.items():
         builder = builder.config(key, value)
     progress = settings.get("spark.ui.showConsoleProgress") == "true"
-    quiet = jvm_log is not None and launcher is None and not progress
-    with stderr_to(jvm_log) if quiet and jvm_log else contextlib.nullcontext():
+    log_to = jvm_log if launcher is None and not progress else None
+    with stderr_to(log_to) if log_to is not None else contextlib.nullcontext():
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _make_query_context_loggers()
