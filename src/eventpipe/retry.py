@@ -9,7 +9,7 @@ its driver give up at the same moment). Past it, :meth:`Backoff.wait` answers No
 the caller gives up.
 
 What is worth retrying is each caller's to say: a TransientError (errors.retry_transient),
-an HTTP status (destinations/http.py), a stopped stream query (processing/modes/stream.py).
+an HTTP status (destinations/http/), a stopped stream query (processing/modes/stream.py).
 """
 
 from __future__ import annotations

@@ -71,7 +71,7 @@ def test_a_sink_opens_as_a_sink_with_the_settings_its_tasks_take(tmp_path: Path)
                       retry_max_elapsed_seconds=2.0)  # fmt: skip
     sink = open_destination("api", dest, config, _lent(config))
     assert isinstance(sink, HttpSink)
-    settings = sink.settings(progress="p", run="r1", tasks=4, hold_seconds=5.0)
+    settings = sink.settings(progress="p", run="r1", tasks=4, hold_seconds=5.0).settings
     assert (settings.destination, settings.url, settings.parallel) == ("api", dest.url, 2)
     assert settings.hold_seconds == 2.0  # never longer than the retries themselves
     postgres = PostgresConfig(dsn="postgresql://u@h/db")

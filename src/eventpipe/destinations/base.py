@@ -13,7 +13,7 @@ Failures are classified by the destination: TransientError (retry with backoff) 
 TerminalError (the batch's events go to failed/ with the reason).
 
 A destination without tables (:class:`Sink`) gets the batch's rows sent in Spark tasks,
-with its own records of what was delivered (destinations/http.py).
+with its own records of what was delivered (destinations/http/).
 """
 
 from __future__ import annotations
@@ -234,7 +234,7 @@ class SinkRetries:
 class Sink(Protocol):
     """A destination without tables: the job sends its rows from Spark tasks, a task per
     group of sessions, through what ``settings`` returns (the HTTP sink,
-    destinations/http.py), and reads what happened from ``outcome``."""
+    destinations/http/), and reads what happened from ``outcome``."""
 
     @property
     def id(self) -> str: ...

@@ -1,4 +1,4 @@
-"""The HTTP sink's delivery (destinations/http.py) against a real addEvents-like server on
+"""The HTTP sink's delivery (destinations/http/) against a real addEvents-like server on
 127.0.0.1 (tests/addevents.py): sessions, payload limits, retries, failures, memory."""
 
 from __future__ import annotations
@@ -161,7 +161,7 @@ def test_a_failing_session_is_handed_back_in_order_while_the_others_are_delivere
     server: AddEventsServer, tmp_path: Any
 ) -> None:
     from eventpipe.destinations.http import session_id
-    from eventpipe.destinations.http_progress import Progress
+    from eventpipe.destinations.http.progress import Progress
 
     # One shard of the API is down for host-1 (seed 2's KI1: its errors are its own).
     server.behaviour.down_sessions = {session_id("dataset", "host-1")}
@@ -221,7 +221,7 @@ def test_attributes_given_as_json_text_are_sent_as_they_are_and_trimmed_alike(
 def test_a_request_that_timed_out_after_the_api_stored_it_is_counted_as_duplicates(
     server: AddEventsServer, tmp_path: Any
 ) -> None:
-    from eventpipe.destinations.http_progress import Progress
+    from eventpipe.destinations.http.progress import Progress
 
     server.behaviour.stalls = 1  # stored, answered after 2 s: the client gave up at 0.5 s
     settings = _settings(server, timeout_seconds=0.5, progress=str(tmp_path / "sent"))

@@ -1,6 +1,6 @@
 """The HTTP sink's progress records: each request's outcome, appended and fsynced the
 moment it is known, so that a task that starts again (a resumed run, a Spark task retry)
-skips what an earlier attempt handled (destinations/http.py sends; processing/batch/send.py
+skips what an earlier attempt handled (delivery.py sends; processing/batch/send.py
 adds the records of every attempt up)."""
 
 from __future__ import annotations

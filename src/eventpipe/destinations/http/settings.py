@@ -1,0 +1,39 @@
+"""What a task of the HTTP sink needs to deliver: the destination's settings, narrowed
+for one Spark task of one run."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class HttpSettings:
+    """What a task needs to deliver (picklable: it travels to Spark's executors)."""
+
+    destination: str
+    url: str
+    headers: dict[str, str]
+    format: Literal["dataset", "ndjson"] = "dataset"
+    max_payload_bytes: int = 6_000_000
+    max_lifetime_seconds: float = 5.0
+    parallel: int = 4
+    """Requests in flight at once, in this task."""
+    retry_initial_seconds: float = 1.0
+    retry_max_seconds: float = 30.0
+    retry_max_elapsed_seconds: float = 300.0
+    max_buffer_bytes: int = 64_000_000
+    gzip: bool = True
+    timeout_seconds: float = 30.0
+    progress: str | None = None
+    """The run's progress directory (progress.py; shared by its tasks); None: not
+    recorded."""
+    hold_seconds: float | None = None
+    """How long a request is retried in the task before the task hands its session back
+    (``Stats.unsent``): the job waits without holding a Spark slot and runs the send
+    again. None: retried in the task for ``retry_max_elapsed_seconds``."""
+    give_up_at: float | None = None
+    """Wall-clock time (``time.time()``) after which a transient failure is final; None:
+    ``retry_max_elapsed_seconds`` after the request's first try."""
+    run: str = ""
+    """The run id: with the rows of a payload, its ``Idempotency-Key``."""
