@@ -16,6 +16,7 @@ a refused process learns who holds the lock.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import time
@@ -72,7 +73,15 @@ class PostgresLocks:
                 if holder != "?" or time.monotonic() > deadline:
                     raise busy(holder)
                 time.sleep(0.05)
-            yield  # closing the connection lets go of the lock
+            try:
+                yield
+            finally:
+                # Let go now: a closed connection's backend drops its locks only as it
+                # exits, after the client has gone, and a process that takes the lock
+                # right after this one would find it still held, by a named holder.
+                # (A process that dies lets go when its connection closes.)
+                with contextlib.suppress(Exception):
+                    _one(db, "SELECT pg_advisory_unlock(hashtextextended(%s, 0))", key)
 
     @contextmanager
     def waiting(self, name: str) -> Iterator[None]:
