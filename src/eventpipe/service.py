@@ -383,14 +383,15 @@ def process(
 
     from eventpipe.errors import retry_transient
     from eventpipe.processing.batch.archiving import wait_preparing_sealed
-    from eventpipe.processing.batch.job import pending, process_pending
-    from eventpipe.processing.batch.run import PipelineBusyError
+    from eventpipe.processing.batch.job import pending, run_pending
     from eventpipe.processing.modes import stream
     from eventpipe.processing.runtime import shutdown
+    from eventpipe.processing.runtime.pipeline import PipelineBusyError, Runtime
     from eventpipe.processing.runtime.spark import on_terminal, start_session
 
     streaming = any(d.mode == "stream" for d in config.destinations.values())
-    work = pending(config) if once and not streaming else None
+    runtime = Runtime(config)  # the session comes after the look at what is pending
+    work = pending(runtime) if once and not streaming else None
     if work is not None and work.empty:
         idle()  # no Spark session (5-15 s) for nothing
         return False
@@ -399,6 +400,7 @@ def process(
     # step lines, and its JVM's own output goes to data/logs/spark.log.
     settings = on_terminal(config.spark.settings) if once else config.spark.settings
     spark = start_session(settings, short_lived=short, jvm_log=config.layout.spark_log)
+    runtime = Runtime(config, spark, state=runtime.state)
     # SIGTERM (from `eventpipe run`, or an init system): nothing new starts, loads under
     # way get shutdown_grace_seconds to finish and record their progress (a second
     # SIGTERM, or Ctrl-C: at once). What is cut short resumes with its batch ids.
@@ -423,7 +425,7 @@ def process(
                 # A destination that is down stops alone: the others load, and it tries
                 # again after 1 s, 2 s, 4 s... up to the batch period (--once: 3 tries).
                 reports = retry_transient(
-                    lambda: process_pending(config, spark), attempts=3 if once else None,
+                    lambda: run_pending(runtime), attempts=3 if once else None,
                     max_delay=max(period, 1.0), log=pipeline_log, unless=(PipelineBusyError,),
                     sleep=shutdown.pause,
                 )  # fmt: skip

@@ -158,7 +158,7 @@ def test_status_shows_backlog_loads_failures_and_skips(spark: Any, tmp_path: Pat
 def test_one_pipeline_per_data_directory(start_collector: Any, spark: Any) -> None:
     import pytest
 
-    from eventpipe.processing.batch.run import PipelineBusyError, pipeline_lock
+    from eventpipe.processing.runtime.pipeline import PipelineBusyError, pipeline_lock
 
     c = start_collector()
     _post(c, [{"event_id": "x"}], server=True)

@@ -31,8 +31,8 @@ from eventpipe.config import Config
 from eventpipe.destinations.base import Destination
 from eventpipe.log import compaction
 from eventpipe.processing.batch.job import process_pending
-from eventpipe.processing.batch.run import open_destination
 from eventpipe.processing.modes.fill import fill
+from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.sources.postgres import PostgresSource, _as_json, _columns
 from tests.conftest import make_config, source_sql
 from tests.process import EVENTPIPE, CollectorProcess, _env, free_port, run, write_config
@@ -196,7 +196,7 @@ def destination_digests(
 
 def _queried(config: Config, dest_id: str) -> Callable[[str], tuple[list[str], list[Any]]]:
     """A destination's own read-only query (``eventpipe query``): column names and rows."""
-    opened = open_destination(dest_id, config.destinations[dest_id], config)
+    opened = Runtime(config).open_destination(dest_id)
     return cast(Destination, opened).query
 
 

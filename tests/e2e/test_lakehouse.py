@@ -16,8 +16,8 @@ from eventpipe.config import Config
 from eventpipe.destinations.lakehouse import lattice_type
 from eventpipe.destinations.registry import iceberg_catalog
 from eventpipe.processing.batch.job import process_once, process_pending
-from eventpipe.processing.batch.run import open_destination
 from eventpipe.processing.modes import reprocess as rp
+from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.reserved import DAY
 from tests.conftest import WEB_SERVER, make_config
 from tests.e2e.test_batch_pipeline import _post, _seal
@@ -65,7 +65,7 @@ def _naive(row: dict[str, Any]) -> dict[str, Any]:
 
 
 def _duckdb(config: Config, table: str) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    warehouse = open_destination("warehouse", config.destinations["warehouse"], config)
+    warehouse = Runtime(config).open_destination("warehouse")
     names, rows = warehouse.query(f'SELECT * FROM "{table}"')
     described = warehouse.describe(table)
     assert described is not None
@@ -109,7 +109,7 @@ def test_lakehouse_tables_hold_what_duckdb_holds(start_collector: Any, spark: An
         date(2026, 11, 20), date(2026, 11, 21), date(2026, 11, 22)}  # fmt: skip
     # eventpipe query reads them too, and the batches their commits record.
     for dest_id in ("ice", "lake"):
-        opened = open_destination(dest_id, c.config.destinations[dest_id], c.config)
+        opened = Runtime(c.config).open_destination(dest_id)
         assert opened.query('SELECT count(*), count(color) FROM "order"')[1] == [(3, 1)]
         assert opened.query("SELECT count(*) FROM _eventpipe_loads")[1] == [(3,)]
 
@@ -123,7 +123,7 @@ def test_a_reprocess_replaces_a_days_rows_in_lakehouse_tables(tmp_path: Path, sp
     for dest_id in LAKES:
         _, results = rp.reprocess(spark, after, dest_id, date(2026, 11, 20), date(2026, 11, 20))
         assert results[0].rows == {"page": 2, "click": 2}
-        opened = open_destination(dest_id, after.destinations[dest_id], after)
+        opened = Runtime(after).open_destination(dest_id)
         for table, rows in REBUILT_20TH.items():
             _, found = opened.query(
                 "SELECT eventn_ctx_event_id, strftime(_timestamp, '%Y-%m-%d'), number, n "
@@ -144,7 +144,7 @@ def test_a_reprocess_replaces_a_days_rows_in_lakehouse_tables(tmp_path: Path, sp
         expired = run("lake", "expire", "--destination", dest_id, "-c", str(config_file))
         assert expired.returncode == 0, expired.stderr
         assert "version(s) expired" in expired.stdout
-        opened = open_destination(dest_id, after.destinations[dest_id], after)
+        opened = Runtime(after).open_destination(dest_id)
         _, found = opened.query("SELECT eventn_ctx_event_id, number, n FROM page")
         assert sorted(found) == [(e, number, n) for e, _, number, n in REBUILT_20TH["page"]]
     status = run("status", "-c", str(config_file))

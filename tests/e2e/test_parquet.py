@@ -8,7 +8,7 @@ import duckdb
 import pyarrow.dataset as ds
 
 from eventpipe.processing.batch.job import process_once
-from eventpipe.processing.batch.run import open_destination
+from eventpipe.processing.runtime.pipeline import Runtime
 from tests.e2e.test_batch_pipeline import _post, _seal
 
 
@@ -43,7 +43,7 @@ def test_batches_become_day_partitioned_files_with_new_columns_in_new_files(
     ]  # fmt: skip
     dataset = ds.dataset(str(root / "view"), format="parquet", partitioning="hive")
     assert dataset.to_table(columns=["url"]).column("url").to_pylist() == ["/a"]
-    lake = open_destination("lake", c.config.destinations["lake"], c.config)
+    lake = Runtime(c.config).open_destination("lake")
     assert lake.query("SELECT count(*) FROM click")[1] == [(3,)]
     assert not any((root / ".staging").glob("*"))  # nothing half-written left behind
 
@@ -64,7 +64,7 @@ def test_a_lake_at_a_hadoop_uri_is_written_by_spark_and_queried_with_spark_sql(
     assert report.loaded == {("lake", "click"): 2}
     days = sorted(p.name for p in (tmp_path / "lake" / "click").glob("day=*"))
     assert days == ["day=2026-11-20", "day=2026-11-21"]
-    opened = open_destination("lake", c.config.destinations["lake"], c.config)
+    opened = Runtime(c.config).open_destination("lake")
     names, rows = opened.query("SELECT n, day FROM click ORDER BY n")
     assert (names, rows) == (["n", "day"], [(1.0, "2026-11-20"), (2.5, "2026-11-21")])
     # The same files, read by another reader: pyarrow's dataset with Hive partitions.

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from eventpipe.processing.batch.job import process_once
-from eventpipe.processing.batch.run import open_destination
+from eventpipe.processing.runtime.pipeline import Runtime
 from tests.e2e.test_batch_pipeline import _post, _seal
 
 COLUMNS = {"b": True, "i": 5, "f": 1.5, "s": "x", "t": "2026-11-21T10:00:00Z"}
@@ -48,7 +48,7 @@ def test_every_value_type_into_every_column_type(
     _seal(c)
     report = process_once(c.config, spark)
     assert report is not None
-    dest = open_destination("w", c.config.destinations["w"], c.config)
+    dest = Runtime(c.config).open_destination("w")
     described = dest.describe("events")
     assert described is not None
     assert {k: described.columns[k].value for k in COLUMNS} == {

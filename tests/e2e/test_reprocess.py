@@ -359,7 +359,7 @@ def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
 
     arm = _dying(monkeypatch, [
         (DuckDBDestination, "load"), (DuckDBDestination, "replace_days"),
-        (StateStore, "rebuilt_days"), (StateStore, "record"), (rp, "spark_inputs"),
+        (StateStore, "reprocessed_days"), (StateStore, "record"), (rp, "spark_inputs"),
         (rp, "_supersede_failed"),
     ])  # fmt: skip
     clean = fresh("clean")

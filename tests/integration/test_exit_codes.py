@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from eventpipe.config import load_config
-from eventpipe.processing.batch.run import pipeline_lock
+from eventpipe.processing.runtime.pipeline import pipeline_lock
 from tests.process import run
 
 

@@ -16,7 +16,7 @@ import pytest
 
 from eventpipe.config import Config
 from eventpipe.locks import FileLocks
-from eventpipe.processing.batch.run import PipelineBusyError, pipeline_lock
+from eventpipe.processing.runtime.pipeline import PipelineBusyError, pipeline_lock
 from eventpipe.state.locks import PostgresLocks, open_locks
 from tests.conftest import make_config
 

@@ -27,8 +27,8 @@ from eventpipe.archive.write import ahead_of, archive_segment, prepare_segment
 from eventpipe.config import ArchiveConfig, Config, parse_config
 from eventpipe.paths import DataLayout
 from eventpipe.processing.batch.archiving import prepare_sealed, wait_preparing_sealed
-from eventpipe.processing.batch.run import pipeline_lock
 from eventpipe.processing.runtime import shutdown
+from eventpipe.processing.runtime.pipeline import pipeline_lock
 
 SEGMENT = "incoming.tok=web-2026-11-20T10-00-00.000.log"
 SMALL_FRAMES = ArchiveConfig(frame_events=100)

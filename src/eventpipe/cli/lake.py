@@ -28,7 +28,7 @@ def _tables_of(
     config_path: Path | None, destination_id: str | None, tables: tuple[str, ...]
 ) -> tuple[LakehouseDestination, list[str]]:
     from eventpipe.destinations.lakehouse import LakehouseDestination
-    from eventpipe.processing.batch.run import open_destination
+    from eventpipe.processing.runtime.pipeline import Runtime
 
     config = load(config_path).config
     lakes = [d for d, dest in config.destinations.items() if dest.type in LAKE_TYPES]
@@ -42,7 +42,7 @@ def _tables_of(
             fix="name one with --destination",
         )  # fmt: skip
     assert destination_id is not None
-    opened = open_destination(destination_id, config.destinations[destination_id], config)
+    opened = Runtime(config).open_destination(destination_id)
     assert isinstance(opened, LakehouseDestination)
     present = [t for t in opened.tables() if not t.startswith(SHADOW_PREFIX)]
     missing = sorted(set(tables) - set(present))

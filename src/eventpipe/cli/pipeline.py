@@ -149,7 +149,7 @@ def reprocess(
 
     from eventpipe.processing.modes import reprocess as rp
     from eventpipe.processing.runtime import shutdown
-    from eventpipe.state.store import open_state
+    from eventpipe.processing.runtime.pipeline import Runtime
 
     config = load(config_path).config
     start, end = first.date(), (last or first).date()
@@ -162,8 +162,8 @@ def reprocess(
         )
     for dest_id in targets:
         rp.replaceable(config, dest_id)
-    state = open_state(config)
-    plans = {d: rp.plan(config, state, d, start, end, force) for d in targets}
+    runtime = Runtime(config)  # planned without Spark; the session comes with the runs
+    plans = {d: rp.plan(runtime, d, start, end, force) for d in targets}
     if dry_run:
         for todo in plans.values():
             _print_plan(todo)
@@ -184,9 +184,10 @@ def reprocess(
         )
 
     def run(spark: Any) -> None:
+        with_session = Runtime(config, spark, state=runtime.state)
         for dest_id in targets:
-            todo, results = rp.reprocess(spark, config, dest_id, start, end, force=force,
-                                         progress=click.echo)  # fmt: skip
+            todo, results = rp.run_reprocess(with_session, dest_id, start, end, force=force,
+                                             progress=click.echo)  # fmt: skip
             summary(dest_id, todo, results)
 
     if any(todo.groups for todo in plans.values()):

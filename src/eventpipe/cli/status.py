@@ -259,7 +259,7 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     """Run one read-only query on a destination (DuckDB; PostgreSQL in its schema;
     Parquet, Iceberg and Delta tables through DuckDB) and print a table. Writes, several
     statements and reading other files are refused."""
-    from eventpipe.processing.batch.run import open_destination
+    from eventpipe.processing.runtime.pipeline import Runtime
 
     config = load(config_path).config
     candidates = dict(config.destinations)
@@ -286,7 +286,7 @@ def query(config_path: Path | None, sql: str, destination_id: str | None) -> Non
     import psycopg
 
     try:
-        opened = cast(Destination, open_destination(chosen, dest, config))
+        opened = cast(Destination, Runtime(config).open_destination(chosen))
         timeout = cast(TableDestinationConfig, dest).query_timeout_seconds
         names, rows = opened.query(sql, timeout_seconds=timeout)
     except QueryError as exc:  # refused, or the SQL as the database answers it

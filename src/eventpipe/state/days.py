@@ -41,7 +41,7 @@ class DayRecords(Store):
             found.setdefault(day, []).append(DayVersion(day, version, recorded, run_id))
         return found
 
-    def rebuilt_days(
+    def reprocessed_days(
         self,
         destination: str,
         days: Sequence[str],

@@ -87,7 +87,7 @@ def test_a_reader_that_holds_on_makes_the_write_fail_as_transient(
 
 def test_a_load_waits_for_readers_past_the_query_time_limit(tmp_path: Path) -> None:
     """An `eventpipe query` ends at query_timeout_seconds: a load waits longer than that."""
-    from eventpipe.processing.batch.run import open_destination
+    from eventpipe.processing.runtime.pipeline import Runtime
     from tests.conftest import make_config
 
     config = make_config(tmp_path / "data", destinations={
@@ -95,7 +95,7 @@ def test_a_load_waits_for_readers_past_the_query_time_limit(tmp_path: Path) -> N
         "quick": {"type": "duckdb", "path": str(tmp_path / "q.duckdb")},
     })  # fmt: skip
     for dest_id, wait in (("slow", 115.0), ("quick", 75.0)):
-        opened = open_destination(dest_id, config.destinations[dest_id], config)
+        opened = Runtime(config).open_destination(dest_id)
         assert isinstance(opened, DuckDBDestination)
         assert duckdb_destination.lock_wait(opened.query_timeout_seconds) == wait
     assert duckdb_destination.lock_wait(1) == duckdb_destination.LOCK_WAIT_SECONDS

@@ -117,7 +117,7 @@ def test_day_versions_record_each_version_and_a_rebuild_replaces_them(store: Sta
     }  # fmt: skip
     store.begin_reprocess("rp-1", "reprocess.dst=dw/2026-11-19", "dw", "v2")
     store.record(["reprocess.dst=dw/2026-11-19"], "dw", "events", ok=True, rows=9, run_id="rp-1")
-    store.rebuilt_days("dw", ["2026-11-19"], "v2", {"archive/a.lz4": "sha"}, "rp-1")
+    store.reprocessed_days("dw", ["2026-11-19"], "v2", {"archive/a.lz4": "sha"}, "rp-1")
     found = store.day_versions("dw", "2026-11-01", "2026-11-30")
     assert found["2026-11-19"] == [DayVersion("2026-11-19", "v2", {"archive/a.lz4": "sha"}, "rp-1")]
     assert found["2026-11-18"] == [DayVersion("2026-11-18", "v1", None, "run-a")]

@@ -19,14 +19,9 @@ from eventpipe.errors import first_line
 from eventpipe.files import replacing
 from eventpipe.paths import DataLayout
 from eventpipe.processing.batch import segment_schemas
-from eventpipe.processing.batch.run import (
-    PipelineBusyError,
-    batch_destinations,
-    pipeline_lock,
-    step,
-    stream_ids,
-)
+from eventpipe.processing.batch.run import batch_destinations, step, stream_ids
 from eventpipe.processing.runtime import shutdown
+from eventpipe.processing.runtime.pipeline import PipelineBusyError, pipeline_lock
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

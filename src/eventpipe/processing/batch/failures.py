@@ -62,7 +62,7 @@ def _write_failed(
     frame: DataFrame, run: RunContext, dest_id: str, *, table: str | None, stage: Stage
 ) -> int:
     """Append each row's original event as an EventError line to the destination's
-    failed/ file (a reprocess: to its own, :func:`rebuild_failures`); returns the count."""
+    failed/ file (a reprocess: to its own, :func:`reprocess_failures`); returns the count."""
     import orjson
 
     when = utc_now()
@@ -91,15 +91,15 @@ def _write_failed(
         ))  # fmt: skip
     if lines:
         failed = (
-            rebuild_failures(run.layout, run.run_id, dest_id)
-            if run.rebuild
+            reprocess_failures(run.layout, run.run_id, dest_id)
+            if run.reprocessing
             else run.layout.failed_destination(dest_id)
         )
         append_failed(failed, b"".join(lines))
     return len(lines)
 
 
-def rebuild_failures(layout: DataLayout, run_id: str, dest_id: str) -> Path:
+def reprocess_failures(layout: DataLayout, run_id: str, dest_id: str) -> Path:
     """Where a reprocess run writes its failed events: they replace the failed/ records
     of its days when its rows are swapped in, not before."""
     return layout.tmp / run_id / f"failed.dst={dest_id}.log"

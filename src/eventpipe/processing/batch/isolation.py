@@ -10,29 +10,24 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from eventpipe.config import Config
 from eventpipe.errors import EventpipeError, first_line
 from eventpipe.events import Stage, event_error_line, utc_now
 from eventpipe.files import write_file
 from eventpipe.processing.batch.failures import append_failed, once
+from eventpipe.processing.batch.halving import halve
 from eventpipe.processing.batch.load import PoisonLimitError
-from eventpipe.processing.batch.run import COUNTS, RunReport, step
+from eventpipe.processing.batch.run import COUNTS, Job, RunReport, step
 from eventpipe.processing.runtime import shutdown
-from eventpipe.state.store import (
-    ALL_TABLES,
-    StateStore,
-)
+from eventpipe.processing.runtime.pipeline import Runtime
+from eventpipe.state.store import ALL_TABLES, StateStore
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from eventpipe.config import Config
 
 log = logging.getLogger("eventpipe.processing")
 
-RunPart = Callable[
-    ["SparkSession", Config, str, dict[str, tuple[str, ...]], list[str], StateStore, RunReport],
-    None,
-]
-"""job.run_job's leading parameters: what a part of an isolated run is run with."""
+RunPart = Callable[[Runtime, Job], None]
+"""job.run_job: what a part of an isolated run is run with."""
 
 
 def caused_by_data(exc: Exception) -> bool:
@@ -64,14 +59,20 @@ class Isolation:
     raised: the query starts again from its checkpoint, the replay resumes).
     """
 
-    spark: SparkSession
-    config: Config
+    runtime: Runtime
     run_id: str
     dest_id: str
-    state: StateStore
     report: RunReport
     run_part: RunPart
     """How a part runs: job.run_job (given by the job, which runs its isolation)."""
+
+    @property
+    def config(self) -> Config:
+        return self.runtime.config
+
+    @property
+    def state(self) -> StateStore:
+        return self.runtime.state
 
     @property
     def root(self) -> Path:
@@ -117,41 +118,39 @@ class Isolation:
 
     def _isolate(self, files: Sequence[Path]) -> None:
         lines = self._lines(files)
-        only = self.config.model_copy(
-            update={"destinations": {self.dest_id: self.config.destinations[self.dest_id]}}
-        )
         limit = self.config.destinations[self.dest_id].max_poison_events
         poisoned: list[tuple[bytes, str]] = []
         entries: list[str] = []
-        # (first line, end, tables loaded whole by the part it was split from)
-        parts: list[tuple[int, int, frozenset[str]]] = [(0, len(lines), frozenset())]
-        while parts:
-            first, end, loaded = parts.pop()
-            if first >= end:
-                continue
+
+        def attempt(
+            first: int, end: int, loaded: frozenset[str]
+        ) -> tuple[str | None, frozenset[str]]:
+            """``loaded``: tables the part this one was halved from loaded whole before it
+            failed (they hold all its events of them: loaded again, rows would double)."""
             shutdown.check(f"isolating {self.dest_id}'s events")
             entry = f"{self.run_id}:lines={first}+{end - first}"
             entries.append(entry)
             try:
-                self._run_part(only, lines, entry, first, end, loaded)
+                self._run_part(lines, entry, first, end, loaded)
             except Exception as exc:
                 if not caused_by_data(exc):
                     raise
-                # Tables the failed part loaded before it failed hold all its events of
-                # them: its halves skip them (else they would load those rows again).
                 loaded |= frozenset(self.state.loaded_tables(entry, self.dest_id))
-                if end - first > 1:
-                    middle = (first + end) // 2
-                    parts += [(middle, end, loaded), (first, middle, loaded)]  # first half first
-                    continue
-                poisoned.append((lines[first], f"{type(exc).__name__}: {first_line(exc)}"))
-                if len(poisoned) > limit:
-                    raise PoisonLimitError(
-                        f"more than {limit} events of {self.run_id} failed alone in "
-                        f"{self.dest_id}, the last: {poisoned[-1][1]}",
-                        fix="the destination's processing fails for most events: see the "
-                        "error, fix the config (or raise max_poison_events)",
-                    ) from exc
+                return f"{type(exc).__name__}: {first_line(exc)}", loaded
+            return None, loaded
+
+        def failed_alone(position: int, why: str) -> None:
+            poisoned.append((lines[position], why))
+            if len(poisoned) > limit:
+                raise PoisonLimitError(
+                    f"more than {limit} events of {self.run_id} failed alone in "
+                    f"{self.dest_id}, the last: {why}",
+                    fix="the destination's processing fails for most events: see the "
+                    "error, fix the config (or raise max_poison_events)",
+                )
+
+        none: frozenset[str] = frozenset()
+        halve(0, len(lines), attempt, none, failed_alone)
         failed = once(self.root / "failed.done", lambda: self._fail(poisoned))
         self.state.forget(entries, self.dest_id)  # parts are not segments of the log
         with COUNTS:
@@ -162,7 +161,6 @@ class Isolation:
 
     def _run_part(
         self,
-        only: Config,
         lines: list[bytes],
         entry: str,
         first: int,
@@ -180,8 +178,7 @@ class Isolation:
             self.state.record([entry], self.dest_id, table, ok=True)
         part_id = f"{self.run_id}.{name}"
         report = RunReport(part_id, (name,), resumed=False)
-        self.run_part(self.spark, only, part_id, {self.dest_id: (entry,)}, [str(path)],
-                      self.state, report)  # fmt: skip
+        self.run_part(self.runtime, Job(part_id, {self.dest_id: (entry,)}, [str(path)], report))
         shutil.rmtree(self.config.layout.tmp / part_id, ignore_errors=True)
         with COUNTS:
             for key, rows in report.loaded.items():

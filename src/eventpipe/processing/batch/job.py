@@ -18,14 +18,14 @@ of named steps, each in a module of its own:
 What they share is in run.py. A run's segment list is stored before anything loads; after
 a crash the same run resumes with the same segments and batch ids, and destinations load
 nothing twice. Tables already recorded ok for the run are skipped. Stream micro-batches
-(stream.py), replays (replay.py) and reprocess runs (reprocess.py) call :func:`run_job`.
+(stream.py), replays (replay.py), fills (fill.py) and reprocess runs (reprocess.py) call
+:func:`run_job` with the pipeline's runtime (runtime/pipeline.py) and a Job.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
@@ -57,13 +57,11 @@ from eventpipe.processing.batch.read import (
 )
 from eventpipe.processing.batch.run import (
     DestinationsFailingError,
-    Rebuild,
+    Job,
     RunContext,
     RunReport,
     Target,
     batch_destinations,
-    open_destination,
-    pipeline_lock,
     read_catalogues,
     step,
 )
@@ -72,6 +70,7 @@ from eventpipe.processing.batch.send import send
 from eventpipe.processing.batch.shape import flatten_for, stage_flat
 from eventpipe.processing.batch.version import code_version
 from eventpipe.processing.runtime import shutdown
+from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.processing.steps import transforms
 from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
@@ -87,7 +86,6 @@ from eventpipe.state.store import (
     Run,
     StateStore,
     micro_batch,
-    open_state,
     stream_run,
 )
 
@@ -124,12 +122,13 @@ class Pending:
         return not self.unfinished and self.sealed_bytes <= SMALL_BATCH_BYTES
 
 
-def pending(config: Config) -> Pending:
-    """What a batch run of ``config`` would take now (see Pending)."""
+def pending(runtime: Runtime) -> Pending:
+    """What a batch run of the runtime's config would take now (see Pending)."""
+    config = runtime.config
     recover_dead(config.layout, LogSettings.of(config))
     sealed = config.layout.sealed_segments()
     size = sum(p.stat().st_size for p in sealed)
-    return Pending(len(sealed), size, bool(open_state(config).unfinished_runs()))
+    return Pending(len(sealed), size, bool(runtime.state.unfinished_runs()))
 
 
 def process_once(config: Config, spark: SparkSession, *, trigger: str = "once") -> RunReport | None:
@@ -151,23 +150,23 @@ def process_pending(
     others finish and go on with new ones. Its unfinished runs are completed first,
     with their own segments and batch ids, when it works again. After the others are
     done, DestinationsFailingError names the ones that stopped (retry later)."""
-    with pipeline_lock(config):
-        return _process_pending(config, spark, trigger)
+    return run_pending(Runtime(config, spark), trigger=trigger)
 
 
-def _process_pending(config: Config, spark: SparkSession, trigger: str) -> list[RunReport]:
-    ahead = ArchiveAhead(config, [p.name for p in config.layout.sealed_segments()])
-    try:
-        return _run_pending(config, spark, trigger, ahead)
-    finally:
-        ahead.finish(cancel=True)
+def run_pending(runtime: Runtime, *, trigger: str = "once") -> list[RunReport]:
+    """process_pending with a runtime built already (``eventpipe process`` keeps one)."""
+    with runtime.pipeline_lock():
+        sealed = [p.name for p in runtime.config.layout.sealed_segments()]
+        ahead = ArchiveAhead(runtime.config, sealed)
+        try:
+            return _run_pending(runtime, trigger, ahead)
+        finally:
+            ahead.finish(cancel=True)
 
 
-def _run_pending(
-    config: Config, spark: SparkSession, trigger: str, ahead: ArchiveAhead | None = None
-) -> list[RunReport]:
+def _run_pending(runtime: Runtime, trigger: str, ahead: ArchiveAhead) -> list[RunReport]:
+    config, state = runtime.config, runtime.state
     layout = config.layout
-    state = open_state(config)
     batch = list(batch_destinations(config))
     failing: dict[str, str] = {}
     reports: list[RunReport] = []
@@ -181,7 +180,7 @@ def _run_pending(
             and not state.table_ok(segs, d, ALL_TABLES)
         }
         if todo:
-            reports.append(execute_run(spark, config, state, run, todo, failing, ahead))
+            reports.append(execute_run(runtime, run, todo, failing, ahead))
         close_run(layout, state, run, plan, failing)
     # What writers that are gone left active: sealed, so that this run takes it.
     recover_dead(layout, LogSettings.of(config))
@@ -200,11 +199,11 @@ def _run_pending(
         segments = list(dict.fromkeys(e for entries in plan.values() for e in entries))
         versions = {d: code_version(config, d) for d in plan}
         run = state.begin_run(segments, trigger, plan, versions)
-        reports.append(execute_run(spark, config, state, run, plan, failing, ahead))
+        reports.append(execute_run(runtime, run, plan, failing, ahead))
         close_run(layout, state, run, plan, failing)
-    if ahead is not None:  # its thread done first (what stopped it, if anything, raised)
-        with step("archiving ahead: the rest") if ahead.running else nullcontext():
-            ahead.finish()
+    # The archiving ahead's thread done first (what stopped it, if anything, raised).
+    with step("archiving ahead: the rest") if ahead.running else nullcontext():
+        ahead.finish()
     archived = archive_segments(config, state.segments_done(sealed, batch))
     if reports:
         reports[-1].archived = archived
@@ -225,9 +224,7 @@ def _run_pending(
 
 
 def execute_run(
-    spark: SparkSession,
-    config: Config,
-    state: StateStore,
+    runtime: Runtime,
     run: Run,
     plan: dict[str, tuple[str, ...]],
     failing: dict[str, str],
@@ -236,7 +233,7 @@ def execute_run(
     """The destinations of ``plan`` through one run; those that stop are put in
     ``failing``. A run killed or stopped by anything else stays unfinished: resumed.
     ``ahead``: begun when the run's first table loads."""
-    layout = config.layout
+    layout = runtime.config.layout
     report = RunReport(run.run_id, run.segments, run.resumed)
     log.info(
         "%s %s: %d segment(s) for %s", "resuming" if run.resumed else "starting", run.run_id,
@@ -244,16 +241,16 @@ def execute_run(
     )  # fmt: skip
     wanted = {entry for entries in plan.values() for entry in entries}
     paths = [str(entry_file(layout, run.run_id, e)) for e in run.segments if e in wanted]
-    only = config.model_copy(update={"destinations": {d: config.destinations[d] for d in plan}})
     # Destinations that take different segments tell them apart by a column of their own:
     # decided by the whole plan, so that every attempt of the run stages the same.
     by_segment = len({frozenset(segs) for segs in (run.plan or {}).values()}) > 1
     small = sum(Path(p).stat().st_size for p in paths) <= SMALL_BATCH_BYTES
+    job = Job(run.run_id, plan, paths, report, failing=failing, by_segment=by_segment,
+              ahead=ahead, small=small)  # fmt: skip
     try:
-        run_job(spark, only, run.run_id, plan, paths, state, report, failing=failing,
-                 by_segment=by_segment, ahead=ahead, small=small)  # fmt: skip
+        run_job(runtime, job)
     except BaseException as exc:
-        state.finish_run(run.run_id, "interrupted", error=repr(exc)[:2000])
+        runtime.state.finish_run(run.run_id, "interrupted", error=repr(exc)[:2000])
         raise
     return report
 
@@ -287,79 +284,61 @@ def close_run(
 
 
 def process_stream_batch(
-    spark: SparkSession,
-    config: Config,
-    dest_id: str,
+    runtime: Runtime,
     epoch: int,
     lines: Sequence[Path],
     schemas: SchemaCache | None = None,
-    pause: Callable[[float], None] = time.sleep,
 ) -> RunReport:
-    """One micro-batch of a stream destination, its log lines in the files ``lines``,
-    through the same job as batch mode, for that destination only. The run id is the
+    """One micro-batch of a stream destination (the runtime's only one), its log lines
+    in the files ``lines``, through the same job as batch mode. The run id is the
     destination's and the micro-batch's, so a replayed micro-batch loads nothing twice.
-    ``schemas``: the stream's, kept from one micro-batch to the next; ``pause``: how the
-    job waits (for an HTTP API that is down)."""
-    layout = config.layout
+    ``schemas``: the stream's, kept from one micro-batch to the next; the runtime's
+    ``pause`` is how the job waits (for an HTTP API that is down)."""
+    [dest_id] = runtime.config.destinations
+    layout = runtime.config.layout
     run_id = stream_run(dest_id, epoch)
     name = micro_batch(dest_id, epoch)
     report = RunReport(run_id, (name,), resumed=(layout.tmp / run_id).exists())
-    only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
-    paths = [str(p) for p in lines]
-    known = {dest_id: schemas or SchemaCache()}
-    state = open_state(config)
+    job = Job(run_id, {dest_id: (name,)}, [str(p) for p in lines], report,
+              {dest_id: schemas or SchemaCache()}, small=True)  # fmt: skip
     try:
-        run_job(spark, only, run_id, {dest_id: (name,)}, paths, state, report, known,
-                 small=True, pause=pause)  # fmt: skip
+        run_job(runtime, job)
     except Exception as exc:
         if not caused_by_data(exc):
             raise
         # First time: raised, and the query starts again from its checkpoint (the same
         # micro-batch); second time: its events are isolated.
-        isolation = Isolation(spark, only, run_id, dest_id, state, report, run_job)
+        isolation = Isolation(runtime, run_id, dest_id, report, run_job)
         if isolation.after(exc, (name,), lines):
             raise
-    state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
+    runtime.state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
 
 
-def run_job(
-    spark: SparkSession,
-    config: Config,
-    run_id: str,
-    plan: dict[str, tuple[str, ...]],
-    paths: list[str],
-    state: StateStore,
-    report: RunReport,
-    schemas: dict[str, SchemaCache] | None = None,
-    *,
-    small: bool = False,
-    pause: Callable[[float], None] = time.sleep,
-    failing: dict[str, str] | None = None,
-    by_segment: bool = False,
-    rebuild: Rebuild | None = None,
-    ahead: ArchiveAhead | None = None,
-) -> None:
-    """Read ``paths`` once, then load every destination of ``config``, each the segments
-    ``plan`` gives it (with the table schemas of ``schemas`` where given, else read from
-    each destination). ``small``: a micro-batch or a small batch, read where it is rather
-    than staged first even for several destinations (see stage_events). ``by_segment``:
-    destinations take different segments (the staged rows keep their segment's name).
+def run_job(runtime: Runtime, job: Job) -> None:
+    """Read the job's files once, then load every destination of its plan, each the
+    segments the plan gives it (see Job). The runtime is narrowed to the plan's
+    destinations here.
 
     HTTP sinks are sent on threads of their own beside the tables' loads: an API that is
-    down for minutes delays no other destination of the run. ``failing``: a destination
-    that fails with a TransientError is recorded there (and in the state store) and the
-    others go on; without it the error is raised. ``rebuild``: a reprocess run.
-    ``ahead``: the archiving to begin when the first table loads."""
+    down for minutes delays no other destination of the run. A destination that fails
+    with a TransientError is put in ``job.failing`` (and the state store) and the others
+    go on; without it the error is raised. One that fails for what its events may cause
+    is isolated (isolation.py)."""
+    runtime = runtime.only(job.plan)
+    config, state, spark = runtime.config, runtime.state, runtime.spark
+    run_id, plan, report, failing, reprocessing = (
+        job.run_id, job.plan, job.report, job.failing, job.reprocessing
+    )  # fmt: skip
     transforms.check(spark, config)
-    catalogues = read_catalogues(config)  # one that cannot be read stops the run here
+    catalogues = read_catalogues(runtime)  # one that cannot be read stops the run here
     lookups = Lookups.plan(config)
-    days = rebuild.days if rebuild else None
+    days = reprocessing.days if reprocessing else None
 
     def isolate(dest_id: str, exc: Exception) -> None:
         files = [entry_file(config.layout, run_id, e) for e in plan[dest_id]]
-        isolation = Isolation(spark, config, run_id, dest_id, state, report, run_job)
+        isolation = Isolation(runtime, run_id, dest_id, report, run_job)
         stopped = isolation.after(exc, plan[dest_id], files)
         if stopped is not None and failing is not None:
             failing[dest_id] = stopped
@@ -367,10 +346,10 @@ def run_job(
     try:
         # A copy of the events pays when several destinations read them (one JSON read
         # and one lookup pass for all); one destination reads the JSON where it is.
-        staged = not small and len(config.destinations) > 1
-        events = stage_events(spark, config, run_id, paths, lookups, staged=staged,
-                               by_segment=by_segment, days=days)  # fmt: skip
-        if CORRUPT in events.columns and rebuild is None:
+        staged = not job.small and len(config.destinations) > 1
+        events = stage_events(spark, config, run_id, job.paths, lookups, staged=staged,
+                               by_segment=job.by_segment, days=days)  # fmt: skip
+        if CORRUPT in events.columns and reprocessing is None:
             report.corrupt = once(
                 config.layout.tmp / run_id / "failed.corrupt.done",
                 lambda: fail_corrupt(events, config.layout),
@@ -387,9 +366,10 @@ def run_job(
         day_of(events.schema).alias(DAY),
     )
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
-    shared = RunContext(run_id, segments, config, state, report, originals, lookups, tuple(paths),
-                  catalogues, pause, rebuild, ahead=ahead,
-                  staged=(events_copy(config.layout, run_id) / "_SUCCESS").exists())  # fmt: skip
+    staged_copy = (events_copy(config.layout, run_id) / "_SUCCESS").exists()
+    shared = RunContext(run_id, segments, runtime, report, originals, lookups,
+                        tuple(job.paths), catalogues, reprocessing, ahead=job.ahead,
+                        staged=staged_copy)  # fmt: skip
 
     def process(dest_id: str, open_target: Callable[[], Target]) -> None:
         shutdown.check(f"{dest_id}'s part of the run")
@@ -409,12 +389,12 @@ def run_job(
 
     def open_target(d: str) -> Callable[[], Target]:
         dest = config.destinations[d]
-        cache = (schemas or {}).get(d) or SchemaCache()
+        cache = job.schemas.get(d) or SchemaCache()
 
         def opened() -> Target:  # on the destination's own turn (it may be down)
-            destination = open_destination(d, dest, config)
-            if rebuild is not None:  # a reprocess loads into shadow tables
-                destination = rebuild.shadow(cast(Destination, destination))
+            destination = runtime.open_destination(d)
+            if reprocessing is not None:  # a reprocess loads into shadow tables
+                destination = reprocessing.shadow(cast(Destination, destination))
             return Target(d, dest, plan[d], destination, cache)
 
         return opened
@@ -444,7 +424,7 @@ def _process_destination(events: DataFrame, run: RunContext, target: Target) -> 
                    table=None, stage=Stage.PROCESSING)  # fmt: skip
     deliver = load_tables if target.config.tables else send  # by what it has, not its type
     deliver(staged, flattened, counts, where, run, target)
-    if run.rebuild is None:  # a reprocess records its days when it swaps them in
+    if run.reprocessing is None:  # a reprocess records its days when it swaps them in
         days = sorted(counts.get("days") or ())
         run.state.record_days(dest_id, days, code_version(run.config, dest_id), run.run_id)
     run.state.record(target.segments, dest_id, ALL_TABLES, ok=True, run_id=run.run_id)

@@ -22,6 +22,7 @@ from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage
 from eventpipe.files import replacing_path, write_file
 from eventpipe.processing.batch.failures import fail_once
+from eventpipe.processing.batch.halving import halve
 from eventpipe.processing.batch.read import staging_writer
 from eventpipe.processing.batch.run import RunContext, Target, ref, step
 from eventpipe.processing.batch.shape import (
@@ -398,36 +399,41 @@ def split_load(
     loaded, loads = 0, 0
     poison: list[tuple[int, str]] = []
 
-    def attempt(rows: pa.Table, first: int, refused: str | None) -> None:
-        nonlocal loaded, loads
-        if refused is None:
+    def split(rows: pa.Table, offset: int, known: str | None) -> None:
+        """``rows`` (from position ``offset`` of the batch) in halves while refused;
+        ``known``: the whole batch, refused already (split at once)."""
+
+        def attempt(first: int, end: int, refused: str | None) -> tuple[str | None, None]:
+            nonlocal loaded, loads
+            if refused is not None:
+                return refused, None
             check()
-            request = replace(whole, batch_id=f"{whole.batch_id}:rows={first}+{rows.num_rows}",
-                              files=(parts.file(rows, first),))  # fmt: skip
+            part = rows.slice(first, end - first)
+            at = offset + first
+            request = replace(whole, batch_id=f"{whole.batch_id}:rows={at}+{part.num_rows}",
+                              files=(parts.file(part, at),))  # fmt: skip
             loads += 1
             try:
                 result = destination.load(request)
             except TerminalError as exc:
-                refused = exc.message
-            else:
-                loaded += result.rows
-                ids = rows.column(ROW).to_pylist()
-                poison.extend((ids[position], why) for position, why in result.rejected)
-                return
-        if rows.num_rows == 1:
-            poison.append((rows.column(ROW)[0].as_py(), refused))
+                return exc.message, None
+            loaded += result.rows
+            ids = part.column(ROW).to_pylist()
+            poison.extend((ids[position], why) for position, why in result.rejected)
+            return None, None
+
+        def failed_alone(position: int, why: str) -> None:
+            poison.append((rows.column(ROW)[position].as_py(), why))
             if len(poison) > max_poison_events:
                 raise PoisonLimitError(
                     f"{table}: more than {max_poison_events} events of one batch "
-                    f"refused, the last: {refused}",
+                    f"refused, the last: {why}",
                     fix="repair the destination (or raise max_poison_events); the batch "
                     "goes on where it stopped",
                     table=table,
                 )
-            return
-        half = rows.num_rows // 2
-        attempt(rows.slice(0, half), first, None)
-        attempt(rows.slice(half), first + half, None)
+
+        halve(0, rows.num_rows, attempt, known, failed_alone)
 
     total = sum(pq.ParquetFile(f).metadata.num_rows for f in whole.files)
     first = 0
@@ -435,7 +441,7 @@ def split_load(
         for batch in pq.ParquetFile(file).iter_batches(batch_size=PART_ROWS):
             rows = pa.Table.from_batches([batch])
             # A batch that is one part is known refused: split it at once.
-            attempt(rows, first, error if rows.num_rows == total else None)
+            split(rows, first, error if rows.num_rows == total else None)
             first += rows.num_rows
     return Split(loaded, loads, poison)
 

@@ -1,5 +1,5 @@
-"""What every step of a run shares: its report, its context, its destinations opened,
-the step log and the pipeline lock."""
+"""What every step of a run shares: its report, its context, its destinations opened and
+the step log."""
 
 from __future__ import annotations
 
@@ -19,17 +19,15 @@ from eventpipe.errors import TransientError
 from eventpipe.events import utc_now
 from eventpipe.paths import DataLayout
 from eventpipe.processing.batch.schema_cache import SchemaCache
+from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.processing.steps import metering
 from eventpipe.processing.steps.fields import (
     reference,
 )
-from eventpipe.state.locks import open_locks
-from eventpipe.state.store import (
-    StateStore,
-)
+from eventpipe.state.store import StateStore
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame
 
     from eventpipe.processing.steps.lookup import Lookups
 
@@ -57,7 +55,7 @@ class RunReport:
 
 
 @dataclass(frozen=True)
-class Rebuild:
+class Reprocessing:
     """A reprocess run (processing/modes/reprocess.py): only the events of ``days`` (UTC days of
     their ``_timestamp``), loaded through ``shadow`` (the destination's shadow tables)."""
 
@@ -73,6 +71,32 @@ class Archiving(Protocol):
         ...
 
 
+@dataclass
+class Job:
+    """One pass of the job (job.run_job): the run's id, which destination takes which
+    segments, the files it reads and the report it fills; and what differs between a
+    batch run, a stream's micro-batch, a replay, a fill, a reprocess run and a part of
+    an isolated run."""
+
+    run_id: str
+    plan: dict[str, tuple[str, ...]]
+    paths: list[str]
+    report: RunReport
+    schemas: dict[str, SchemaCache] = field(default_factory=dict)
+    """Tables' schemas by destination (a stream's live across micro-batches); else each
+    destination's are read from it."""
+    small: bool = False
+    """A micro-batch or a small batch: read where it is, never staged first."""
+    failing: dict[str, str] | None = None
+    """A destination that stops (transient error) is put here and the others go on;
+    None: the error is raised."""
+    by_segment: bool = False
+    """Destinations take different segments (the staged rows keep their segment's name)."""
+    reprocessing: Reprocessing | None = None
+    ahead: Archiving | None = None
+    """The archiving to begin when the first table loads."""
+
+
 @dataclass(frozen=True)
 class RunContext:
     """What every step of one run shares."""
@@ -80,8 +104,8 @@ class RunContext:
     run_id: str
     segments: tuple[str, ...]
     """Every destination's, together (one destination's: Target.segments)."""
-    config: Config
-    state: StateStore
+    runtime: Runtime
+    """The run's: its config has the run's destinations only."""
     report: RunReport
     originals: DataFrame
     """(row id, the event's original JSON), computed only for rows that are asked for."""
@@ -90,15 +114,26 @@ class RunContext:
     """The files the run reads (segments, or the events of a replay)."""
     catalogues: dict[str, list[metering.Product]]
     """Each metering destination's products, read once at the start of the run."""
-    pause: Callable[[float], None] = time.sleep
-    """Waits between attempts (a stream's raises when the stream is stopping)."""
-    rebuild: Rebuild | None = None
+    reprocessing: Reprocessing | None = None
     started: datetime = field(default_factory=utc_now)
     """When the run started here: metering's window and order of arrival count from it."""
     ahead: Archiving | None = None
     """The segments' archiving, begun when the run's Spark passes are done (load_tables)."""
     staged: bool = False
     """Whether the events are a staged copy (cheap to read again), not the JSON files."""
+
+    @property
+    def config(self) -> Config:
+        return self.runtime.config
+
+    @property
+    def state(self) -> StateStore:
+        return self.runtime.state
+
+    @property
+    def pause(self) -> Callable[[float], None]:
+        """Waits between attempts (a stream's raises when the stream is stopping)."""
+        return self.runtime.pause
 
     @property
     def layout(self) -> DataLayout:
@@ -137,30 +172,14 @@ class Target:
         return cast(Sink, self.destination)
 
 
-def open_destination(dest_id: str, dest: DestinationConfig, config: Config) -> Opened:
-    """A destination of ``config``, opened (destinations/registry.py); one written by
-    Spark gets the session of ``config.spark``."""
-    from eventpipe.destinations import registry
-
-    def spark() -> SparkSession:
-        from eventpipe.processing.runtime.spark import start_session
-
-        return start_session(config.spark.settings)
-
-    lent = registry.Resources(locks=open_locks(config), spark=spark)
-    return registry.open_destination(dest_id, dest, config, lent)
-
-
-def read_catalogues(config: Config) -> dict[str, list[metering.Product]]:
-    """The products of each metering destination of ``config``."""
+def read_catalogues(runtime: Runtime) -> dict[str, list[metering.Product]]:
+    """The products of each metering destination of the runtime's config."""
     return {
         dest_id: metering.read_catalogue(
             metered,
-            cast("Metered", open_destination(dest_id, dest, config))
-            if metered.products_table
-            else None,
+            cast("Metered", runtime.open_destination(dest_id)) if metered.products_table else None,
         )
-        for dest_id, dest in config.destinations.items()
+        for dest_id, dest in runtime.config.destinations.items()
         if (metered := dest.metered) is not None
     }
 
@@ -172,27 +191,6 @@ def step(what: str) -> Iterator[None]:
     log.info("%s ...", what)
     yield
     log.info("%s: %.1f s", what, time.perf_counter() - started)
-
-
-class PipelineBusyError(TransientError):
-    """Another pipeline process is working on this data directory."""
-
-    name = "pipeline_busy"
-
-
-@contextmanager
-def pipeline_lock(config: Config) -> Iterator[None]:
-    """One pipeline per data directory: two would plan runs over the same segments. Held
-    across hosts (eventpipe.state.locks)."""
-
-    def busy(holder: str) -> Exception:
-        return PipelineBusyError(
-            f"another pipeline ({holder}) is processing {config.layout.root}",
-            fix="wait for it, or stop it (eventpipe run includes one)",
-        )
-
-    with open_locks(config).holding("pipeline", busy):
-        yield
 
 
 class DestinationsFailingError(TransientError):

@@ -27,10 +27,10 @@ from eventpipe.errors import ConfigError
 from eventpipe.log.inspect import file_order
 from eventpipe.paths import SegmentName
 from eventpipe.processing.batch.job import run_job
-from eventpipe.processing.batch.run import RunReport, pipeline_lock
+from eventpipe.processing.batch.run import Job, RunReport
 from eventpipe.processing.modes.reprocess import Source, spark_inputs
 from eventpipe.processing.runtime import shutdown
-from eventpipe.state.store import open_state
+from eventpipe.processing.runtime.pipeline import Runtime
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,8 +64,9 @@ def fill(
     if dest.mode != "batch":
         raise ConfigError(f"destination {destination_id!r} is in mode stream: fill a batch "
                           "destination", fix="fill it in mode batch, then switch")  # fmt: skip
-    with pipeline_lock(config):
-        state = open_state(config)
+    runtime = Runtime(config, spark).only([destination_id])
+    with runtime.pipeline_lock():
+        state = runtime.state
         archived = archived_for(config, destination_id)
         done = state.done_by(destination_id, [s.segment_file for s in archived])
         todo = [s for s in archived if s.segment_file not in done]
@@ -84,7 +85,6 @@ def fill(
                 "older events after newer ones",
                 fix="fill a new destination before the pipeline runs it (or use a new one)",
             )
-        only = config.model_copy(update={"destinations": {destination_id: dest}})
         reports = []
         for start in range(0, len(todo), SEGMENTS_PER_RUN):
             shutdown.check(f"the fill of {destination_id}")
@@ -95,7 +95,7 @@ def fill(
             sources = [Source(s.segment_file, s.data, "") for s in chunk]
             paths = [str(p) for p in spark_inputs(config, run_id, sources)]
             report = RunReport(run_id, names, (config.layout.tmp / run_id).exists())
-            run_job(spark, only, run_id, {destination_id: names}, paths, state, report)
+            run_job(runtime, Job(run_id, {destination_id: names}, paths, report))
             shutil.rmtree(config.layout.tmp / run_id, ignore_errors=True)
             reports.append(report)
             progress(f"{destination_id}: {start + len(chunk)} of {len(todo)} archived "

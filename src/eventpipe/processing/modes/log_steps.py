@@ -27,10 +27,10 @@ from eventpipe.processing.batch.run import (
     DestinationsFailingError,
     RunReport,
     batch_destinations,
-    pipeline_lock,
 )
 from eventpipe.processing.batch.version import code_version
-from eventpipe.state.store import ALL_TABLES, Part, Run, StateStore, open_state
+from eventpipe.processing.runtime.pipeline import Runtime
+from eventpipe.state.store import ALL_TABLES, Part, Run, StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -76,8 +76,9 @@ def step(config: Config, spark: SparkSession, dest_id: str) -> Step | None:
     """Process ``dest_id``'s next pending event alone; None: nothing is pending."""
     layout = config.layout
     batch = _batch_destination(config, dest_id)
-    with pipeline_lock(config):
-        state = open_state(config)
+    runtime = Runtime(config, spark)
+    with runtime.pipeline_lock():
+        state = runtime.state
         if runs := _open_runs(state, dest_id, batch):
             run, entries = runs[0]
             raise UnfinishedRunError(
@@ -100,7 +101,7 @@ def step(config: Config, spark: SparkSession, dest_id: str) -> Step | None:
             plan: dict[str, tuple[str, ...]] = {dest_id: (entry,)}
             failing: dict[str, str] = {}
             run = state.begin_run([entry], "step", plan, {dest_id: code_version(config, dest_id)})
-            report = execute_run(spark, config, state, run, plan, failing)
+            report = execute_run(runtime, run, plan, failing)
             close_run(layout, state, run, plan, failing)
             if failing:
                 raise DestinationsFailingError(f"{dest_id}: {failing[dest_id]}", reports=[report])
@@ -114,8 +115,9 @@ def acknowledge(config: Config, dest_id: str, to: Position) -> list[str]:
     the segments (or ``segment:line`` for the last one, when partly) marked."""
     layout = config.layout
     batch = _batch_destination(config, dest_id)
-    with pipeline_lock(config):
-        state = open_state(config)
+    runtime = Runtime(config)
+    with runtime.pipeline_lock():
+        state = runtime.state
         target = segment_file(to.segment)
         sealed = [p.name for p in layout.sealed_segments()]
         if target not in sealed:

@@ -14,20 +14,17 @@ from eventpipe.processing.batch.run import (
     RunContext,
     RunReport,
     Target,
-    open_destination,
     read_catalogues,
 )
 from eventpipe.processing.batch.schema_cache import SchemaCache
 from eventpipe.processing.batch.shape import flatten_for
+from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
     ERROR,
     FILTERED,
     ROW,
     TABLE,
-)
-from eventpipe.state.store import (
-    open_state,
 )
 
 if TYPE_CHECKING:
@@ -64,7 +61,8 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             return False
 
     valid = [is_event(line) for line in lines]
-    only = config.model_copy(update={"destinations": {dest_id: config.destinations[dest_id]}})
+    runtime = Runtime(config, spark).only([dest_id])
+    only = runtime.config
     lookups = Lookups.plan(only)
     rows: list[dict[str, Any]] = []
     config.layout.tmp.mkdir(parents=True, exist_ok=True)
@@ -77,9 +75,10 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             run_id = Path(tmp).name
             events = stage_events(spark, only, run_id, [str(path)], lookups, staged=False)
             dest = only.destinations[dest_id]  # opened, never written to
-            target = Target(dest_id, dest, (), open_destination(dest_id, dest, only), SchemaCache())
-            run = RunContext(run_id, (), only, open_state(config), RunReport(run_id, (), False),
-                       events, lookups, (str(path),), read_catalogues(only))  # fmt: skip
+            opened = runtime.open_destination(dest_id)
+            target = Target(dest_id, dest, (), opened, SchemaCache())
+            run = RunContext(run_id, (), runtime, RunReport(run_id, (), False), events, lookups,
+                             (str(path),), read_catalogues(runtime))  # fmt: skip
             ids = sorted(r[ROW] for r in events.select(ROW).collect())  # in the file's order
             flat = {r[ROW]: r.asDict() for r in flatten_for(events, run, target).frame.collect()}
             rows = [flat.get(i, {}) for i in ids]

@@ -14,10 +14,8 @@ from eventpipe.files import move, replacing
 from eventpipe.processing.batch.archiving import compress
 from eventpipe.processing.batch.isolation import Isolation, caused_by_data
 from eventpipe.processing.batch.job import run_job
-from eventpipe.processing.batch.run import RunReport, pipeline_lock
-from eventpipe.state.store import (
-    open_state,
-)
+from eventpipe.processing.batch.run import Job, RunReport
+from eventpipe.processing.runtime.pipeline import Runtime
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -35,13 +33,14 @@ def replay_failed(config: Config, spark: SparkSession, dest_id: str) -> RunRepor
     An interrupted replay resumes with the same file and run id, and loads nothing twice
     (loads are idempotent per run, destination and table). None: nothing to replay.
     """
-    with pipeline_lock(config):
-        return _replay(config, spark, dest_id)
+    config.destination(dest_id)  # else a ConfigError naming the configured ones
+    runtime = Runtime(config, spark).only([dest_id])
+    with runtime.pipeline_lock():
+        return _replay(runtime, dest_id)
 
 
-def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | None:
-    layout = config.layout
-    dest = config.destinations[dest_id]
+def _replay(runtime: Runtime, dest_id: str) -> RunReport | None:
+    layout = runtime.config.layout
     replay_dir = layout.failed / "replay"
     pending = sorted(replay_dir.glob(f"replaying.dst={dest_id}.*.log"))
     if not pending:
@@ -58,16 +57,13 @@ def _replay(config: Config, spark: SparkSession, dest_id: str) -> RunReport | No
     events_file = layout.tmp / run_id / "events.log"
     if not events_file.exists():
         _extract_events(replaying, events_file)
-    state = open_state(config)
-    only = config.model_copy(update={"destinations": {dest_id: dest}})
     try:
-        run_job(spark, only, run_id, {dest_id: (replaying.name,)}, [str(events_file)], state,
-                 report)  # fmt: skip
+        run_job(runtime, Job(run_id, {dest_id: (replaying.name,)}, [str(events_file)], report))
     except Exception as exc:
         if not caused_by_data(exc):
             raise
         # Raised the first time (the replay resumes when run again); then isolated.
-        isolation = Isolation(spark, only, run_id, dest_id, state, report, run_job)
+        isolation = Isolation(runtime, run_id, dest_id, report, run_job)
         if isolation.after(exc, (replaying.name,), [events_file]):
             raise
     archived = layout.archive / stamp[:10] / f"replayed.dst={dest_id}.{stamp}.log.lz4"

@@ -82,19 +82,19 @@ from eventpipe.destinations.base import (
 from eventpipe.destinations.registry import REPLACES_DAYS, kind
 from eventpipe.errors import ConfigError, TerminalError
 from eventpipe.files import KeepOld, replacing
-from eventpipe.processing.batch.failures import rebuild_failures
+from eventpipe.processing.batch.failures import reprocess_failures
 from eventpipe.processing.batch.job import run_job
 from eventpipe.processing.batch.run import (
-    Rebuild,
+    Job,
+    Reprocessing,
     RunReport,
     batch_destinations,
-    open_destination,
-    pipeline_lock,
 )
 from eventpipe.processing.batch.version import code_version
 from eventpipe.processing.runtime import shutdown
+from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.schema.diff import Table, TablePatch, diff
-from eventpipe.state.store import ALL_TABLES, DayVersion, StateStore, open_state
+from eventpipe.state.store import ALL_TABLES, DayVersion, StateStore
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -266,10 +266,9 @@ def replaceable(config: Config, destination_id: str) -> None:
         )
 
 
-def plan(
-    config: Config, state: StateStore, destination_id: str, first: date, last: date, force: bool
-) -> Plan:
+def plan(runtime: Runtime, destination_id: str, first: date, last: date, force: bool) -> Plan:
     """What ``reprocess --from first --to last`` would rebuild for one destination."""
+    config, state = runtime.config, runtime.state
     replaceable(config, destination_id)
     layout = config.layout
     version = code_version(config, destination_id)
@@ -289,7 +288,7 @@ def plan(
     # Without --force, the days with recorded versions; with it, also every day the
     # archive may hold (each day of the range when a file may hold any).
     days = sorted(recorded)
-    held = None if force else _loads_held(config, destination_id)
+    held = None if force else _loads_held(runtime, destination_id)
     if force:
         hinted = {d for _, hint in archived if hint is not None for d in hint}
         if in_incoming or any(hint is None for _, hint in archived):
@@ -345,13 +344,12 @@ def _stale(
     return None
 
 
-def _loads_held(config: Config, destination_id: str) -> set[str] | None:
+def _loads_held(runtime: Runtime, destination_id: str) -> set[str] | None:
     """The batch ids in the destination's own load records; None where it keeps none
     yet (a new destination: nothing is concluded from its records then)."""
-    opened = cast(
-        Replaceable, open_destination(destination_id, config.destinations[destination_id], config)
-    )
-    if LOADS_TABLE not in opened.tables() and config.destinations[destination_id].type in (
+    opened = cast(Replaceable, runtime.open_destination(destination_id))
+    dest_type = runtime.config.destinations[destination_id].type
+    if LOADS_TABLE not in opened.tables() and dest_type in (
         "duckdb", "postgres",
     ):  # fmt: skip
         return set()
@@ -420,10 +418,23 @@ def reprocess(
 ) -> tuple[Plan, list[DayResult]]:
     """Rebuild the days of ``first``..``last`` of one destination that need it (see the
     module's docstring), one run after the other; the plan and each run's result."""
-    with pipeline_lock(config):
-        state = open_state(config)
-        _clean_tmp(config, state)
-        todo = plan(config, state, destination_id, first, last, force)
+    runtime = Runtime(config, spark)
+    return run_reprocess(runtime, destination_id, first, last, force=force, progress=progress)
+
+
+def run_reprocess(
+    runtime: Runtime,
+    destination_id: str,
+    first: date,
+    last: date,
+    *,
+    force: bool = False,
+    progress: Callable[[str], None] = log.info,
+) -> tuple[Plan, list[DayResult]]:
+    """reprocess with a runtime built already (the CLI's plans all destinations first)."""
+    with runtime.pipeline_lock():
+        _clean_tmp(runtime)
+        todo = plan(runtime, destination_id, first, last, force)
         results = []
         for number, group in enumerate(todo.groups, 1):
             shutdown.check(f"the reprocess of {group.label}")
@@ -431,7 +442,7 @@ def reprocess(
                 f"{destination_id} {group.label} ({number}/{len(todo.groups)}): "
                 f"{group.reason}; {len(group.sources)} file(s)"
             )
-            results.append(rebuild(spark, config, state, group, todo.version))
+            results.append(reprocess_group(runtime, group, todo.version))
             done = results[-1]
             progress(
                 f"{destination_id} {group.label}: {sum(done.rows.values()):,} row(s) in "
@@ -441,17 +452,17 @@ def reprocess(
         return todo, results
 
 
-def rebuild(
-    spark: SparkSession, config: Config, state: StateStore, group: DayPlan, version: str
-) -> DayResult:
+def reprocess_group(runtime: Runtime, group: DayPlan, version: str) -> DayResult:
     """Rebuild one destination's days of ``group`` (the module's docstring, steps 1-4)."""
     started = time.monotonic()
     dest_id = group.destination
+    runtime = runtime.only([dest_id])
+    config, state = runtime.config, runtime.state
     dest = config.destinations[dest_id]
     key = dest.primary_key if isinstance(dest, TableDestinationConfig) else ()
     entry = group.entry(version)
     # A destination whose days can be replaced (plan() checked its type).
-    destination = cast(Replaceable, open_destination(dest_id, dest, config))
+    destination = cast(Replaceable, runtime.open_destination(dest_id))
     run_id = None
     for older, older_entry in state.unfinished_reprocesses(f"reprocess.dst={dest_id}/"):
         if older_entry == entry and run_id is None:
@@ -467,10 +478,9 @@ def rebuild(
     report = None
     if not state.table_ok([entry], dest_id, ALL_TABLES):
         paths = [str(p) for p in spark_inputs(config, run_id, group.sources)]
-        only = config.model_copy(update={"destinations": {dest_id: dest}})
         report = RunReport(run_id, (entry,), resumed)
-        run_job(spark, only, run_id, {dest_id: (entry,)}, paths, state, report,
-                 rebuild=Rebuild(group.days, lambda d: Shadowed(d, run_id)))  # fmt: skip
+        into = Reprocessing(group.days, lambda d: Shadowed(d, run_id))
+        run_job(runtime, Job(run_id, {dest_id: (entry,)}, paths, report, reprocessing=into))
     shutdown.check(f"the swap of {group.label}")
     loaded = state.loaded_tables(entry, dest_id)
     shadows = {t: shadow_name(run_id, t) for t in loaded}
@@ -482,8 +492,9 @@ def rebuild(
     tables = tuple(sorted({*state.destination_tables(dest_id), *loaded}))
     swap = DaySwap(run_id, group.days, tables, shadows, key)
     rows = destination.replace_days(swap)
-    _supersede_failed(config, dest_id, group.days, rebuild_failures(config.layout, run_id, dest_id))
-    state.rebuilt_days(dest_id, group.days, version, group.inputs, run_id)
+    found = reprocess_failures(config.layout, run_id, dest_id)
+    _supersede_failed(config, dest_id, group.days, found)
+    state.reprocessed_days(dest_id, group.days, version, group.inputs, run_id)
     shutil.rmtree(config.layout.tmp / run_id, ignore_errors=True)
     return DayResult(group, run_id, rows, time.monotonic() - started, resumed, report)
 
@@ -527,11 +538,12 @@ def _failed_day(line: bytes) -> str | None:
     return day if isinstance(day, str) else None
 
 
-def _clean_tmp(config: Config, state: StateStore) -> None:
+def _clean_tmp(runtime: Runtime) -> None:
     """Remove the tmp/ files of reprocess runs that finished (a death between the swap's
     record and their removal leaves them) or were abandoned."""
-    unfinished = {run_id for run_id, _ in state.unfinished_reprocesses("reprocess.dst=")}
-    for directory in config.layout.tmp.glob("reprocess-*"):
+    reprocesses = runtime.state.unfinished_reprocesses("reprocess.dst=")
+    unfinished = {run_id for run_id, _ in reprocesses}
+    for directory in runtime.config.layout.tmp.glob("reprocess-*"):
         if directory.name not in unfinished:
             shutil.rmtree(directory, ignore_errors=True)
 

@@ -49,6 +49,7 @@ from eventpipe.errors import retry_transient
 from eventpipe.events import utc_now
 from eventpipe.log import tail
 from eventpipe.paths import DataLayout
+from eventpipe.processing.runtime.pipeline import PipelineBusyError, Runtime
 from eventpipe.retry import Backoff
 from eventpipe.state.locks import open_locks
 from eventpipe.state.store import micro_batch
@@ -198,6 +199,9 @@ def start_stream(
         elif stopping.wait(seconds):
             raise StreamStopped(f"stream {dest_id} stopped while micro-batch waited to retry")
 
+    # The query's runtime, for every micro-batch: the state store opened once.
+    runtime = Runtime(config, spark, pause=pause).only([dest_id])
+
     def each_batch(frame: DataFrame, epoch: int) -> None:
         # ``frame`` is the source's view of the same ranges; the driver copies them itself
         # (a Spark job to write a thousand lines cost 0.15 s of a 1 s micro-batch).
@@ -209,9 +213,7 @@ def start_stream(
         files = sorted(f for f in batch.iterdir() if f.name != "_SUCCESS")
         if files:
             report = retry_transient(
-                lambda: process_stream_batch(
-                    spark, config, dest_id, epoch, files, schemas, pause
-                ),
+                lambda: process_stream_batch(runtime, epoch, files, schemas),
                 attempts=3 if available_now else None, max_delay=30.0, sleep=pause, log=log,
             )  # fmt: skip
             loaded = time.perf_counter()
@@ -290,7 +292,6 @@ def _archive(layout: DataLayout, dest_id: str, files: list[Path]) -> Path:
 def stream_lock(config: Config, dest_id: str) -> Iterator[None]:
     """One streaming query per destination and data directory: two would share (and
     corrupt) one checkpoint. Held across hosts (eventpipe.state.locks)."""
-    from eventpipe.processing.batch.run import PipelineBusyError
 
     def busy(holder: str) -> Exception:
         return PipelineBusyError(
