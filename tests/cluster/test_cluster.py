@@ -175,6 +175,7 @@ def _cli(*args: str, timeout: float = 600) -> str:
     return done.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(900)  # about 150 s alone; runs of the cluster's apps are slow
 def test_a_standalone_cluster_loads_what_local_mode_loads(
     cluster: Cluster, shared_dir: Path, tmp_path: Path, spark: Any, geo_database: Path,

@@ -25,6 +25,7 @@ from typing import Any
 
 import duckdb
 import orjson
+import pytest
 
 from eventpipe.config import parse_config
 from eventpipe.log import writers
@@ -63,6 +64,7 @@ def _check_namespaces_work() -> None:
     )
 
 
+@pytest.mark.slow
 def test_two_hosts_of_writers_killed_at_random_lose_and_double_nothing(
     tmp_path: Path, spark: Any
 ) -> None:

@@ -146,12 +146,12 @@ class Pipeline:
     def rows(self) -> dict[str, str]:
         """Every row of every table of each destination as text, per destination."""
         from eventpipe.destinations.lakehouse import LakehouseDestination
-        from eventpipe.processing.batch.run import open_destination
+        from eventpipe.processing.runtime.pipeline import Runtime
 
         config = self.collector.config
         found = dict.fromkeys(DESTINATIONS, "")
         for dest_id in ("warehouse", "ice", "delta"):
-            opened = open_destination(dest_id, config.destinations[dest_id], config)
+            opened = Runtime(config).open_destination(dest_id)
             assert isinstance(opened, DuckDBDestination | LakehouseDestination)
             for table in opened.tables():
                 found[dest_id] += repr(opened.query(f'SELECT * FROM "{table}"')[1])
@@ -242,6 +242,7 @@ WIDE_KEYS = 6000 if SOAK else 1200
 are past max_columns (1,000) too, in make test."""
 
 
+@pytest.mark.slow
 def test_a_wide_event_loads_within_max_columns(pipeline: Pipeline, spark: Any) -> None:
     run = next(pipeline.ids)
     wide = {f"k{n}": n for n in range(WIDE_KEYS)}

@@ -119,6 +119,7 @@ def test_a_key_that_does_not_exist_is_a_clear_error(config: Config, tmp_path: Pa
         import_files(config, [source], "nobody")
 
 
+@pytest.mark.slow
 def test_a_million_lines_with_bad_ones_from_the_command_line(tmp_path: Path) -> None:
     rng = random.Random(5)
     bad = set(rng.sample(range(1, 1_000_001), 25))
