@@ -17,11 +17,12 @@ run: $(RUN_STAMP) java
 	$(BIN)/eventpipe run
 
 # TEST_WORKERS pytest processes, each module's tests in one of them (tests/conftest.py
-# starts the modules with slow tests first); each worker has its Spark session and its
+# hands out the modules with slow tests first; xdist would reorder them by their number
+# of tests); each worker has its Spark session and its
 # PostgreSQL server. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
 test: $(STAMP) java spark-archive postgres tools sdks browser lint
-	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile
+	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The edit-test loop: lint, types, import contracts and the unit tests (a few minutes;
 # make test runs everything).

@@ -5,7 +5,9 @@ Two limits: bytes of unprocessed segments and of failed/ records
 under the data directory (``incoming.min_free_disk_bytes``). Both are re-read every
 ``interval_seconds``, so the collector recovers by itself once the pipeline catches up or
 space returns. A write that fails for lack of space turns backpressure on at once, before
-the next reading.
+the next reading, and it stays on until the free space has grown by FULL_DISK_MARGIN
+since (with ``min_free_disk_bytes: 0``, every reading of a full disk would otherwise
+turn it off again, and the next write fail).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from eventpipe.paths import DataLayout, SegmentName
 log = logging.getLogger("eventpipe.collector")
 
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
+FULL_DISK_MARGIN = 1 << 20
+"""Free bytes that must come back, over what was free when a write failed for lack of
+space, before events are accepted again."""
+_FULL = "the disk is full: the last write failed"
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,7 @@ class Backpressure:
         self.metrics = metrics
         self.interval_seconds = interval_seconds
         self.reason: str | None = None
+        self._full_at: int | None = None  # free bytes when a write last failed for space
         # A sealed segment never changes size: each is stat'ed once, then remembered while it
         # stays in incoming/ (with 10,000 segments a full stat each second took 80 ms of the
         # event loop).
@@ -95,7 +102,9 @@ class Backpressure:
         self.metrics.backlog_bytes.set(backlog)
         self.metrics.free_disk_bytes.set(free)
         reason = None
-        if free < self.limits.min_free_disk_bytes:
+        if self._full_at is not None and free < self._full_at + FULL_DISK_MARGIN:
+            reason = _FULL
+        elif free < self.limits.min_free_disk_bytes:
             reason = (
                 f"free disk {free} bytes is under min_free_disk_bytes "
                 f"({self.limits.min_free_disk_bytes})"
@@ -105,13 +114,18 @@ class Backpressure:
                 f"backlog {backlog} bytes is over max_backlog_bytes "
                 f"({self.limits.max_backlog_bytes})"
             )
+        if reason != _FULL:
+            self._full_at = None
         self._set(reason)
 
     def note_write_error(self, error_number: int | None) -> None:
         """A failed append: with no space left, refuse at once rather than at the next reading
         (which decides again from what it measures)."""
         if error_number in _NO_SPACE:
-            self._set("the disk is full: the last write failed")
+            with contextlib.suppress(OSError):
+                stats = os.statvfs(self.layout.root)
+                self._full_at = stats.f_bavail * stats.f_frsize
+            self._set(_FULL)
 
     def _set(self, reason: str | None) -> None:
         if reason != self.reason:
