@@ -123,7 +123,13 @@ def test_two_hosts_of_writers_killed_at_random_lose_and_double_nothing(
 
     layout = DataLayout(data)
     left = {SegmentName.parse(p.name).writer for p in layout.active_segments()}  # type: ignore[union-attr]
-    assert left == {"hostb-0"}, f"left active: {left}"
+    assert "hostb-0" in left, f"left active: {left}"
+    # Host a stopped cleanly: its workers sealed what they wrote. A worker stopped while
+    # it was still starting (the last start, on a loaded machine) has not yet sealed what
+    # its killed predecessor left: that writer is dead (its lock free), and the run below
+    # seals it as it seals any dead writer's segments.
+    alive = {w for w in left - {"hostb-0"} if writers.state(layout, w, 10).alive}
+    assert not alive, f"host a's writers still hold segments after it stopped: {alive}"
     lock = layout.writer_lock("hostb-0")
     assert writers.state(layout, "hostb-0", 10).host == OTHER_HOST
     assert writers.state(layout, "hostb-0", 10).alive  # its heartbeat is fresh: 10 s to go
