@@ -5,9 +5,9 @@ Two limits: bytes of unprocessed segments and of failed/ records
 under the data directory (``incoming.min_free_disk_bytes``). Both are re-read every
 ``interval_seconds``, so the collector recovers by itself once the pipeline catches up or
 space returns. A write that fails for lack of space turns backpressure on at once, before
-the next reading, and it stays on until the free space has grown by FULL_DISK_MARGIN
-since (with ``min_free_disk_bytes: 0``, every reading of a full disk would otherwise
-turn it off again, and the next write fail).
+the next reading, and it stays on while less than FULL_DISK_MARGIN is free (with
+``min_free_disk_bytes: 0``, a reading of a disk that is still full would otherwise turn
+it off again, and the next write fail).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ log = logging.getLogger("eventpipe.collector")
 
 _NO_SPACE = {errno.ENOSPC, errno.EDQUOT}
 FULL_DISK_MARGIN = 1 << 20
-"""Free bytes that must come back, over what was free when a write failed for lack of
-space, before events are accepted again."""
+"""Free bytes there must be again, after a write failed for lack of space, before events
+are accepted (a quota that is full while the disk is not: the next reading lifts it)."""
 _FULL = "the disk is full: the last write failed"
 
 
@@ -54,7 +54,7 @@ class Backpressure:
         self.metrics = metrics
         self.interval_seconds = interval_seconds
         self.reason: str | None = None
-        self._full_at: int | None = None  # free bytes when a write last failed for space
+        self._full = False  # a write failed for lack of space, and space has not returned
         # A sealed segment never changes size: each is stat'ed once, then remembered while it
         # stays in incoming/ (with 10,000 segments a full stat each second took 80 ms of the
         # event loop).
@@ -102,7 +102,7 @@ class Backpressure:
         self.metrics.backlog_bytes.set(backlog)
         self.metrics.free_disk_bytes.set(free)
         reason = None
-        if self._full_at is not None and free < self._full_at + FULL_DISK_MARGIN:
+        if self._full and free < FULL_DISK_MARGIN:
             reason = _FULL
         elif free < self.limits.min_free_disk_bytes:
             reason = (
@@ -114,17 +114,14 @@ class Backpressure:
                 f"backlog {backlog} bytes is over max_backlog_bytes "
                 f"({self.limits.max_backlog_bytes})"
             )
-        if reason != _FULL:
-            self._full_at = None
+        self._full = reason == _FULL
         self._set(reason)
 
     def note_write_error(self, error_number: int | None) -> None:
         """A failed append: with no space left, refuse at once rather than at the next reading
         (which decides again from what it measures)."""
         if error_number in _NO_SPACE:
-            with contextlib.suppress(OSError):
-                stats = os.statvfs(self.layout.root)
-                self._full_at = stats.f_bavail * stats.f_frsize
+            self._full = True
             self._set(_FULL)
 
     def _set(self, reason: str | None) -> None:
