@@ -73,20 +73,14 @@ class Runtime:
             self._spark = self._spark()
         return self._spark
 
-    def with_pause(self, pause: Callable[[float], None]) -> Runtime:
-        """The same runtime, waiting with ``pause`` (a stream's, which stops)."""
-        return self._copy(self.config, pause)
-
     def only(self, dest_ids: Iterable[str]) -> Runtime:
         """The same runtime for the destinations ``dest_ids`` alone."""
         wanted = list(dict.fromkeys(dest_ids))
         if list(self.config.destinations) == wanted:
             return self
         destinations = {d: self.config.destinations[d] for d in wanted}
-        return self._copy(self.config.model_copy(update={"destinations": destinations}))
-
-    def _copy(self, config: Config, pause: Callable[[float], None] | None = None) -> Runtime:
-        twin = Runtime(config, self._spark_factory(), pause=pause or self.pause, state=self.state)
+        narrowed = self.config.model_copy(update={"destinations": destinations})
+        twin = Runtime(narrowed, self._spark_factory(), pause=self.pause, state=self.state)
         twin.__dict__["locks"] = self.locks
         return twin
 
