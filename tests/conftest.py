@@ -18,6 +18,7 @@ from eventpipe.config import Config, parse_config
 WEB_JS = "js-web-secret-1"
 WEB_SERVER = "s2s-web-secret-1"
 SHOP_JS = "js-shop-secret-1"
+SLOW_TIMEOUT = 900  # seconds: for a test marked slow that sets no limit of its own
 
 
 def deep_update(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
@@ -88,6 +89,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     cluster or a kill loop at the end while the other idles."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
+    for item in items:
+        # A slow test shares the machine with the other worker's: its limit is for a
+        # hang, not for a loaded machine (the default, 300 s, is for everything else).
+        if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -121,6 +127,31 @@ def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     import orjson
 
     return [orjson.loads(line) for path in paths for line in path.read_bytes().splitlines()]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """A test that failed in the middle of a py4j call (pytest-timeout raises wherever the
+    test is) leaves that call's answer unread on its connection, and the traceback pytest
+    keeps holds the connection alive: every later call of the worker's session would
+    read the answer before its own. The failed test's connection is dropped; the next
+    call opens a fresh one."""
+    try:
+        return (yield)
+    except BaseException:
+        _drop_spark_connection()
+        raise
+
+
+def _drop_spark_connection() -> None:
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    client = getattr(gateway, "_gateway_client", None)
+    connection = getattr(client, "get_thread_connection", lambda: None)()
+    if connection is not None:
+        connection.close()
+        client.thread_connection.connection = None
 
 
 @pytest.fixture(scope="session")
