@@ -82,7 +82,7 @@ class RunningCollector:
         return self.collector.segment_log.writer
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The modules that hold a ``slow`` test first, each module's tests kept together:
     with ``make test``'s two workers (``-n 2 --dist loadfile``), the long ones start at
     once and the short ones fill the gaps, so that neither worker is left with a
@@ -92,6 +92,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         # A slow test shares the machine with the other worker's: its limit is for a
         # hang, not for a loaded machine (the default, 300 s, is for everything else).
+        # A limit given on the command line (make soak's) is for every test.
+        if config.getoption("timeout") is not None:
+            break
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
