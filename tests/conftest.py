@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from collections.abc import Iterator
@@ -19,6 +20,15 @@ WEB_JS = "js-web-secret-1"
 WEB_SERVER = "s2s-web-secret-1"
 SHOP_JS = "js-shop-secret-1"
 SLOW_TIMEOUT = 900  # seconds: for a test marked slow that sets no limit of its own
+
+# Every JVM of the suite (the workers' Spark sessions, the commands' drivers, a cluster's
+# master and workers) compiles with the quick compiler only and collects garbage on one
+# thread. Its jobs are small and many: the optimising compiler's threads took 42% of a
+# session's CPU, on a machine whose two cores the suite keeps busy (docs/testing.md).
+# What a user runs is unchanged; a setting in a config still wins (it comes later).
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
+os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
 
 
 def deep_update(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

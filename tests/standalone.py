@@ -49,11 +49,13 @@ class Cluster:
     ui: str
     logs: Path
     worker_memory: str = "1g"
+    executor_java_options: str = ""
+    """Given to the executors of every app that runs here (``spark_settings``)."""
     workers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def spark_settings(self, executor_memory: str = "768m") -> dict[str, object]:
         """The ``spark:`` section of a config that runs on this cluster."""
-        return {
+        settings: dict[str, object] = {
             "master": self.master,
             "spark.executor.cores": 1,
             "spark.executor.memory": executor_memory,
@@ -64,6 +66,9 @@ class Cluster:
             # same-host executor's files directly, which its own /tmp hides.
             "spark.shuffle.readHostLocalDisk": False,
         }
+        if self.executor_java_options:
+            settings["spark.executor.extraJavaOptions"] = self.executor_java_options
+        return settings
 
     def _state(self) -> dict[str, Any]:
         with urllib.request.urlopen(self.ui + "/json/", timeout=5) as answer:
@@ -162,9 +167,11 @@ def check_namespaces() -> None:
 
 @contextmanager
 def standalone_cluster(
-    logs: Path, workers: int = 2, worker_memory: str = "1g"
+    logs: Path, workers: int = 2, worker_memory: str = "1g", executor_java_options: str = ""
 ) -> Iterator[Cluster]:
-    """A master and ``workers`` one-core workers, up; stopped when the block ends."""
+    """A master and ``workers`` one-core workers, up; stopped when the block ends. The
+    master and workers are JVMs of this process's environment (``SPARK_DAEMON_JAVA_OPTS``
+    is theirs)."""
     check_namespaces()
     port, ui_port = _free_port(), _free_port()
     master_command = [
@@ -175,7 +182,7 @@ def standalone_cluster(
         master = subprocess.Popen(master_command, env=spark_env(), stdout=out, stderr=out,
                                   start_new_session=True)  # fmt: skip
     found = Cluster(f"spark://127.0.0.1:{port}", f"http://127.0.0.1:{ui_port}", logs,
-                    worker_memory)  # fmt: skip
+                    worker_memory, executor_java_options)  # fmt: skip
     try:
         for n in range(workers):
             found.start_worker(n)

@@ -16,12 +16,14 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import TEST_JVM_OPTIONS
 from tests.standalone import Cluster, standalone_cluster
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
-    with standalone_cluster(tmp_path_factory.mktemp("cluster-logs")) as found:
+    logs = tmp_path_factory.mktemp("cluster-logs")
+    with standalone_cluster(logs, executor_java_options=TEST_JVM_OPTIONS) as found:
         yield found
 
 
