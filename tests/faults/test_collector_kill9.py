@@ -1,6 +1,7 @@
 """kill -9 the collector under concurrent load, 50 times: every acknowledged event is in
 the sealed segments exactly once, nothing in them is torn, and the pipeline loads each
-into DuckDB exactly once. `make soak` runs it with more kills (EVENTPIPE_SOAK_KILLS)."""
+into DuckDB exactly once. `make soak` runs it with more kills (EVENTPIPE_SOAK_KILLS).
+And kill -9 of the supervisor alone leaves no worker serving."""
 
 from __future__ import annotations
 
@@ -135,3 +136,46 @@ def test_acknowledged_events_survive_repeated_kill9(tmp_path: Path, spark: Any) 
     )
     assert lost == []
     assert duplicates == 0
+
+
+def _group(pgid: int) -> list[int]:
+    """The live processes of process group ``pgid`` (zombies are gone already)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == pgid and fields[0] != "Z":
+                found.append(int(entry.name))
+    return found
+
+
+def test_workers_stop_and_seal_when_their_supervisor_is_killed(tmp_path: Path) -> None:
+    """Only the supervisor of two workers gets SIGKILL: no worker is left serving alone;
+    each gets SIGTERM, and what it acknowledged is sealed."""
+    port = free_port()
+    data = tmp_path / "data"
+    config = write_config(tmp_path / "eventpipe.yaml", data, port, server={"workers": 2})
+    proc = CollectorProcess(config, port, tmp_path / "collector.log")
+    proc.wait_ready()
+    ids = [f"orphan-{n}" for n in range(20)]
+    with httpx.Client(timeout=10) as client:
+        for event_id in ids:
+            answer = client.post(proc.url + "/api/v1/s2s/event", json={"event_id": event_id},
+                                 headers={"X-Auth-Token": "s2s-web-secret-1"})  # fmt: skip
+            assert answer.status_code == 200, answer.text
+    assert len(_group(proc.proc.pid)) > 2  # the supervisor, its workers and their helpers
+
+    os.kill(proc.proc.pid, signal.SIGKILL)
+    assert proc.wait(10) == -signal.SIGKILL
+    deadline = time.monotonic() + 30
+    while _group(proc.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _group(proc.proc.pid) == [], "workers were left running without their supervisor"
+    layout = DataLayout(data)
+    assert layout.active_segments() == []
+    stored = [orjson.loads(line)["event_id"] for segment in layout.sealed_segments()
+              for line in segment.read_bytes().splitlines()]  # fmt: skip
+    assert sorted(stored) == sorted(ids)
