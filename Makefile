@@ -21,7 +21,11 @@ run: $(RUN_STAMP) java
 # of tests); each worker has its Spark session and its
 # PostgreSQL server. TEST_WORKERS=0: one process.
 TEST_WORKERS ?= 2
+# The sources are compiled to bytecode first: where PYTHONDONTWRITEBYTECODE is set (this
+# machine sets it), each of the suite's many Python processes (commands, collectors,
+# Spark's Python workers) compiled them again when it imported them, 0.1-0.2 s of CPU.
 test: $(STAMP) java spark-archive postgres tools sdks browser lint
+	$(BIN)/python -m compileall -q src tests
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # The edit-test loop: lint, types, import contracts and the unit tests (a few minutes;
