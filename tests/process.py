@@ -45,6 +45,20 @@ def gone(pid: int) -> bool:
         return True
 
 
+def running_in_group(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` that have not exited (see ``gone``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            pid = int(entry.name)
+            try:
+                if os.getpgid(pid) == pgid and not gone(pid):
+                    found.append(pid)
+            except ProcessLookupError:
+                continue
+    return found
+
+
 def wait_until_dead(pid: int, timeout: float = 10) -> None:
     deadline = time.monotonic() + timeout
     while not gone(pid):

@@ -5,6 +5,7 @@ And kill -9 of the supervisor alone leaves no worker serving."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import signal
@@ -21,8 +22,8 @@ import pytest
 
 from eventpipe.paths import DataLayout
 from eventpipe.processing.batch.job import process_pending
-from tests.conftest import make_config
-from tests.process import CollectorProcess, free_port, write_config
+from tests.conftest import WEB_SERVER, make_config
+from tests.process import CollectorProcess, free_port, running_in_group, write_config
 
 KILLS = int(os.environ.get("EVENTPIPE_SOAK_KILLS", "50"))
 CLIENTS = 6
@@ -138,20 +139,6 @@ def test_acknowledged_events_survive_repeated_kill9(tmp_path: Path, spark: Any) 
     assert duplicates == 0
 
 
-def _group(pgid: int) -> list[int]:
-    """The live processes of process group ``pgid`` (zombies are gone already)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == pgid and fields[0] != "Z":
-                found.append(int(entry.name))
-    return found
-
-
 def test_workers_stop_and_seal_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     """Only the supervisor of two workers gets SIGKILL: no worker is left serving alone;
     each gets SIGTERM, and what it acknowledged is sealed."""
@@ -160,20 +147,26 @@ def test_workers_stop_and_seal_when_their_supervisor_is_killed(tmp_path: Path) -
     config = write_config(tmp_path / "eventpipe.yaml", data, port, server={"workers": 2})
     proc = CollectorProcess(config, port, tmp_path / "collector.log")
     proc.wait_ready()
+    group = proc.proc.pid  # the collector runs in a session of its own
     ids = [f"orphan-{n}" for n in range(20)]
-    with httpx.Client(timeout=10) as client:
-        for event_id in ids:
-            answer = client.post(proc.url + "/api/v1/s2s/event", json={"event_id": event_id},
-                                 headers={"X-Auth-Token": "s2s-web-secret-1"})  # fmt: skip
-            assert answer.status_code == 200, answer.text
-    assert len(_group(proc.proc.pid)) > 2  # the supervisor, its workers and their helpers
+    try:
+        with httpx.Client(timeout=10) as client:
+            for event_id in ids:
+                answer = client.post(proc.url + "/api/v1/s2s/event",
+                                     json={"event_id": event_id},
+                                     headers={"X-Auth-Token": WEB_SERVER})  # fmt: skip
+                assert answer.status_code == 200, answer.text
+        assert len(running_in_group(group)) > 2  # the supervisor, its workers, their helpers
 
-    os.kill(proc.proc.pid, signal.SIGKILL)
-    assert proc.wait(10) == -signal.SIGKILL
-    deadline = time.monotonic() + 30
-    while _group(proc.proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert _group(proc.proc.pid) == [], "workers were left running without their supervisor"
+        os.kill(proc.proc.pid, signal.SIGKILL)
+        assert proc.wait(10) == -signal.SIGKILL
+        deadline = time.monotonic() + 30
+        while running_in_group(group) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert running_in_group(group) == [], "workers were left running without their supervisor"
+    finally:  # kill_left_behind passes over a collector whose supervisor is dead
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(group, signal.SIGKILL)
     layout = DataLayout(data)
     assert layout.active_segments() == []
     stored = [orjson.loads(line)["event_id"] for segment in layout.sealed_segments()
