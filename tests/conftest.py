@@ -15,6 +15,7 @@ import uvicorn
 from eventpipe.collector.app import Collector
 from eventpipe.collector.server import uvicorn_config
 from eventpipe.config import Config, parse_config
+from eventpipe.processing.runtime.spark import SHORT_LIVED_JAVA_OPTIONS
 
 WEB_JS = "js-web-secret-1"
 WEB_SERVER = "s2s-web-secret-1"
@@ -26,7 +27,7 @@ SLOW_TIMEOUT = 900  # seconds: for a test marked slow that sets no limit of its 
 # thread. Its jobs are small and many: the optimising compiler's threads took 42% of a
 # session's CPU, on a machine whose two cores the suite keeps busy (docs/testing.md).
 # What a user runs is unchanged; a setting in a config still wins (it comes later).
-TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+TEST_JVM_OPTIONS = f"{SHORT_LIVED_JAVA_OPTIONS} -XX:+UseSerialGC"
 os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 os.environ.setdefault("SPARK_DAEMON_JAVA_OPTS", TEST_JVM_OPTIONS)
 
@@ -99,12 +100,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     cluster or a kill loop at the end while the other idles."""
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: item.path not in slow)  # stable: the order within stays
+    # A slow test shares the machine with the other worker's: its limit is for a hang,
+    # not for a loaded machine (the default, 300 s, is for everything else). A limit
+    # given on the command line (make soak's) is for every test.
+    if config.getoption("timeout") is not None:
+        return
     for item in items:
-        # A slow test shares the machine with the other worker's: its limit is for a
-        # hang, not for a loaded machine (the default, 300 s, is for everything else).
-        # A limit given on the command line (make soak's) is for every test.
-        if config.getoption("timeout") is not None:
-            break
         if item.get_closest_marker("slow") and not item.get_closest_marker("timeout"):
             item.add_marker(pytest.mark.timeout(SLOW_TIMEOUT))
 
