@@ -86,7 +86,8 @@ def _env() -> dict[str, str]:
 
 class CollectorProcess:
     """`eventpipe collect` in a child process (``-c CONFIG``, or built-in defaults in
-    ``cwd``), its output kept in a file; ``wrap``: a command that runs it (``unshare``)."""
+    ``cwd``), its output kept in a file; ``wrap``: a command that runs it (``unshare``);
+    ``env``: variables set for it beside the suite's."""
 
     def __init__(
         self,
@@ -97,6 +98,7 @@ class CollectorProcess:
         cwd: Path | None = None,
         command: str = "collect",
         wrap: tuple[str, ...] = (),
+        env: dict[str, str] | None = None,
     ) -> None:
         self.port = port
         self.url = f"http://127.0.0.1:{port}"
@@ -107,7 +109,7 @@ class CollectorProcess:
             [*wrap, *EVENTPIPE, command, *args],
             stdout=self._log,
             stderr=subprocess.STDOUT,
-            env=_env(),
+            env={**_env(), **(env or {})},
             cwd=cwd,
             start_new_session=True,
         )

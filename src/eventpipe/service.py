@@ -10,7 +10,9 @@ port's ``SO_REUSEPORT`` group. This process holds the port (bound, not listening
 SIGUSR1 on, restarts a worker that exits (1 s doubling to 60 s), and on SIGTERM/Ctrl-C
 stops them all. A worker gets SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so
 none is left serving alone. Their metrics are summed per host (prometheus_client's
-multiprocess mode, in a directory of this process's).
+multiprocess mode, in a directory of this process's under the temporary directory,
+named for its pid: a collector that was killed could not remove its own, so each start
+removes those of supervisors no longer running).
 
 The collector serves HTTP in this process; the pipeline (``eventpipe process``) runs in
 a child process, so that the collector never waits on Spark and a Spark failure cannot
@@ -169,7 +171,7 @@ class CollectorWorkers:
         self.config = self.config.model_copy(
             update={"server": server.model_copy(update={"port": port})}
         )
-        metrics = tempfile.mkdtemp(prefix="eventpipe-metrics-")
+        metrics = _metrics_directory()
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = metrics  # the workers inherit it
         previous = {sig: signal.signal(sig, self._on_signal)
                     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)}  # fmt: skip
@@ -283,6 +285,29 @@ def _die_with_parent() -> None:
         return
     if os.getppid() == 1:  # it died before the call
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+METRICS_PREFIX = "eventpipe-metrics-"
+
+
+def _metrics_directory() -> str:
+    """A new directory for the workers' metrics files; those left by supervisors that
+    were killed (SIGKILL, a host's OOM killer) are removed first."""
+    for stale in Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}*-*"):
+        pid = stale.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
+        if pid.isdigit() and not _running(int(pid)) and stale.stat().st_uid == os.getuid():
+            shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    return True
 
 
 def _forget(pid: int | None) -> None:

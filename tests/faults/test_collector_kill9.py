@@ -141,11 +141,14 @@ def test_acknowledged_events_survive_repeated_kill9(tmp_path: Path, spark: Any) 
 
 def test_workers_stop_and_seal_when_their_supervisor_is_killed(tmp_path: Path) -> None:
     """Only the supervisor of two workers gets SIGKILL: no worker is left serving alone;
-    each gets SIGTERM, and what it acknowledged is sealed."""
+    each gets SIGTERM, and what it acknowledged is sealed. The metrics directory it
+    could not remove is removed by the next collector's start."""
     port = free_port()
     data = tmp_path / "data"
     config = write_config(tmp_path / "eventpipe.yaml", data, port, server={"workers": 2})
-    proc = CollectorProcess(config, port, tmp_path / "collector.log")
+    temporary = {"TMPDIR": str(tmp_path / "tmp")}
+    (tmp_path / "tmp").mkdir()
+    proc = CollectorProcess(config, port, tmp_path / "collector.log", env=temporary)
     proc.wait_ready()
     group = proc.proc.pid  # the collector runs in a session of its own
     ids = [f"orphan-{n}" for n in range(20)]
@@ -172,3 +175,16 @@ def test_workers_stop_and_seal_when_their_supervisor_is_killed(tmp_path: Path) -
     stored = [orjson.loads(line)["event_id"] for segment in layout.sealed_segments()
               for line in segment.read_bytes().splitlines()]  # fmt: skip
     assert sorted(stored) == sorted(ids)
+
+    left = [path.name for path in (tmp_path / "tmp").glob("eventpipe-metrics-*")]
+    assert left, "the killed supervisor's metrics directory"
+    assert all(name.startswith(f"eventpipe-metrics-{group}-") for name in left)
+    again = CollectorProcess(config, port, tmp_path / "again.log", env=temporary)
+    try:
+        again.wait_ready()
+        now = [path.name for path in (tmp_path / "tmp").glob("eventpipe-metrics-*")]
+        assert [name.split("-")[2] for name in now] == [str(again.proc.pid)]
+    finally:
+        again.signal(signal.SIGTERM)
+    assert again.wait(30) == 0
+    assert list((tmp_path / "tmp").glob("eventpipe-metrics-*")) == []
