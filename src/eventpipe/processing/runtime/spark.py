@@ -67,6 +67,15 @@ DEFAULTS: Mapping[str, str] = {
     # concurrent writers to stay within the heap; more tables than this fall back to
     # sorting.
     "spark.sql.maxConcurrentOutputFileWriters": "16",
+    # A run builds its plans from thousands of column expressions (flattening, table
+    # names, casts). With this on, PySpark records the Python call site of each one in
+    # the JVM: six more calls into it per expression, and a walk of the Python stack.
+    # Errors then name eventpipe's own lines, which its messages already do.
+    "spark.python.sql.dataFrameDebugging.enabled": "false",
+    # Inferring constraints over every alias of a wide projection is what Spark's own
+    # documentation warns of; eventpipe's plans gain nothing from it (their only joins,
+    # of refused rows with their originals by row number, need no inferred filters).
+    "spark.sql.constraintPropagation.enabled": "false",
 }
 
 
