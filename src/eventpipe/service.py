@@ -11,8 +11,8 @@ SIGUSR1 on, restarts a worker that exits (1 s doubling to 60 s), and on SIGTERM/
 stops them all. A worker gets SIGTERM if this process dies (``PR_SET_PDEATHSIG``), so
 none is left serving alone. Their metrics are summed per host (prometheus_client's
 multiprocess mode, in a directory of this process's under the temporary directory,
-named for its pid: a collector that was killed could not remove its own, so each start
-removes those of supervisors no longer running).
+named for its pid and host: a collector that was killed could not remove its own, so
+each start removes those of this host's supervisors no longer running).
 
 The collector serves HTTP in this process; the pipeline (``eventpipe process``) runs in
 a child process, so that the collector never waits on Spark and a Spark failure cannot
@@ -26,12 +26,14 @@ SIGKILL; a reader gets 30 s.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import queue
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -291,13 +293,18 @@ METRICS_PREFIX = "eventpipe-metrics-"
 
 
 def _metrics_directory() -> str:
-    """A new directory for the workers' metrics files; those left by supervisors that
-    were killed (SIGKILL, a host's OOM killer) are removed first."""
-    for stale in Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}*-*"):
-        pid = stale.name.removeprefix(METRICS_PREFIX).split("-", 1)[0]
-        if pid.isdigit() and not _running(int(pid)) and stale.stat().st_uid == os.getuid():
-            shutil.rmtree(stale, ignore_errors=True)
-    return tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}-")
+    """A new directory for the workers' metrics files, ``<prefix><pid>@<host>-<random>``;
+    those left by this host's supervisors that were killed (SIGKILL, the OOM killer) are
+    removed first. The host in the name keeps a container sharing the temporary
+    directory, whose pids are not ours, from removing another's."""
+    host = socket.gethostname()
+    for stale in Path(tempfile.gettempdir()).glob(f"{METRICS_PREFIX}*@*-*"):
+        pid, _, owner = stale.name.removeprefix(METRICS_PREFIX).rsplit("-", 1)[0].partition("@")
+        with contextlib.suppress(OSError):  # another start removed it first
+            if (owner == host and pid.isdigit() and not _running(int(pid))
+                    and stale.stat().st_uid == os.getuid()):  # fmt: skip
+                shutil.rmtree(stale, ignore_errors=True)
+    return tempfile.mkdtemp(prefix=f"{METRICS_PREFIX}{os.getpid()}@{host}-")
 
 
 def _running(pid: int) -> bool:

@@ -178,12 +178,13 @@ def test_workers_stop_and_seal_when_their_supervisor_is_killed(tmp_path: Path) -
 
     left = [path.name for path in (tmp_path / "tmp").glob("eventpipe-metrics-*")]
     assert left, "the killed supervisor's metrics directory"
-    assert all(name.startswith(f"eventpipe-metrics-{group}-") for name in left)
+    assert all(name.startswith(f"eventpipe-metrics-{group}@") for name in left)
     again = CollectorProcess(config, port, tmp_path / "again.log", env=temporary)
     try:
         again.wait_ready()
         now = [path.name for path in (tmp_path / "tmp").glob("eventpipe-metrics-*")]
-        assert [name.split("-")[2] for name in now] == [str(again.proc.pid)]
+        assert len(now) == 1
+        assert now[0].startswith(f"eventpipe-metrics-{again.proc.pid}@")
     finally:
         again.signal(signal.SIGTERM)
     assert again.wait(30) == 0

@@ -5,6 +5,7 @@ is no error."""
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -50,3 +51,33 @@ def test_a_child_that_fails_is_started_again(
             time.sleep(0.05)
         supervisor.stop()
     assert any("exited with 1; restarting" in r.getMessage() for r in caplog.records)
+
+
+def test_a_start_removes_only_the_metrics_directories_of_this_hosts_dead_supervisors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import socket
+    import subprocess
+    import tempfile
+
+    from eventpipe.service import _metrics_directory
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # a pid that no process has now
+    host = socket.gethostname()
+    names = {
+        "dead": f"eventpipe-metrics-{dead.pid}@{host}-abc",
+        "alive": f"eventpipe-metrics-{os.getpid()}@{host}-abc",
+        "elsewhere": f"eventpipe-metrics-{dead.pid}@not-{host}-abc",
+        "unnamed": "eventpipe-metrics-x1y2z3",
+    }
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "counter_1.db").write_bytes(b"x")
+
+    made = Path(_metrics_directory())
+
+    left = {path.name for path in tmp_path.iterdir()}
+    assert left == {names["alive"], names["elsewhere"], names["unnamed"], made.name}
+    assert made.name.startswith(f"eventpipe-metrics-{os.getpid()}@{host}-")
