@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from eventpipe.processing.runtime import class_data
+from eventpipe.processing.runtime import class_data, python_daemon
 from eventpipe.processing.runtime.spark import JavaMissingError, check_java, spark_settings
 
 
@@ -54,6 +54,42 @@ def test_the_session_runs_with_our_settings(spark: Any) -> None:
     # Python workers run this interpreter (the one with eventpipe installed).
     [version] = spark.sparkContext.parallelize([0], 1).map(lambda _: sys.executable).collect()
     assert version == sys.executable
+
+
+def _worker_origin(_: Any) -> tuple[str, str, bool]:
+    """In a Python worker: its parent's command line, where PySpark came from, and
+    whether pandas was imported before this task (a fresh worker's first task)."""
+    import os
+
+    import pyspark
+
+    with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmdline:
+        parent = cmdline.read().replace(b"\0", b" ").decode()
+    return parent, pyspark.__file__ or "", "pandas" in sys.modules
+
+
+def test_python_workers_fork_from_eventpipes_daemon_with_its_imports_done(spark: Any) -> None:
+    origins = set(spark.sparkContext.parallelize([0, 1], 2).map(_worker_origin).collect())
+    for parent, pyspark_file, pandas in origins:
+        assert "-m eventpipe.processing.runtime.python_daemon" in parent
+        # Installed PySpark, with its bytecode, not Spark's zip of the same sources.
+        assert ".zip" not in pyspark_file, pyspark_file
+        assert pandas  # nothing in this task imports it: the daemon did
+
+
+def test_the_daemon_prefers_the_installed_pyspark_to_sparks_copy_of_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import pyspark
+
+    package = Path(pyspark.__file__).parent
+    own = [str(package / "python" / "lib" / "pyspark.zip"),
+           str(package / "python" / "lib" / "py4j-0.10.9.9-src.zip")]  # fmt: skip
+    elsewhere = str(tmp_path / "spark-4.0.0" / "python" / "lib" / "pyspark.zip")
+    monkeypatch.setattr(sys, "path", [*own, elsewhere, *sys.path])
+    python_daemon.installed_pyspark_first()
+    assert elsewhere in sys.path  # a cluster's own Spark: kept
+    assert not set(own) & set(sys.path)
 
 
 def test_segments_are_read_by_sparks_json_reader(spark: Any, tmp_path: Path) -> None:

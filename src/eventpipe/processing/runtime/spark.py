@@ -17,7 +17,9 @@ Defaults, and why:
   which one keeps the column).
 * partition column type inference off: staged tables are partitioned by table name, and
   a table named ``true`` or ``2024`` must stay a string.
-* ``spark.pyspark.python``: this interpreter, so Python workers have eventpipe's packages.
+* ``spark.pyspark.python``: this interpreter, so Python workers have eventpipe's packages;
+  ``spark.python.daemon.module``: eventpipe's, which forks them with those packages
+  imported (runtime/python_daemon.py).
 
 With ``spark: {remote: sc://host:15002}`` the session is a Spark Connect client: the
 server has its own master and settings, and only the ``spark.sql.*`` settings above (and
@@ -76,6 +78,9 @@ DEFAULTS: Mapping[str, str] = {
     # documentation warns of; eventpipe's plans gain nothing from it (their only joins,
     # of refused rows with their originals by row number, need no inferred filters).
     "spark.sql.constraintPropagation.enabled": "false",
+    # Python workers forked from a daemon that has PySpark's worker, pyarrow, pandas and
+    # eventpipe's task modules imported already (runtime/python_daemon.py).
+    "spark.python.daemon.module": "eventpipe.processing.runtime.python_daemon",
 }
 
 
