@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # SDKs' Python packages). The tests' install ($(STAMP)) is a superset and counts for it.
 RUN_STAMP := $(VENV)/.installed-run-stamp
 
-.PHONY: sdks browser run test test-fast soak lint bench setup java spark-archive postgres tools clean
+.PHONY: sdks browser run test test-fast soak lint bench setup java spark-archive postgres clickhouse tools clean
 
 # eventpipe run builds the class-data archive in the background when it is missing (the
 # first start answers at once; later ones start Spark in half the time).
@@ -24,7 +24,7 @@ TEST_WORKERS ?= 2
 # The sources are compiled to bytecode first: where PYTHONDONTWRITEBYTECODE is set (this
 # machine sets it), each of the suite's many Python processes (commands, collectors,
 # Spark's Python workers) compiled them again when it imported them, 0.1-0.2 s of CPU.
-test: $(STAMP) java spark-archive postgres tools sdks browser lint
+test: $(STAMP) java spark-archive postgres clickhouse tools sdks browser lint
 	$(BIN)/python -m compileall -q src tests
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
@@ -88,6 +88,11 @@ spark-archive: $(RUN_STAMP) java
 postgres:
 	@scripts/ensure-apt.sh postgresql
 	@scripts/ensure-apt.sh postgresql-$$(ls /usr/lib/postgresql | sort -n | tail -1)-wal2json
+
+# The ClickHouse destination's tests start a server of their own from Debian's package
+# (tests/clickhouse.py), as they start PostgreSQL.
+clickhouse:
+	@scripts/ensure-apt.sh clickhouse-server
 
 # The archive's tests check that the standard `lz4` tool reads eventpipe's archive files;
 # the pixel's test fetches it with `curl`, as a mail client would.

@@ -226,6 +226,19 @@ def postgres_dsn() -> Iterator[str]:
         yield dsn
 
 
+@pytest.fixture(scope="session")
+def clickhouse_server() -> Iterator[Any]:
+    """A throwaway ClickHouse server (Debian's) for the whole run (tests/clickhouse.py)."""
+    from tests.clickhouse import ClickHouseServer
+
+    server = ClickHouseServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
 @pytest.fixture
 def postgres_schema(postgres_dsn: str) -> Iterator[str]:
     """A schema of its own for one test, dropped afterwards."""

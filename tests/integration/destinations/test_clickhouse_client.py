@@ -1,0 +1,108 @@
+"""ClickHouse's HTTP interface as the destination uses it, against Debian's real server
+(tests/clickhouse.py): what the server says it can do, exact answers, and each kind of
+failure classified."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from eventpipe.destinations.clickhouse.client import (
+    ClickHouseClient,
+    ServerError,
+    classify,
+)
+from eventpipe.errors import ConfigError, TerminalError, TransientError
+from tests.clickhouse import _free_port
+
+
+def _client(server: Any, **kwargs: Any) -> ClickHouseClient:
+    return ClickHouseClient(server.url, password=server.password, **kwargs)
+
+
+def test_the_servers_features_come_from_the_server(clickhouse_server: Any) -> None:
+    with _client(clickhouse_server) as client:
+        features = client.features()
+    assert features.version.startswith("18.16")
+    # Debian's 18.16: rows arrive as RowBinary or text, never Parquet; no microseconds
+    # in DateTime; no insert deduplication tokens; LowCardinality behind a flag.
+    assert {"RowBinary", "Native", "TabSeparated", "JSONEachRow"} <= features.input_formats
+    assert not features.parquet_input
+    assert not features.datetime64
+    assert not features.deduplication_tokens
+    assert features.low_cardinality_is_experimental
+
+
+def test_answers_are_exact_and_named(clickhouse_server: Any) -> None:
+    with _client(clickhouse_server) as client:
+        names, rows = client.query(
+            "SELECT toInt64(9223372036854775807) AS big, toUInt64(18446744073709551615) AS u, "
+            "CAST(NULL AS Nullable(Int64)) AS missing, 'x' AS text, 2.5 AS f"
+        )
+    assert names == ["big", "u", "missing", "text", "f"]
+    assert rows == [(2**63 - 1, 2**64 - 1, None, "x", 2.5)]
+
+
+def test_a_wrong_password_is_a_clear_error_without_the_password(clickhouse_server: Any) -> None:
+    wrong = "not-the-password-" + clickhouse_server.password[::-1]
+    with ClickHouseClient(clickhouse_server.url, password=wrong) as client:
+        with pytest.raises(ConfigError) as info:
+            client.query("SELECT 1")
+        assert wrong not in repr(client)
+    assert "refused user 'default'" in str(info.value)
+    assert wrong not in str(info.value)
+
+
+def test_a_bad_statement_is_terminal_with_the_servers_message(clickhouse_server: Any) -> None:
+    with _client(clickhouse_server) as client, pytest.raises(ServerError) as info:
+        client.execute("SELEC 1")
+    assert info.value.code == 62  # SYNTAX_ERROR
+    assert "Syntax error" in str(info.value)
+    assert len(str(info.value)) < 1100  # the parser's whole list of keywords is cut
+
+
+def test_a_read_only_user_cannot_write(clickhouse_server: Any) -> None:
+    with _client(clickhouse_server, user="reader") as client:
+        assert client.query("SELECT 1")[1] == [(1,)]
+        with pytest.raises(ServerError) as info:
+            client.execute("CREATE TABLE nope (a Int8) ENGINE = Memory")
+    assert info.value.code == 164  # READONLY
+
+
+def test_rows_in_a_format_go_in_one_insert(clickhouse_server: Any) -> None:
+    with _client(clickhouse_server) as client:
+        client.execute("DROP TABLE IF EXISTS client_rows")
+        client.execute("CREATE TABLE client_rows (k Nullable(Int64), s String) ENGINE = Memory")
+        rows = b'{"k":"9223372036854775807","s":"a"}\n{"k":null,"s":"b"}\n'
+        client.execute("INSERT INTO client_rows FORMAT JSONEachRow", data=rows)
+        assert client.query("SELECT k, s FROM client_rows ORDER BY s")[1] == [
+            (2**63 - 1, "a"), (None, "b")]  # fmt: skip
+        with pytest.raises(ServerError):  # a value the column cannot take: the server's words
+            client.execute("INSERT INTO client_rows FORMAT JSONEachRow",
+                           data=b'{"k":"x","s":"c"}\n')  # fmt: skip
+        client.execute("DROP TABLE client_rows")
+
+
+def test_no_server_is_transient() -> None:
+    nobody = f"http://127.0.0.1:{_free_port()}"
+    with ClickHouseClient(nobody, timeout_seconds=5) as client, pytest.raises(TransientError):
+        client.query("SELECT 1")
+
+
+@pytest.mark.parametrize(
+    ("status", "text", "kind"),
+    [
+        (500, "Code: 252, e.displayText() = DB::Exception: Too many parts (300)", TransientError),
+        (500, "Code: 241, e.displayText() = DB::Exception: Memory limit exceeded", TransientError),
+        (503, "Service Unavailable", TransientError),  # a proxy's answer: no code
+        (500, "Code: 53, e.displayText() = DB::Exception: Type mismatch", TerminalError),
+        (403, "Code: 516. DB::Exception: default: Authentication failed", ConfigError),
+        (400, "Code: 27, e.displayText() = DB::Exception: Cannot parse input", TerminalError),
+    ],
+)
+def test_errors_are_classified_by_the_servers_code(
+    status: int, text: str, kind: type[Exception]
+) -> None:
+    error = classify(status, text, user="default", url="http://ch:8123/")
+    assert type(error) is kind or (kind is TerminalError and isinstance(error, ServerError))
