@@ -70,6 +70,7 @@ def test_every_type_goes_in_as_one_block_and_comes_back_exact(client: Any) -> No
     names, rows = client.query(
         "SELECT s, i, f, b, toUnixTimestamp(t), k FROM native_rows ORDER BY k"
     )
+    assert names == ["s", "i", "f", "b", "toUnixTimestamp(t)", "k"]
     # Decimals as the server writes them in text (18.16's toString garbles Decimal128).
     text = client.execute("SELECT d FROM native_rows ORDER BY k FORMAT TSV").decode()
     decimals = [None if v == "\\N" else v for v in text.splitlines()]
