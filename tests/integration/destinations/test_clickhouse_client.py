@@ -4,6 +4,7 @@ failure classified."""
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -38,10 +39,14 @@ def test_answers_are_exact_and_named(clickhouse_server: Any) -> None:
     with _client(clickhouse_server) as client:
         names, rows = client.query(
             "SELECT toInt64(9223372036854775807) AS big, toUInt64(18446744073709551615) AS u, "
-            "CAST(NULL AS Nullable(Int64)) AS missing, 'x' AS text, 2.5 AS f"
+            "CAST(NULL AS Nullable(Int64)) AS missing, 'x' AS text, 2.5 AS f, "
+            "toDecimal128('-99999999999999999999999999999999999999', 0) AS wide, "
+            "toDecimal64('0.000000000000000001', 18) AS small"
         )
-    assert names == ["big", "u", "missing", "text", "f"]
-    assert rows == [(2**63 - 1, 2**64 - 1, None, "x", 2.5)]
+    assert names == ["big", "u", "missing", "text", "f", "wide", "small"]
+    assert rows == [(2**63 - 1, 2**64 - 1, None, "x", 2.5, Decimal(-(10**38) + 1),
+                     Decimal("0.000000000000000001"))]  # fmt: skip
+    assert type(rows[0][4]) is float
 
 
 def test_a_wrong_password_is_a_clear_error_without_the_password(clickhouse_server: Any) -> None:

@@ -26,13 +26,14 @@ every error text, whatever the version):
 
 from __future__ import annotations
 
+import decimal
+import json
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import orjson
 
 from eventpipe.errors import ConfigError, TerminalError, TransientError
 
@@ -178,17 +179,17 @@ class ClickHouseClient:
     def query(
         self, sql: str, *, settings: Mapping[str, str | int] | None = None
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """A SELECT's column names and rows, 64-bit integers exact (ClickHouse's JSON
-        writes them as text; they are read back as ints)."""
+        """A SELECT's column names and rows, exact: 64-bit integers (which ClickHouse's
+        JSON writes as text) as ints, decimals (which it writes as bare numbers, wider
+        than a float) as Decimal."""
         body = self.execute(f"{sql}\nFORMAT JSONCompact", settings=settings)
-        answer = orjson.loads(body)
+        answer = json.loads(body, parse_float=decimal.Decimal)
         names = [column["name"] for column in answer["meta"]]
-        integral = [_is_wide_integer(column["type"]) for column in answer["meta"]]
+        readers = [_reader(column["type"]) for column in answer["meta"]]
         rows = [
-            tuple(int(v) if wide and isinstance(v, str) else v
-                  for v, wide in zip(row, integral, strict=True))
+            tuple(None if v is None else read(v) for v, read in zip(row, readers, strict=True))
             for row in answer["data"]
-        ]  # fmt: skip
+        ]
         return names, rows
 
     def features(self) -> ServerFeatures:
@@ -205,6 +206,17 @@ class ClickHouseClient:
         )
 
 
-def _is_wide_integer(sql_type: str) -> bool:
+def _reader(sql_type: str) -> Callable[[Any], Any]:
+    """How a value of ``sql_type`` in ClickHouse's JSON becomes a Python value."""
     inner = sql_type.removeprefix("Nullable(").removeprefix("LowCardinality(")
-    return inner.startswith(("Int64", "UInt64", "Int128", "UInt128", "Int256", "UInt256"))
+    if inner.startswith(("Int", "UInt")):
+        return int  # 64 bits and wider come as text
+    if inner.startswith("Decimal"):
+        return decimal.Decimal
+    if inner.startswith("Float"):
+        return float
+    return _same
+
+
+def _same(value: Any) -> Any:
+    return value
