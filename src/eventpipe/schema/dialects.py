@@ -17,9 +17,11 @@ mapping rule gives its own SQL type and wins over this table.
 
 Each dialect also writes the DDL eventpipe patches tables with (``create_table``,
 ``add_column``, ``add_primary_key``): identifiers always quoted; BigQuery keys are
-``NOT ENFORCED``; ClickHouse columns are ``Nullable`` and a table needs an engine
+``NOT ENFORCED``; ClickHouse columns are ``Nullable`` except the key's and
+``_timestamp`` (ClickHouse refuses Nullable keys), and a table needs an engine
 (``ReplacingMergeTree(_timestamp)`` ordered by the key when there is one, so the newest
-row wins on merge; ``MergeTree`` otherwise).
+row wins on merge; ``MergeTree`` ordered by ``_timestamp`` otherwise; both partitioned by
+month of ``_timestamp``).
 """  # noqa: E501
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from dataclasses import dataclass
 from types import MappingProxyType
 
 from eventpipe.schema.types import DataType
+
+TIMESTAMP_COLUMN = "_timestamp"
 
 
 @dataclass(frozen=True)
@@ -64,17 +68,44 @@ class Dialect:
         namespace: str | None = None,
     ) -> str:
         """``CREATE TABLE`` with ``columns`` in order, and the primary key if any."""
+        if self.name == "clickhouse":
+            return self._create_clickhouse_table(table, columns, primary_key, namespace)
         parts = [self.column(name, data_type) for name, data_type in columns]
         keys = ", ".join(self.quote(c) for c in primary_key)
         if primary_key and self.primary_key:
             parts.append(self.primary_key.format(keys))
+        return f"CREATE TABLE {self.name_of(table, namespace)} ({', '.join(parts)})"
+
+    def _create_clickhouse_table(
+        self,
+        table: str,
+        columns: Sequence[tuple[str, DataType]],
+        primary_key: Sequence[str],
+        namespace: str | None,
+    ) -> str:
+        """An engine is required. ClickHouse refuses a Nullable column in a sorting or
+        partition key and as a ReplacingMergeTree's version, so the key's columns and
+        ``_timestamp`` (which every event has) are not Nullable. Partitioned by month of
+        ``_timestamp``; a key means ``ReplacingMergeTree`` ordered by it, ``_timestamp``
+        its version (the newest row wins on merge); otherwise ``MergeTree`` ordered by
+        ``_timestamp``."""
+        required = {*primary_key, TIMESTAMP_COLUMN}
+        parts = [
+            f"{self.quote(name)} {self.sql_type(data_type)}" if name in required
+            else self.column(name, data_type)
+            for name, data_type in columns
+        ]  # fmt: skip
         sql = f"CREATE TABLE {self.name_of(table, namespace)} ({', '.join(parts)})"
-        if self.name == "clickhouse":  # an engine is required; a key means replacing
-            if primary_key:
-                version = f"({self.quote('_timestamp')})" if "_timestamp" in dict(columns) else ""
-                return f"{sql} ENGINE = ReplacingMergeTree{version} ORDER BY ({keys})"
-            return f"{sql} ENGINE = MergeTree ORDER BY tuple()"
-        return sql
+        has_time = TIMESTAMP_COLUMN in dict(columns)
+        ts = self.quote(TIMESTAMP_COLUMN)
+        partition = f" PARTITION BY toYYYYMM({ts})" if has_time else ""
+        if primary_key:
+            keys = ", ".join(self.quote(c) for c in primary_key)
+            version = f"({ts})" if has_time else ""
+            return f"{sql} ENGINE = ReplacingMergeTree{version}{partition} ORDER BY ({keys})"
+        return (
+            f"{sql} ENGINE = MergeTree{partition} ORDER BY {f'({ts})' if has_time else 'tuple()'}"
+        )
 
     def add_column(
         self, table: str, name: str, data_type: DataType, namespace: str | None = None

@@ -4,6 +4,7 @@ failure classified."""
 
 from __future__ import annotations
 
+import dataclasses
 from decimal import Decimal
 from typing import Any
 
@@ -15,6 +16,8 @@ from eventpipe.destinations.clickhouse.client import (
     classify,
 )
 from eventpipe.errors import ConfigError, TerminalError, TransientError
+from eventpipe.schema.dialects import CLICKHOUSE
+from eventpipe.schema.types import DataType
 from tests.clickhouse import _free_port
 
 
@@ -111,3 +114,38 @@ def test_errors_are_classified_by_the_servers_code(
 ) -> None:
     error = classify(status, text, user="default", url="http://ch:8123/")
     assert type(error) is kind or (kind is TerminalError and isinstance(error, ServerError))
+
+
+@pytest.mark.parametrize(
+    ("columns", "key"),
+    [
+        ((("id", DataType.STRING), ("n", DataType.INT64), ("_timestamp", DataType.TIMESTAMP)),
+         ("id",)),
+        ((("n", DataType.FLOAT64), ("b", DataType.BOOL), ("_timestamp", DataType.TIMESTAMP)), ()),
+        ((("huge", DataType.INT128), ("s", DataType.STRING)), ()),
+    ],
+)  # fmt: skip
+def test_the_dialects_tables_are_ones_the_server_creates(
+    clickhouse_server: Any, columns: tuple[tuple[str, DataType], ...], key: tuple[str, ...]
+) -> None:
+    # 18.16 has no DateTime64: its timestamps here are DateTime, the rest as the dialect has it.
+    dialect = dataclasses.replace(
+        CLICKHOUSE, types={**CLICKHOUSE.types, DataType.TIMESTAMP: "DateTime('UTC')"}
+    )
+    with _client(clickhouse_server) as client:
+        client.execute("DROP TABLE IF EXISTS dialect_t")
+        client.execute(dialect.create_table("dialect_t", columns, key, namespace="default"))
+        client.execute(dialect.add_column("dialect_t", "added col", DataType.STRING, "default"))
+        _, described = client.query(
+            "SELECT name, type, is_in_sorting_key FROM system.columns "
+            "WHERE database = 'default' AND table = 'dialect_t'"
+        )
+        client.execute("DROP TABLE dialect_t")
+    types = {name: (sql_type, bool(sorting)) for name, sql_type, sorting in described}
+    assert types["added col"] == ("Nullable(String)", False)
+    for name, data_type in columns:
+        nullable = name not in {*key, "_timestamp"}
+        sql_type = dialect.sql_type(data_type)
+        assert types[name][0] == (f"Nullable({sql_type})" if nullable else sql_type)
+    sorted_by = {name for name, (_, sorting) in types.items() if sorting}
+    assert sorted_by == (set(key) or ({"_timestamp"} & set(dict(columns))))
