@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import socket
 import subprocess
 import tempfile
-import time
 from pathlib import Path
 
-import httpx
+from tests.process import free_port, wait_answering
 
 SERVER = "/usr/sbin/clickhouse-server"
 
@@ -51,12 +49,6 @@ USERS = """<?xml version="1.0"?>
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class ClickHouseServer:
     """One server in a temporary directory; ``stop()`` and ``start()`` it again (a
     destination that goes away and comes back), ``remove()`` at the end."""
@@ -65,7 +57,7 @@ class ClickHouseServer:
         if not Path(SERVER).is_file():
             raise RuntimeError("ClickHouse is not installed: run `make test` (it installs it)")
         self.root = Path(tempfile.mkdtemp(prefix="eventpipe-ch-"))
-        self.http_port, self.tcp_port = _free_port(), _free_port()
+        self.http_port, self.tcp_port = free_port(), free_port()
         self.url = f"http://127.0.0.1:{self.http_port}"
         self.password = secrets.token_hex(12)
         values = {"root": self.root, "http_port": self.http_port, "tcp_port": self.tcp_port}
@@ -79,17 +71,8 @@ class ClickHouseServer:
                 [SERVER, f"--config-file={self.root / 'config.xml'}"],
                 stdout=log, stderr=log, cwd=self.root,
             )  # fmt: skip
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self._process.poll() is not None:
-                raise RuntimeError(f"clickhouse-server exited: {self.log()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/ping", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"clickhouse-server did not answer in {timeout} s: {self.log()[-2000:]}")
+        wait_answering(self._process, self.url + "/ping", "clickhouse-server",
+                       self.root / "server.log", timeout)  # fmt: skip
 
     def stop(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -100,10 +83,6 @@ class ClickHouseServer:
                 self._process.kill()
                 self._process.wait()
         self._process = None
-
-    def log(self) -> str:
-        path = self.root / "server.log"
-        return path.read_text(errors="replace") if path.exists() else ""
 
     def remove(self) -> None:
         self.stop()

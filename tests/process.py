@@ -79,6 +79,24 @@ def run(
     )
 
 
+def wait_answering(
+    proc: subprocess.Popen[bytes], url: str, what: str, log: Path, timeout: float
+) -> None:
+    """Until ``url`` answers 200; a RuntimeError with the end of ``log`` if ``proc``
+    exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited: {log.read_text(errors='replace')[-2000:]}")
+        try:
+            if httpx.get(url, timeout=1).status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not answer {url} in {timeout} s")
+
+
 def _env() -> dict[str, str]:
     src = str(Path(__file__).resolve().parents[1] / "src")
     return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -116,17 +134,7 @@ class CollectorProcess:
         _STARTED.append(self)
 
     def wait_ready(self, timeout: float = 30) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"collector exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/health", timeout=1).status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.05)
-        raise RuntimeError("collector did not become ready")
+        wait_answering(self.proc, self.url + "/health", "collector", self.log_path, timeout)
 
     def signal(self, sig: signal.Signals) -> None:
         self.proc.send_signal(sig)

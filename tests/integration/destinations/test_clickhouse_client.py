@@ -18,7 +18,7 @@ from eventpipe.destinations.clickhouse.client import (
 from eventpipe.errors import ConfigError, TerminalError, TransientError
 from eventpipe.schema.dialects import CLICKHOUSE
 from eventpipe.schema.types import DataType
-from tests.clickhouse import _free_port
+from tests.process import free_port
 
 
 def _client(server: Any, **kwargs: Any) -> ClickHouseClient:
@@ -93,7 +93,7 @@ def test_rows_in_a_format_go_in_one_insert(clickhouse_server: Any) -> None:
 
 
 def test_no_server_is_transient() -> None:
-    nobody = f"http://127.0.0.1:{_free_port()}"
+    nobody = f"http://127.0.0.1:{free_port()}"
     with ClickHouseClient(nobody, timeout_seconds=5) as client, pytest.raises(TransientError):
         client.query("SELECT 1")
 

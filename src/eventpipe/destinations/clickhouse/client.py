@@ -170,7 +170,7 @@ class ClickHouseClient:
             content = data
         try:
             response = self._http.post(self.url, params=params, content=content)
-        except (httpx.TransportError, httpx.TimeoutException) as exc:
+        except httpx.TransportError as exc:  # timeouts among them
             raise TransientError(f"ClickHouse at {self.url}: {type(exc).__name__}: {exc}") from exc
         if response.status_code != 200:
             raise classify(response.status_code, response.text, user=self.user, url=self.url)
