@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+
+from tests.process import free_port
 
 
 def _bindir() -> Path:
@@ -28,12 +29,6 @@ def _bindir() -> Path:
     if not versions:
         raise RuntimeError("PostgreSQL is not installed: run `make test` (it installs it)")
     return versions[-1].parent
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _as_owner(command: list[str]) -> list[str]:
@@ -48,7 +43,7 @@ class PostgresServer:
         self.bindir = _bindir()
         self.root = Path(tempfile.mkdtemp(prefix="eventpipe-pg-"))
         self.data = self.root / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
         if os.geteuid() == 0:
             shutil.chown(self.root, "postgres", "postgres")
