@@ -240,6 +240,20 @@ def clickhouse_server() -> Iterator[Any]:
 
 
 @pytest.fixture
+def clickhouse_database(clickhouse_server: Any) -> Iterator[str]:
+    """A database of its own on the run's ClickHouse server for one test, dropped
+    afterwards (eventpipe creates it)."""
+    import uuid
+
+    from eventpipe.destinations.clickhouse.client import ClickHouseClient
+
+    database = f"t_{uuid.uuid4().hex[:12]}"
+    yield database
+    with ClickHouseClient(clickhouse_server.url, password=clickhouse_server.password) as client:
+        client.execute(f"DROP DATABASE IF EXISTS `{database}`")
+
+
+@pytest.fixture
 def postgres_schema(postgres_dsn: str) -> Iterator[str]:
     """A schema of its own for one test, dropped afterwards."""
     import uuid

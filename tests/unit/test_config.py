@@ -222,7 +222,10 @@ def test_a_parquet_path_may_be_a_uri_and_a_duckdb_path_may_not() -> None:
     message = _error({"destinations": {"w": {"type": "duckdb", "path": "s3a://b/w.duckdb"}}})
     assert "duckdb takes a local file, not a URI" in message
     message = _error({"destinations": {"lake": {**lake, "primary_key": ["id"]}}})
-    assert "primary_key: parquet cannot upsert; duckdb, postgres, iceberg and delta can" in message
+    assert (
+        "primary_key: parquet cannot upsert; duckdb, postgres, clickhouse, iceberg and delta can"
+        in message
+    )
     message = _error({"destinations": {"lake": {**lake, "mode": "stream"}}})
     assert "destinations.lake: mode stream: parquet takes batch" in message
 
@@ -284,7 +287,7 @@ def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
     config = parse_config(streamed, source="eventpipe.yaml", env={})
     assert config.destinations["api"].mode == "stream"
     message = _error({"destinations": {"w": {"type": "duckdb", "url": "x"}}})
-    assert "destinations.w.url: unknown key (url is for type http)" in message
+    assert "destinations.w.url: unknown key (url is for type clickhouse or http)" in message
 
 
 def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_key() -> None:
@@ -301,15 +304,15 @@ def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_k
         "destinations.api.metering: unknown key (metering is for type duckdb or postgres)":
             {"api": {"type": "http", "url": "https://a.example", "metering": {}}},
         "destinations.api.primary_key: unknown key (primary_key is for type duckdb, "
-        "postgres, parquet, iceberg or delta)": {"api": {"type": "http", "url": "https://a.example",
-                                         "primary_key": ["id"]}},
+        "postgres, clickhouse, parquet, iceberg or delta)":
+            {"api": {"type": "http", "url": "https://a.example", "primary_key": ["id"]}},
         "destinations.w.partiton_by: unknown key (did you mean 'partition_by'?)":
             {"w": {"type": "parquet", "partiton_by": "day"}},
-        "destinations.w.type: required key is missing (duckdb, postgres, parquet, iceberg, "
-        "delta or http)":
+        "destinations.w.type: required key is missing (duckdb, postgres, clickhouse, parquet, "
+        "iceberg, delta or http)":
             {"w": {"path": "x.duckdb"}},
-        "destinations.w.type: expected duckdb, postgres, parquet, iceberg, delta or http, "
-        "got 'mysql'":
+        "destinations.w.type: expected duckdb, postgres, clickhouse, parquet, iceberg, delta "
+        "or http, got 'mysql'":
             {"w": {"type": "mysql"}},
         "destinations.w.transforms[0].fliter: unknown key (did you mean 'filter'?)":
             {"w": {"type": "duckdb", "transforms": [{"fliter": "true"}]}},

@@ -25,6 +25,7 @@ from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
 from eventpipe.config.destinations import (
     TYPES,
     AnyDestination,
+    ClickHouseConfig,
     DatabaseConfig,
     DeltaConfig,
     DestinationConfig,
@@ -70,6 +71,7 @@ __all__ = [
     "AnySource",
     "ApiKey",
     "ArchiveConfig",
+    "ClickHouseConfig",
     "Config",
     "DatabaseConfig",
     "DeltaConfig",

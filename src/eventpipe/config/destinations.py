@@ -30,11 +30,12 @@ class DestinationConfig(Section):
     """Whether events land in tables (loaded from staged files) or are sent (a sink)."""
 
     type: str
-    """Destination type: ``duckdb``, ``postgres``, ``parquet``, ``iceberg``, ``delta`` or
-    ``http`` (an ingestion API such as DataSet's addEvents, docs/http.md)."""
+    """Destination type: ``duckdb``, ``postgres``, ``clickhouse``, ``parquet``,
+    ``iceberg``, ``delta`` or ``http`` (an ingestion API such as DataSet's addEvents,
+    docs/http.md)."""
     mode: Literal["batch", "stream"] = "batch"
     """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
-    (duckdb, postgres, http): loaded within seconds, the log read as it is written."""
+    (duckdb, postgres, clickhouse, http): loaded within seconds, the log read as it is written."""
     stream_interval_seconds: float = Field(default=1.0, gt=0)
     """stream: how often a micro-batch starts (when there are new events)."""
     only_keys: tuple[SafeKeyId, ...] | None = None
@@ -111,7 +112,8 @@ class TableDestinationConfig(DestinationConfig):
     def _key_where_rows_can_be_replaced(self) -> TableDestinationConfig:
         if self.primary_key and not self.upserts:
             raise ValueError(
-                f"primary_key: {self.type} cannot upsert; duckdb, postgres, iceberg and delta can"
+                f"primary_key: {self.type} cannot upsert; duckdb, postgres, clickhouse, "
+                "iceberg and delta can"
             )
         return self
 
@@ -182,6 +184,48 @@ class PostgresConfig(DatabaseConfig):
                 f"max_columns {self.max_columns}: a PostgreSQL table holds at most "
                 f"{self.MAX_COLUMNS} columns"
             )
+        return self
+
+
+class ClickHouseConfig(TableDestinationConfig):
+    """A ClickHouse server, over its HTTP interface (docs/destinations.md)."""
+
+    type: Literal["clickhouse"] = "clickhouse"
+    """The type: ``clickhouse``."""
+    url: str
+    """The server's HTTP interface, ``http://host:8123`` (``https://`` for TLS)."""
+    database: str = "default"
+    """The database eventpipe creates its tables in (created if missing)."""
+    user: str = "default"
+    """The user eventpipe loads as."""
+    password: str = Field(default="", repr=False)
+    """Its password: ``${CLICKHOUSE_PASSWORD}`` (from the environment; never logged)."""
+    query_user: str | None = None
+    """The user ``eventpipe query`` reads as: one in a ``readonly`` profile
+    (docs/destinations.md). Absent: ``user``, with ``readonly=1``."""
+    query_password: str = Field(default="", repr=False)
+    """``query_user``'s password, from the environment like ``password``."""
+    merge_after_load: bool = True
+    """With ``primary_key``: after each load, merge the partitions it touched
+    (``OPTIMIZE ... FINAL``) so that every reader sees one row per key at once.
+    ``false``: ClickHouse merges them in its own time; read with ``FINAL``."""
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    """How long one statement (a load's insert, say) may take before it is retried."""
+    changes: Literal["append"] = "append"
+    """A source's changes: every change a row (``append``; applied by key: not yet)."""
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")) or "@" in value.split("/")[2]:
+            raise ValueError(
+                f"url {value!r}: write http(s)://host:8123, the credentials in user and password"
+            )
+        return value
+
+    @model_validator(mode="after")
+    def _database_name(self) -> ClickHouseConfig:
+        sql_name(self.database, "database")
         return self
 
 
@@ -325,7 +369,13 @@ class HttpConfig(DestinationConfig):
 
 
 AnyDestination = Annotated[
-    DuckDBConfig | PostgresConfig | ParquetConfig | IcebergConfig | DeltaConfig | HttpConfig,
+    DuckDBConfig
+    | PostgresConfig
+    | ClickHouseConfig
+    | ParquetConfig
+    | IcebergConfig
+    | DeltaConfig
+    | HttpConfig,
     Field(discriminator="type"),
 ]
 """A destination's settings, the model chosen by its ``type:``."""

@@ -10,6 +10,7 @@ from eventpipe.config.base import DestinationId, Section
 from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
 from eventpipe.config.destinations import (
     AnyDestination,
+    ClickHouseConfig,
     DeltaConfig,
     DestinationConfig,
     DuckDBConfig,
@@ -171,6 +172,8 @@ class Config(Section):
         Iceberg namespace (the destination's id unless configured)."""
         if isinstance(dest, PostgresConfig):
             return ("postgres", f"{redacted(dest.dsn)} schema {dest.db_schema}")
+        if isinstance(dest, ClickHouseConfig):
+            return ("clickhouse", f"{dest.url.rstrip('/')} database {dest.database}")
         if isinstance(dest, DuckDBConfig | ParquetConfig | IcebergConfig | DeltaConfig):
             default = "warehouse.duckdb" if isinstance(dest, DuckDBConfig) else dest.type
             if dest.path is not None and is_uri(dest.path):

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import (
     TYPES,
+    ClickHouseConfig,
     Config,
     DatabaseConfig,
     DeltaConfig,
@@ -113,6 +114,25 @@ def _open_postgres(dest_id: str, dest: PostgresConfig, config: Config, lent: Res
     )
 
 
+def _open_clickhouse(
+    dest_id: str, dest: ClickHouseConfig, config: Config, lent: Resources
+) -> Opened:
+    from eventpipe.destinations.clickhouse import ClickHouseDestination
+
+    return ClickHouseDestination(
+        dest_id,
+        dest.url,
+        lent.locks,
+        database=dest.database,
+        user=dest.user,
+        password=dest.password,
+        query_user=dest.query_user,
+        query_password=dest.query_password,
+        merge_after_load=dest.merge_after_load,
+        timeout_seconds=dest.timeout_seconds,
+    )
+
+
 def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
@@ -174,6 +194,7 @@ def _local_day_partitions(dest: ParquetConfig) -> bool:
 KINDS: dict[str, Kind] = {
     "duckdb": Kind(DuckDBConfig, _open_duckdb, _always, _duckdb_file),
     "postgres": Kind(PostgresConfig, _open_postgres, _always),
+    "clickhouse": Kind(ClickHouseConfig, _open_clickhouse, _always),
     "parquet": Kind(ParquetConfig, _open_parquet, _local_day_partitions),
     "iceberg": Kind(IcebergConfig, _open_iceberg, _always),
     "delta": Kind(DeltaConfig, _open_delta, _always),

@@ -44,13 +44,18 @@ class Dialect:
     """The table constraint naming the key columns; empty: the engine keys by ORDER BY."""
     nullable: str = "{}"
     """A nullable column's type (ClickHouse columns are NOT NULL unless wrapped)."""
+    backslash_escapes: bool = False
+    """Quoted identifiers escape with a backslash (ClickHouse), not by doubling."""
 
     def sql_type(self, data_type: DataType) -> str:
         return self.types[data_type]
 
     def quote(self, identifier: str) -> str:
-        """Quote an identifier, doubling the quote character inside it."""
+        """Quote an identifier, doubling the quote character inside it (or escaping it,
+        a backslash and control characters with a backslash)."""
         q = self.quote_char
+        if self.backslash_escapes:
+            return q + identifier.translate(_BACKSLASHED) + q
         return q + identifier.replace(q, q + q) + q
 
     def name_of(self, table: str, namespace: str | None = None) -> str:
@@ -124,6 +129,17 @@ class Dialect:
         return f"ALTER TABLE {self.name_of(table, namespace)} ADD {self.primary_key.format(keys)}"
 
 
+_BACKSLASHED = {
+    ord("\\"): "\\\\",
+    ord("`"): "\\`",
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+    ord("\0"): "\\0",
+}
+"""ClickHouse's escapes in a quoted identifier."""
+
+
 def _types(
     string: str, double: str, integer: str, huge: str, boolean: str, ts: str
 ) -> Mapping[DataType, str]:
@@ -165,6 +181,7 @@ CLICKHOUSE = Dialect(
     quote_char="`",
     primary_key="",
     nullable="Nullable({})",
+    backslash_escapes=True,
 )
 SNOWFLAKE = Dialect(
     "snowflake",

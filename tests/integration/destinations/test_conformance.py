@@ -1,5 +1,6 @@
-"""One conformance suite for every destination: the same cases against real DuckDB files
-and a real PostgreSQL server (tests/postgres.py): patch, concurrent patchers, atomic and
+"""One conformance suite for every destination: the same cases against real DuckDB files,
+a real PostgreSQL server (tests/postgres.py) and Debian's ClickHouse server
+(tests/clickhouse.py), and the lakes: patch, concurrent patchers, atomic and
 idempotent loads, upserts, values a column cannot take."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from eventpipe.destinations.base import Destination, LoadRequest
+from eventpipe.destinations.clickhouse import ClickHouseDestination
 from eventpipe.destinations.delta import DeltaDestination
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.destinations.iceberg import IcebergDestination
@@ -48,16 +50,23 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
         return SparkParquetDestination(
             "warehouse", (tmp_path / "lake").as_uri(), FileLocks(tmp_path / "locks"), lambda: spark
         )
+    if kind == "clickhouse":
+        server = request.getfixturevalue("clickhouse_server")
+        return ClickHouseDestination("warehouse", server.url, FileLocks(tmp_path / "locks"),
+                                     database=request.getfixturevalue("clickhouse_database"),
+                                     password=server.password)  # fmt: skip
     dsn = request.getfixturevalue("postgres_dsn")
     return PostgresDestination("warehouse", dsn, request.getfixturevalue("postgres_schema"))
 
 
-@pytest.fixture(params=["duckdb", "postgres", "parquet", "parquet-uri", "iceberg", "delta"])
+@pytest.fixture(
+    params=["duckdb", "postgres", "clickhouse", "parquet", "parquet-uri", "iceberg", "delta"]
+)
 def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     return _destination(request.param, request, tmp_path)
 
 
-@pytest.fixture(params=["duckdb", "postgres", "iceberg", "delta"])
+@pytest.fixture(params=["duckdb", "postgres", "clickhouse", "iceberg", "delta"])
 def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     """Destinations that take a primary key (Parquet files cannot upsert)."""
     return _destination(request.param, request, tmp_path)

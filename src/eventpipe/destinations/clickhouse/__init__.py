@@ -1,5 +1,6 @@
-"""The ClickHouse destination (in progress): its HTTP client (client.py) first.
+"""The ClickHouse destination (``type: clickhouse``): the destination (destination.py),
+its HTTP client (client.py) and the Native format its loads are sent in (native.py)."""
 
-Not yet in the registry: ``type: clickhouse`` is refused until the destination loads,
-patches and replaces days like the others (docs/destinations.md).
-"""
+from eventpipe.destinations.clickhouse.destination import ClickHouseDestination
+
+__all__ = ["ClickHouseDestination"]

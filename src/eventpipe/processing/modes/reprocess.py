@@ -229,7 +229,7 @@ def replaceable(config: Config, destination_id: str) -> None:
             f"destination {destination_id!r} is of type {dest.type}: reprocess replaces a "
             "day's rows in one transaction or a day partition, which only "
             f"{', '.join(REPLACES_DAYS)} destinations do",
-            fix="reprocess a duckdb, postgres, parquet, iceberg or delta destination",
+            fix=f"reprocess a {', '.join(REPLACES_DAYS[:-1])} or {REPLACES_DAYS[-1]} destination",
         )
     if not kind(dest).can_replace_days(dest):
         raise ConfigError(

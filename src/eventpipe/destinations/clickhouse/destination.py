@@ -1,0 +1,602 @@
+"""ClickHouse (``type: clickhouse``): the destination protocol over the HTTP interface.
+
+* **Tables** are made by the dialect (schema/dialects.py): ``MergeTree`` partitioned by
+  month of ``_timestamp`` and ordered by it; with ``primary_key``,
+  ``ReplacingMergeTree(_timestamp)`` ordered by the key, so a key's newest row wins when
+  ClickHouse merges. Every table eventpipe makes has one more column,
+  :data:`LOAD_COLUMN`: the load that brought each row (like dlt's ``_dlt_load_id``);
+  ``describe`` leaves it out.
+* **Types** follow the server: ``DateTime64(6, 'UTC')`` where it has that type,
+  ``DateTime('UTC')`` (whole seconds, 1970 to 2106) where it has not (before 20.1).
+* **Patching** runs under the table lock of the data directory (ClickHouse has no locks
+  of its own), the table read again under it.
+* **A load** never shows half a batch and never loads one twice:
+
+  1. under the table lock, its record in ``_eventpipe_loads`` is looked up: found, the
+     batch was loaded;
+  2. a stage table ``AS`` the table is filled with the batch's rows (read and converted to
+     the columns' types by an in-memory DuckDB, sent in ClickHouse's Native format, in
+     blocks; readers never see the stage);
+  3. an ``attaching`` record is written, then each of the stage's partitions is attached
+     to the table (``ATTACH PARTITION ... FROM``: atomic per partition; a batch that spans
+     months is visible a month at a time while it attaches), then the ``done`` record;
+  4. a rerun that finds ``attaching`` without ``done`` (a crash in step 3) attaches only
+     the partitions that hold none of the batch's rows (:data:`LOAD_COLUMN` says which).
+
+  With ``merge_after_load`` (the default) a keyed table's touched partitions are merged
+  at once (``OPTIMIZE ... FINAL``), so every reader sees one row per key.
+* **Rows a column cannot take** (a text where a number goes, a time before 1970 in a
+  ``DateTime``, a null in a key column) are left out with the reason
+  (``LoadResult.rejected``) and the rest loads.
+* **Days replaced** (``eventpipe reprocess``): each month holding a replaced day is
+  rebuilt in a table of its own (the month's other days, then the shadow's rows) and
+  swapped in with ``REPLACE PARTITION``: a reader sees the old month or the new, never a
+  day missing or doubled.
+* **Errors** are classified by the client (client.py): transient, refused credentials, or
+  the server's own message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+from eventpipe import reserved
+from eventpipe.destinations.base import (
+    ALL_SWAPPED,
+    QUERY_TIMEOUT_SECONDS,
+    DaySwap,
+    LoadRequest,
+    LoadResult,
+    day_ranges,
+    no_timestamp,
+    table_lock,
+)
+from eventpipe.destinations.clickhouse.client import ClickHouseClient, ServerError, ServerFeatures
+from eventpipe.destinations.clickhouse.native import UnencodableValue, encode_block
+from eventpipe.errors import QueryError, TerminalError
+from eventpipe.locks import Locks
+from eventpipe.schema.dialects import CLICKHOUSE, DUCKDB, TIMESTAMP_COLUMN, Dialect
+from eventpipe.schema.diff import Table, TablePatch
+from eventpipe.schema.types import DataType
+
+LOADS_TABLE = reserved.LOADS_TABLE
+LOAD_COLUMN = "_eventpipe_load"
+"""The load (batch id) that brought a row: how a rerun tells which partitions are in."""
+STAGE_PREFIX = "_eventpipe_stage_"
+REBUILD_PREFIX = "_eventpipe_rebuild_"
+
+BLOCK_ROWS = 262_144
+"""Rows per Native block sent to the stage (one HTTP request each)."""
+MAX_REJECTED_ROWS = 10_000
+"""Rows one load leaves out at most; beyond, the batch fails as a whole."""
+
+DATETIME = "DateTime('UTC')"
+"""The timestamp type of servers without ``DateTime64``."""
+
+_WRAPPERS = re.compile(r"^(?:Nullable|LowCardinality)\((.*)\)$")
+_DECIMAL = re.compile(r"^Decimal\((\d+),\s*(\d+)\)$")
+_INT64 = frozenset({"Int8", "Int16", "Int32", "Int64", "UInt16", "UInt32"})
+_WIDE = frozenset({"UInt64", "Int128", "UInt128", "Int256", "UInt256"})
+_DUCKDB = {
+    "String": "VARCHAR",
+    "Int8": "TINYINT",
+    "Int16": "SMALLINT",
+    "Int32": "INTEGER",
+    "Int64": "BIGINT",
+    "UInt8": "BOOLEAN",  # eventpipe's booleans (schema/dialects.py)
+    "UInt16": "USMALLINT",
+    "UInt32": "UINTEGER",
+    "UInt64": "UBIGINT",
+    "Float32": "FLOAT",
+    "Float64": "DOUBLE",
+}
+"""The DuckDB type a load converts a staged column to, per ClickHouse type."""
+
+
+def inner_type(sql_type: str) -> str:
+    """``sql_type`` without ``Nullable(...)`` and ``LowCardinality(...)``."""
+    while (found := _WRAPPERS.match(sql_type)) is not None:
+        sql_type = found.group(1)
+    return sql_type
+
+
+def lattice(sql_type: str) -> DataType:
+    """The lattice type of a ClickHouse column (for tables eventpipe did not make too)."""
+    t = inner_type(sql_type)
+    if t in ("UInt8", "Bool"):
+        return DataType.BOOL
+    if t in _INT64:
+        return DataType.INT64
+    if t in _WIDE:
+        return DataType.INT128
+    if (decimal := _DECIMAL.match(t)) is not None:
+        return DataType.INT128 if decimal.group(2) == "0" else DataType.FLOAT64
+    if t.startswith("Float"):
+        return DataType.FLOAT64
+    if t.startswith(("DateTime", "Date")):
+        return DataType.TIMESTAMP
+    return DataType.STRING
+
+
+def duckdb_type(sql_type: str) -> str | None:
+    """The DuckDB type a staged column is converted to for a ClickHouse column, or None
+    for types a load does not write (they stay at their default)."""
+    t = inner_type(sql_type)
+    if t in _DUCKDB:
+        return _DUCKDB[t]
+    if (decimal := _DECIMAL.match(t)) is not None:
+        return f"DECIMAL({decimal.group(1)}, {decimal.group(2)})"
+    if t.startswith("DateTime"):
+        return "TIMESTAMP"
+    return None
+
+
+def literal(text: str) -> str:
+    """``text`` as a ClickHouse string literal."""
+    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def dialect_for(features: ServerFeatures) -> Dialect:
+    """The ClickHouse dialect with the timestamp type this server has."""
+    if features.datetime64:
+        return CLICKHOUSE
+    from dataclasses import replace
+    from types import MappingProxyType
+
+    return replace(CLICKHOUSE, types=MappingProxyType({**CLICKHOUSE.types,
+                                                       DataType.TIMESTAMP: DATETIME}))  # fmt: skip
+
+
+class ClickHouseDestination:
+    dialect = CLICKHOUSE
+    """Quoting and the lattice's types; tables are made with :func:`dialect_for` the
+    server."""
+    parallel_loads = 2
+    """Tables of a batch loaded at once (each load is a few statements on the server)."""
+
+    def __init__(
+        self,
+        destination_id: str,
+        url: str,
+        locks: Locks,
+        *,
+        database: str = "default",
+        user: str = "default",
+        password: str = "",
+        query_user: str | None = None,
+        query_password: str = "",
+        merge_after_load: bool = True,
+        timeout_seconds: float = 300.0,
+    ) -> None:
+        self.id = destination_id
+        self.url = url
+        self.locks = locks
+        self.database = database
+        self.merge_after_load = merge_after_load
+        self._login = (user, password)
+        self.timeout_seconds = timeout_seconds
+        self._query_login = (query_user or user, query_password if query_user else password)
+        self._query_user = query_user is not None
+        self._features: ServerFeatures | None = None
+        self._ready = threading.Event()
+        """Set once the database and the loads table exist."""
+
+    def __repr__(self) -> str:
+        return f"ClickHouseDestination({self.id!r}, {self.url!r}, database={self.database!r})"
+
+    def _client(self) -> ClickHouseClient:
+        """A client for one call (a load, a patch): the destination keeps no connection
+        open between calls. No database header: the database may not exist yet (patch
+        makes it), so every name is qualified."""
+        user, password = self._login
+        return ClickHouseClient(self.url, user=user, password=password,
+                                timeout_seconds=self.timeout_seconds)  # fmt: skip
+
+    @property
+    def features(self) -> ServerFeatures:
+        if self._features is None:
+            with self._client() as ch:
+                self._features = ch.features()
+        return self._features
+
+    def _name(self, table: str) -> str:
+        return CLICKHOUSE.name_of(table, self.database)
+
+    # -- tables -------------------------------------------------------------------------
+
+    def _columns(self, ch: ClickHouseClient, table: str) -> dict[str, str]:
+        """The table's columns and their ClickHouse types, in order; empty if none."""
+        _, rows = ch.query(
+            "SELECT name, type FROM system.columns "
+            f"WHERE database = {literal(self.database)} AND table = {literal(table)}"
+        )
+        return {str(name): str(sql_type) for name, sql_type in rows}
+
+    def describe(self, table: str) -> Table | None:
+        with self._client() as ch:
+            return self._describe(ch, table)
+
+    def _describe(self, ch: ClickHouseClient, table: str) -> Table | None:
+        columns = self._columns(ch, table)
+        if not columns:
+            return None
+        columns.pop(LOAD_COLUMN, None)
+        return Table(table, {c: lattice(t) for c, t in columns.items()}, self._key(ch, table))
+
+    def _key(self, ch: ClickHouseClient, table: str) -> tuple[str, ...]:
+        """The key of a ``ReplacingMergeTree`` (its sorting key's columns); none for
+        other engines, whose sorting key only orders rows."""
+        _, rows = ch.query(
+            "SELECT engine, sorting_key FROM system.tables "
+            f"WHERE database = {literal(self.database)} AND name = {literal(table)}"
+        )
+        if not rows or not str(rows[0][0]).endswith("ReplacingMergeTree"):
+            return ()
+        return tuple(c.strip().strip("`") for c in str(rows[0][1]).split(",") if c.strip())
+
+    def _ensure_ready(self, ch: ClickHouseClient) -> None:
+        """The database and the loads table, once per destination object."""
+        if self._ready.is_set():
+            return
+        ch.execute(f"CREATE DATABASE IF NOT EXISTS {CLICKHOUSE.quote(self.database)}")
+        ch.execute(
+            f"CREATE TABLE IF NOT EXISTS {self._name(LOADS_TABLE)} (batch_id String, "
+            "tbl String, state String, rows UInt64, rejected String, "
+            "loaded_at DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY (tbl, batch_id)"
+        )
+        self._ready.set()
+
+    def patch(self, patch: TablePatch) -> None:
+        if patch.empty:
+            return
+        with self._client() as ch, table_lock(self.locks, self.id, patch.table):
+            self._ensure_ready(ch)
+            current = self._describe(ch, patch.table)  # again, under the lock
+            d, table = dialect_for(self.features), patch.table
+            if current is None:
+                ch.execute(
+                    d.create_table(table, patch.add_columns, patch.set_primary_key, self.database)
+                )
+                self._add_load_column(ch, table)
+                return
+            for column, data_type in patch.add_columns:
+                if column not in current.columns:
+                    ch.execute(d.add_column(table, column, data_type, self.database))
+            if patch.set_primary_key and tuple(patch.set_primary_key) != current.primary_key:
+                raise TerminalError(
+                    f"{self.id}.{table} exists without the key {list(patch.set_primary_key)}: "
+                    "ClickHouse fixes a table's key when the table is made",
+                    fix="rename or drop the table to have eventpipe make it with the key",
+                    table=table,
+                )
+
+    def _add_load_column(self, ch: ClickHouseClient, table: str) -> None:
+        ch.execute(
+            f"ALTER TABLE {self._name(table)} ADD COLUMN {CLICKHOUSE.quote(LOAD_COLUMN)} String"
+        )
+
+    def tables(self) -> list[str]:
+        """The database's tables, but a load's or a rebuild's own."""
+        with self._client() as ch:
+            _, rows = ch.query(
+                f"SELECT name FROM system.tables WHERE database = {literal(self.database)} "
+                f"AND NOT startsWith(name, {literal(STAGE_PREFIX)}) "
+                f"AND NOT startsWith(name, {literal(REBUILD_PREFIX)}) ORDER BY name"
+            )
+        return [str(name) for (name,) in rows]
+
+    def drop(self, tables: list[str]) -> None:
+        with self._client() as ch:
+            for table in tables:
+                ch.execute(f"DROP TABLE IF EXISTS {self._name(table)}")
+
+    # -- loads --------------------------------------------------------------------------
+
+    def _record(
+        self, ch: ClickHouseClient, batch_id: str, table: str
+    ) -> dict[str, tuple[int, str]]:
+        """The states recorded for a batch's load of ``table``: state -> (rows, rejected)."""
+        _, rows = ch.query(
+            f"SELECT state, rows, rejected FROM {self._name(LOADS_TABLE)} "
+            f"WHERE batch_id = {literal(batch_id)} AND tbl = {literal(table)}"
+        )
+        return {str(state): (int(n), str(why)) for state, n, why in rows}
+
+    def _write_record(
+        self,
+        ch: ClickHouseClient,
+        batch_id: str,
+        table: str,
+        state: str,
+        rows: int,
+        rejected: str = "[]",
+    ) -> None:
+        values = ", ".join([literal(batch_id), literal(table), literal(state), str(int(rows)),
+                            literal(rejected)])  # fmt: skip
+        ch.execute(
+            f"INSERT INTO {self._name(LOADS_TABLE)} (batch_id, tbl, state, rows, rejected) "
+            f"VALUES ({values})"
+        )
+
+    def load(self, request: LoadRequest) -> LoadResult:
+        if request.apply_changes:
+            raise TerminalError(
+                f"{self.id}: a source's changes are appended on ClickHouse (changes: append)",
+                table=request.table,
+            )
+        with self._client() as ch, table_lock(self.locks, self.id, request.table):
+            self._ensure_ready(ch)
+            done = self._record(ch, request.batch_id, request.table).get("done")
+            if done is not None:
+                left_out = tuple((int(i), str(why)) for i, why in json.loads(done[1]))
+                return LoadResult(rows=done[0], already_loaded=True, rejected=left_out)
+            types = self._columns(ch, request.table)
+            if not types:
+                raise TerminalError(f"{self.id}.{request.table} does not exist",
+                                    table=request.table)  # fmt: skip
+            if LOAD_COLUMN not in types:  # a table eventpipe did not make
+                self._add_load_column(ch, request.table)
+                types[LOAD_COLUMN] = "String"
+            stage = (
+                STAGE_PREFIX
+                + hashlib.sha1(f"{request.table}\0{request.batch_id}".encode()).hexdigest()[:16]
+            )
+            try:
+                rows, rejected = self._stage(ch, request, types, stage)
+                if request.primary_key:  # an upsert counts keys, as the other destinations
+                    keys = ", ".join(CLICKHOUSE.quote(c) for c in request.primary_key)
+                    [(rows,)] = ch.query(f"SELECT uniqExact({keys}) FROM {self._name(stage)}")[1]
+                reasons = json.dumps([list(r) for r in rejected])
+                self._write_record(ch, request.batch_id, request.table, "attaching", rows, reasons)
+                self._attach(ch, request, stage)
+                self._write_record(ch, request.batch_id, request.table, "done", rows, reasons)
+            finally:
+                ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
+        return LoadResult(rows=rows, rejected=rejected)
+
+    def _stage(
+        self, ch: ClickHouseClient, request: LoadRequest, types: dict[str, str], stage: str
+    ) -> tuple[int, tuple[tuple[int, str], ...]]:
+        """The batch's rows, converted to the table's types, into a new ``stage`` table
+        made like the table; the rows staged and those left out (position, reason)."""
+        ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
+        ch.execute(f"CREATE TABLE {self._name(stage)} AS {self._name(request.table)}")
+        written = {c: types[c] for c in request.columns if c in types and duckdb_type(types[c])}
+        written[LOAD_COLUMN] = types[LOAD_COLUMN]
+        missing = [c for c in request.columns if c not in types]
+        if missing:
+            raise TerminalError(f"{self.id}.{request.table} has no column {missing[0]!r}",
+                                table=request.table)  # fmt: skip
+        listed = ", ".join(CLICKHOUSE.quote(c) for c in written)
+        insert = f"INSERT INTO {self._name(stage)} ({listed}) FORMAT Native"
+        rows = 0
+        rejected: dict[int, str] = {}
+        for block, left_out in _blocks(request, written):
+            rejected.update(left_out)
+            if len(rejected) > MAX_REJECTED_ROWS:
+                raise TerminalError(
+                    f"{self.id}.{request.table}: more than {MAX_REJECTED_ROWS} rows its "
+                    f"columns cannot take, the first: {next(iter(rejected.values()))}",
+                    table=request.table,
+                )
+            if block is None:
+                continue
+            data, count = block
+            ch.execute(insert, data=data)
+            rows += count
+        return rows, tuple(sorted(rejected.items()))
+
+    def _attach(self, ch: ClickHouseClient, request: LoadRequest, stage: str) -> None:
+        """Each of the stage's partitions into the table, but those a crashed attempt
+        attached already; then, for a keyed table, merged if configured."""
+        _, found = ch.query(
+            "SELECT DISTINCT partition_id FROM system.parts "
+            f"WHERE database = {literal(self.database)} AND table = {literal(stage)} AND active"
+        )
+        partitions = sorted(str(p) for (p,) in found)
+        if "attaching" in self._record(ch, request.batch_id, request.table) and len(partitions) > 0:
+            _, present = ch.query(
+                f"SELECT _partition_id FROM {self._name(request.table)} "
+                f"WHERE {CLICKHOUSE.quote(LOAD_COLUMN)} = {literal(request.batch_id)} "
+                "GROUP BY _partition_id"  # DISTINCT of a virtual column crashes 18.16
+            )
+            # Recorded before this attempt's own record: only a crashed attempt's rows.
+            attached = {str(p) for (p,) in present}
+        else:
+            attached = set()
+        target = self._name(request.table)
+        for partition in partitions:
+            if partition not in attached:
+                ch.execute(
+                    f"ALTER TABLE {target} ATTACH PARTITION ID {literal(partition)} "
+                    f"FROM {self._name(stage)}"
+                )
+        if request.primary_key and self.merge_after_load:
+            for partition in partitions:
+                ch.execute(f"OPTIMIZE TABLE {target} PARTITION ID {literal(partition)} FINAL")
+
+    # -- days replaced ------------------------------------------------------------------
+
+    def replace_days(self, swap: DaySwap) -> dict[str, int]:
+        """Each month holding one of ``swap.days`` rebuilt (its other days, then the
+        shadow's rows of it) and swapped in whole, per table; the shadows dropped; all
+        recorded under ``swap.swap_id``. A rerun after a crash rebuilds the months again
+        from the table as it is (the days replaced once are replaced again, the same)."""
+        with self._client() as ch:
+            self._ensure_ready(ch)
+            return self._replace_days(ch, swap)
+
+    def _replace_days(self, ch: ClickHouseClient, swap: DaySwap) -> dict[str, int]:
+        done = self._record(ch, swap.swap_id, ALL_SWAPPED).get("done")
+        if done is not None:
+            _, rows = ch.query(
+                f"SELECT tbl, rows FROM {self._name(LOADS_TABLE)} "
+                f"WHERE batch_id = {literal(swap.swap_id)} AND state = 'done'"
+            )
+            return {str(t): int(n) for t, n in rows if t != ALL_SWAPPED}
+        moved: dict[str, int] = {}
+        for table in sorted(set(swap.tables) | set(swap.shadows)):
+            with table_lock(self.locks, self.id, table):
+                count = self._replace_table_days(ch, swap, table)
+            if table in swap.shadows and count is not None:
+                moved[table] = count
+        for table, count in moved.items():
+            self._write_record(ch, swap.swap_id, table, "done", count)
+        self._write_record(ch, swap.swap_id, ALL_SWAPPED, "done", 0)
+        for shadow in sorted(swap.shadows.values()):
+            ch.execute(f"DROP TABLE IF EXISTS {self._name(shadow)}")
+        return moved
+
+    def _replace_table_days(self, ch: ClickHouseClient, swap: DaySwap, table: str) -> int | None:
+        """The rows of ``swap.days`` in ``table`` replaced by its shadow's; the shadow's
+        rows moved in, None if neither exists."""
+        columns = self._columns(ch, table)
+        shadow = swap.shadows.get(table)
+        shadow_columns = self._columns(ch, shadow) if shadow else {}
+        if not columns:
+            return None
+        if TIMESTAMP_COLUMN not in columns:
+            raise no_timestamp(self.id, table)
+        q = CLICKHOUSE.quote
+        ts = q(TIMESTAMP_COLUMN)
+        days = " OR ".join(
+            f"({ts} >= toDateTime('{first.isoformat()} 00:00:00', 'UTC') "
+            f"AND {ts} < toDateTime('{end.isoformat()} 00:00:00', 'UTC'))"
+            for first, end in day_ranges(swap.days)
+        )
+        months = sorted({day[:7].replace("-", "") for day in swap.days})
+        target = self._name(table)
+        rebuild = self._name(REBUILD_PREFIX + hashlib.sha1(table.encode()).hexdigest()[:16])
+        moved = 0
+        for month in months:
+            in_month = f"toYYYYMM({ts}) = {int(month)}"
+            ch.execute(f"DROP TABLE IF EXISTS {rebuild}")
+            ch.execute(f"CREATE TABLE {rebuild} AS {target}")
+            ch.execute(
+                f"INSERT INTO {rebuild} SELECT * FROM {target} WHERE {in_month} AND NOT ({days})"
+            )
+            if shadow is not None and shadow_columns:
+                listed = ", ".join(q(c) for c in shadow_columns if c in columns)
+                rows_of_days = f"FROM {self._name(shadow)} WHERE {in_month} AND ({days})"
+                ch.execute(f"INSERT INTO {rebuild} ({listed}) SELECT {listed} {rows_of_days}")
+                [(count,)] = ch.query(f"SELECT count() {rows_of_days}")[1]
+                moved += int(count)
+            # Atomic: readers see the month before or after, never between.
+            ch.execute(f"ALTER TABLE {target} REPLACE PARTITION ID {literal(month)} FROM {rebuild}")
+            if swap.primary_key and self.merge_after_load:
+                ch.execute(f"OPTIMIZE TABLE {target} PARTITION ID {literal(month)} FINAL")
+            ch.execute(f"DROP TABLE {rebuild}")
+        return moved
+
+    # -- reads --------------------------------------------------------------------------
+
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one read (:func:`check_query`) in the destination's database, and return
+        column names and rows. As ``query_user`` when configured: a user in a
+        ``readonly`` profile, which may not change settings, so its profile's
+        ``max_execution_time`` holds and the client gives up after ``timeout_seconds``.
+        Otherwise as the loading user, with ``readonly=1`` (which it cannot lift inside
+        the query) and ``max_execution_time``."""
+        check_query(sql)
+        user, password = self._query_login
+        settings = {} if self._query_user else {
+            "readonly": 1, "max_execution_time": max(1, round(timeout_seconds))
+        }  # fmt: skip
+        with ClickHouseClient(self.url, user=user, password=password, database=self.database,
+                              timeout_seconds=timeout_seconds + 5) as reader:  # fmt: skip
+            try:
+                return reader.query(sql.strip().rstrip(";"), settings=settings)
+            except ServerError as exc:
+                raise QueryError(exc.message) from None
+
+
+def _blocks(
+    request: LoadRequest, types: dict[str, str]
+) -> Iterator[tuple[tuple[bytes, int] | None, dict[int, str]]]:
+    """The batch's rows as Native blocks of the ``types`` columns (``LOAD_COLUMN`` the
+    batch id), each with the rows it left out: (position, reason)."""
+    import duckdb
+    import pyarrow as pa
+
+    from eventpipe.destinations.duckdb import file_offsets, unconvertible_rows
+
+    files = [str(f) for f in request.files]
+    if not files:
+        return
+    q = DUCKDB.quote
+    sql_types = {c: duckdb_type(t) or "VARCHAR" for c, t in types.items() if c != LOAD_COLUMN}
+    db = duckdb.connect(config={"enable_external_access": True})
+    try:
+        db.execute("SET TimeZone = 'UTC'")
+        # Values DuckDB cannot convert to the column's type: left out, with the value.
+        found = dict(unconvertible_rows(db, request, files, sql_types))
+        skip = {p: f"clickhouse: {why.removeprefix('duckdb: ')}" for p, why in found.items()}
+        if skip:
+            yield None, skip
+        offsets = file_offsets(files)
+        casts = ", ".join(f"TRY_CAST({q(c)} AS {t}) AS {q(c)}" for c, t in sql_types.items())
+        reader = db.sql(
+            f"SELECT {casts}, filename AS f, file_row_number AS r FROM read_parquet($files, "
+            "union_by_name = true, filename = true, file_row_number = true)",
+            params={"files": files},
+        ).to_arrow_reader(BLOCK_ROWS)
+        for batch in reader:
+            table = pa.Table.from_batches([batch])
+            names = table.column("f").to_pylist()
+            numbers = table.column("r").to_pylist()
+            positions = [offsets[n] + int(r) for n, r in zip(names, numbers, strict=True)]
+            keep = [i for i, p in enumerate(positions) if p not in skip]
+            if len(keep) < len(positions):
+                table = table.take(keep)
+                positions = [positions[i] for i in keep]
+            table = table.append_column(LOAD_COLUMN, pa.array([request.batch_id] * len(table)))
+            left_out: dict[int, str] = {}
+            while len(table):
+                try:
+                    yield (encode_block(table, types), len(table)), left_out
+                    break
+                except UnencodableValue as exc:
+                    for row in exc.rows:
+                        left_out[positions[row]] = f"clickhouse: column {exc.message}"
+                    bad = set(exc.rows)
+                    keep = [i for i in range(len(table)) if i not in bad]
+                    table = table.take(keep)
+                    positions = [positions[i] for i in keep]
+            else:
+                if left_out:
+                    yield None, left_out
+    finally:
+        db.close()
+
+
+_REFUSED_FUNCTIONS = re.compile(
+    r"\b(url|urlCluster|file|fileCluster|remote|remoteSecure|cluster|clusterAllReplicas|s3|"
+    r"s3Cluster|gcs|azureBlobStorage|hdfs|hdfsCluster|mysql|postgresql|mongodb|redis|sqlite|"
+    r"jdbc|odbc|executable|input|deltaLake|iceberg|hudi|dictionary|generateRandom)\s*\(",
+    re.IGNORECASE,
+)
+_SECRET_TABLES = re.compile(
+    r"\bsystem\s*\.\s*`?(processes|query_log|query_thread_log|text_log|users|grants|"
+    r"settings_profile_elements|named_collections|zookeeper)\b",
+    re.IGNORECASE,
+)
+_LITERALS = re.compile(r"'(?:[^'\\]|\\.)*'|--[^\n]*|/\*.*?\*/", re.DOTALL)
+
+
+def check_query(sql: str) -> None:
+    """QueryError for a query that reaches past the destination's tables: a table
+    function that reads files, URLs, other servers or programs, or a system table that
+    holds other sessions' queries or users. ``readonly=1`` (and ``query_user``, a user in
+    a read-only profile) keeps it from writing; this keeps it from reading out."""
+    bare = _LITERALS.sub("''", sql)
+    if (found := _REFUSED_FUNCTIONS.search(bare)) is not None:
+        raise QueryError(f"{found.group(1)}(): reaches outside the destination's tables")
+    if (found := _SECRET_TABLES.search(bare)) is not None:
+        raise QueryError(f"system.{found.group(1)}: holds other sessions' queries or users")

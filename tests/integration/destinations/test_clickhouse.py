@@ -1,0 +1,226 @@
+"""The ClickHouse destination against Debian's server (tests/clickhouse.py): what the
+conformance suite does not ask of every destination. A load killed at each of its steps
+and run again, days replaced by whole months, what the old server's types cannot hold,
+and ``eventpipe query`` kept to reading the destination's tables."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eventpipe.destinations.base import DaySwap, LoadRequest
+from eventpipe.destinations.clickhouse import ClickHouseDestination
+from eventpipe.destinations.clickhouse.destination import check_query
+from eventpipe.errors import QueryError, TerminalError
+from eventpipe.locks import FileLocks
+from eventpipe.schema.diff import Table, diff
+from eventpipe.schema.types import DataType
+
+S, N, H, T = DataType.STRING, DataType.INT64, DataType.INT128, DataType.TIMESTAMP
+COLUMNS = {"id": S, "n": N, "_timestamp": T}
+
+
+@pytest.fixture
+def dest(clickhouse_server: Any, clickhouse_database: str, tmp_path: Path) -> ClickHouseDestination:
+    return ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
+                                 database=clickhouse_database,
+                                 password=clickhouse_server.password)  # fmt: skip
+
+
+def _ensure(dest: ClickHouseDestination, table: Table) -> None:
+    dest.patch(diff(dest.describe(table.name), table))
+
+
+def _rows(dest: ClickHouseDestination, sql: str) -> list[tuple[Any, ...]]:
+    return dest.query(sql)[1]
+
+
+def _events(path: Path, rows: int, months: int = 1) -> Path:
+    """``rows`` events spread over ``months`` months (a partition each)."""
+    times = [datetime(2026, 11 - i % months, 20, 12, 0, i % 60) for i in range(rows)]
+    pq.write_table(pa.table({"id": [f"e{i}" for i in range(rows)], "n": list(range(rows)),
+                             "_timestamp": times}), path)  # fmt: skip
+    return path
+
+
+_CHILD = """
+import json, sys, time
+from pathlib import Path
+from eventpipe.destinations.clickhouse import client, ClickHouseDestination
+from eventpipe.destinations.base import LoadRequest
+from eventpipe.locks import FileLocks
+from eventpipe.schema.types import DataType
+url, password, database, locks, file, step = sys.argv[1:7]
+original = client.ClickHouseClient.execute
+seen = []
+def execute(self, sql, **kwargs):
+    if step in sql and (step != "ATTACH PARTITION" or seen):
+        print("killed at " + step, flush=True)
+        time.sleep(60)
+    if step in sql:
+        seen.append(sql)
+    return original(self, sql, **kwargs)
+client.ClickHouseClient.execute = execute
+dest = ClickHouseDestination("ch", url, FileLocks(Path(locks)), database=database,
+                             password=password)
+columns = {"id": DataType.STRING, "n": DataType.INT64, "_timestamp": DataType.TIMESTAMP}
+dest.load(LoadRequest("events", "batch-1", (Path(file),), columns))
+"""
+
+STEPS = {
+    "staged": "'attaching'",  # the stage filled, nothing recorded
+    "one month attached": "ATTACH PARTITION",  # the first month in, the second not
+    "attached": "'done'",  # every month in, not recorded done
+}
+
+
+@pytest.mark.parametrize("step", list(STEPS))
+def test_a_load_killed_at_each_step_then_run_again_equals_a_clean_load(
+    dest: ClickHouseDestination, clickhouse_server: Any, tmp_path: Path, step: str
+) -> None:
+    _ensure(dest, Table("events", COLUMNS))
+    rows = 20_000
+    big = _events(tmp_path / "big.parquet", rows, months=2)
+    child = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, clickhouse_server.url, clickhouse_server.password,
+         dest.database, str(dest.locks.directory), str(big), STEPS[step]],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert child.stdout is not None
+    assert child.stdout.readline().strip() == f"killed at {STEPS[step]}"
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    child.stdout.close()
+    [(visible,)] = _rows(dest, "SELECT count() FROM events")
+    assert visible == {"staged": 0, "one month attached": rows // 2, "attached": rows}[step]
+    result = dest.load(LoadRequest("events", "batch-1", (big,), COLUMNS))
+    assert (result.rows, result.already_loaded) == (rows, False)
+    assert _rows(dest, "SELECT count(), uniqExact(id), sum(n) FROM events") == [
+        (rows, rows, rows * (rows - 1) // 2)
+    ]
+    assert dest.load(LoadRequest("events", "batch-1", (big,), COLUMNS)).already_loaded
+    assert [t for t in dest.tables() if t != "_eventpipe_loads"] == ["events"]  # no stage left
+
+
+def test_days_are_replaced_by_their_months_and_a_rerun_changes_nothing(
+    dest: ClickHouseDestination, tmp_path: Path
+) -> None:
+    _ensure(dest, Table("events", COLUMNS))
+    old = [{"id": f"{day}-{i}", "n": 1, "_timestamp": datetime(2026, 11, day, 9)}
+           for day in (19, 20, 21) for i in range(3)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(old), tmp_path / "old.parquet")
+    dest.load(LoadRequest("events", "b1", (tmp_path / "old.parquet",), COLUMNS))
+    shadow = "_eventpipe_rp_x_events"
+    _ensure(dest, Table(shadow, COLUMNS))
+    rebuilt = [{"id": f"20-new-{i}", "n": 2, "_timestamp": datetime(2026, 11, 20, 10)}
+               for i in range(5)]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rebuilt), tmp_path / "new.parquet")
+    dest.load(LoadRequest(shadow, "rp", (tmp_path / "new.parquet",), COLUMNS))
+    swap = DaySwap("swap-1", ("2026-11-20",), ("events",), {"events": shadow})
+    assert dest.replace_days(swap) == {"events": 5}
+    expected = [(19, 1, 3), (20, 2, 5), (21, 1, 3)]
+    sql = "SELECT toDayOfMonth(_timestamp) d, max(n), count() FROM events GROUP BY d ORDER BY d"
+    assert _rows(dest, sql) == expected
+    assert dest.replace_days(swap) == {"events": 5}  # recorded: done once
+    assert _rows(dest, sql) == expected
+    assert shadow not in dest.tables()
+
+
+def test_values_the_old_servers_types_cannot_hold_are_left_out_with_the_reason(
+    dest: ClickHouseDestination, tmp_path: Path
+) -> None:
+    """Debian's 18.16 has no DateTime64: times keep whole seconds, from 1970 to 2106."""
+    _ensure(dest, Table("events", {"id": S, "big": H, "_timestamp": T}))
+    rows = [
+        {"id": "ok", "big": Decimal(2**64), "_timestamp": datetime(2026, 11, 20, 9, 0, 1, 500)},
+        {"id": "early", "big": None, "_timestamp": datetime(1969, 12, 31, 23)},
+        {"id": "late", "big": None, "_timestamp": datetime(2107, 1, 1)},
+        {"id": "no time", "big": None, "_timestamp": None},  # the sorting key takes no null
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet")
+    result = dest.load(LoadRequest("events", "b1", (tmp_path / "a.parquet",),
+                                   {"id": S, "big": H, "_timestamp": T}))  # fmt: skip
+    assert result.rows == 1
+    assert [p for p, _ in result.rejected] == [1, 2, 3]
+    assert "before 1970 or after 2106" in result.rejected[0][1]
+    assert "null" in result.rejected[2][1]
+    assert all("_timestamp" in why for _, why in result.rejected)
+    assert _rows(dest, "SELECT id, big, toString(_timestamp) FROM events") == [
+        ("ok", Decimal(2**64), "2026-11-20 09:00:01")
+    ]
+
+
+def test_a_key_cannot_be_added_to_a_table_made_without_one(dest: ClickHouseDestination) -> None:
+    _ensure(dest, Table("users", {"id": S, "_timestamp": T}))
+    with pytest.raises(TerminalError, match="fixes a table's key when the table is made"):
+        _ensure(dest, Table("users", {"id": S, "_timestamp": T}, primary_key=("id",)))
+
+
+def test_query_reads_as_the_read_only_user_and_cannot_write(
+    clickhouse_server: Any, clickhouse_database: str, tmp_path: Path
+) -> None:
+    dest = ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
+                                 database=clickhouse_database, password=clickhouse_server.password,
+                                 query_user="reader",
+                                 query_password=clickhouse_server.password)  # fmt: skip
+    _ensure(dest, Table("events", COLUMNS))
+    assert dest.query("SELECT count() FROM events") == (["count()"], [(0,)])
+    with pytest.raises(QueryError, match="Code: 164"):  # READONLY
+        dest.query("INSERT INTO events (id) VALUES ('x')")
+    same_user = ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
+                                      database=clickhouse_database,
+                                      password=clickhouse_server.password)  # fmt: skip
+    with pytest.raises(QueryError, match="Code: 164"):  # readonly=1 for the loading user
+        same_user.query("DROP TABLE events")
+    with pytest.raises(QueryError, match="Code: 164"):  # nor can it lift readonly
+        same_user.query("SELECT 1 SETTINGS readonly = 0")
+
+
+@pytest.mark.parametrize(
+    ("sql", "refused"),
+    [
+        ("SELECT * FROM url('http://169.254.169.254/latest/meta-data', CSV, 'a String')", "url"),
+        ("SELECT * FROM file('/etc/passwd', TSV, 'line String')", "file"),
+        ("SELECT * FROM remote('other:9000', system.one)", "remote"),
+        ("SELECT 1 WHERE 1 IN (SELECT * FROM\n  mysql('h', 'd', 't', 'u', 'p'))", "mysql"),
+        ("SELECT query FROM system.processes", "system.processes"),
+        ("SELECT query FROM system . query_log", "system.query_log"),
+    ],
+)
+def test_query_refuses_what_reaches_past_the_destinations_tables(sql: str, refused: str) -> None:
+    with pytest.raises(QueryError, match=refused):
+        check_query(sql)
+
+
+def test_query_reads_text_that_only_names_a_table_function() -> None:
+    check_query("SELECT 'file(x)' AS s, url_path FROM events -- remote(")
+
+
+def test_column_names_clickhouse_reads_differently_land_where_they_say(
+    dest: ClickHouseDestination, tmp_path: Path
+) -> None:
+    """Backquoted identifiers take backslash escapes in ClickHouse: a backslash, a
+    backtick or a newline in a name is escaped, not doubled."""
+    names = ["select", "new col", "a`b", "ü", "a\\b", "x'y", "a.b", 'a"b', "a\nb", "`", "\\"]
+    columns = dict.fromkeys(names, S)
+    _ensure(dest, Table("events", columns))
+    described = dest.describe("events")
+    assert described is not None
+    assert described.columns == columns
+    pq.write_table(pa.table({n: [f"v{i}"] for i, n in enumerate(names)}), tmp_path / "a.parquet")
+    assert dest.load(LoadRequest("events", "b1", (tmp_path / "a.parquet",), columns)).rows == 1
+    found, [row] = dest.query("SELECT * FROM events")
+    assert dict(zip(found, row, strict=True)) == {
+        **{n: f"v{i}" for i, n in enumerate(names)},
+        "_eventpipe_load": "b1",
+    }
