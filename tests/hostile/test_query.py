@@ -14,7 +14,7 @@ from eventpipe.schema.types import DataType
 from tests.integration.destinations.test_conformance import _destination, _parquet
 
 
-@pytest.fixture(params=["duckdb", "postgres", "parquet", "parquet-uri"])
+@pytest.fixture(params=["duckdb", "postgres", "clickhouse", "parquet", "parquet-uri"])
 def loaded(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     dest = _destination(request.param, request, tmp_path)
     columns = {"n": DataType.INT64}
@@ -154,6 +154,7 @@ LONG_QUERIES = {
     "postgres": "SELECT count(*) FROM generate_series(1, 100000000000) g WHERE g % 7 = 8",
     "parquet": _DUCKDB_LONG,
     "parquet-uri": "SELECT count(*) FROM range(1000000000000) WHERE id % 7 = 8",
+    "clickhouse": "SELECT count() FROM system.numbers WHERE number % 7 = 8",
 }
 
 

@@ -45,6 +45,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
+
 from eventpipe import reserved
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
@@ -56,9 +58,14 @@ from eventpipe.destinations.base import (
     no_timestamp,
     table_lock,
 )
-from eventpipe.destinations.clickhouse.client import ClickHouseClient, ServerError, ServerFeatures
+from eventpipe.destinations.clickhouse.client import (
+    ClickHouseClient,
+    ServerError,
+    ServerFeatures,
+    error_code,
+)
 from eventpipe.destinations.clickhouse.native import UnencodableValue, encode_block
-from eventpipe.errors import QueryError, TerminalError
+from eventpipe.errors import QueryError, TerminalError, TransientError
 from eventpipe.locks import Locks
 from eventpipe.schema.dialects import CLICKHOUSE, DUCKDB, TIMESTAMP_COLUMN, Dialect
 from eventpipe.schema.diff import Table, TablePatch
@@ -69,6 +76,9 @@ LOAD_COLUMN = "_eventpipe_load"
 """The load (batch id) that brought a row: how a rerun tells which partitions are in."""
 STAGE_PREFIX = "_eventpipe_stage_"
 REBUILD_PREFIX = "_eventpipe_rebuild_"
+
+TIMEOUT_EXCEEDED = 159
+"""The code of a query stopped by ``max_execution_time``."""
 
 BLOCK_ROWS = 262_144
 """Rows per Native block sent to the stage (one HTTP request each)."""
@@ -515,6 +525,15 @@ class ClickHouseDestination:
                 return reader.query(sql.strip().rstrip(";"), settings=settings)
             except ServerError as exc:
                 raise QueryError(exc.message) from None
+            except TransientError as exc:
+                timed_out = error_code(exc.message) == TIMEOUT_EXCEEDED or isinstance(
+                    exc.__cause__, httpx.TimeoutException
+                )
+                if not timed_out:
+                    raise
+                raise QueryError(
+                    f"the query ran longer than query_timeout_seconds ({timeout_seconds:g})"
+                ) from None
 
 
 def _blocks(
