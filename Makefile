@@ -55,11 +55,12 @@ lint: $(STAMP)
 	$(BIN)/lint-imports --no-cache
 
 bench: $(STAMP) java
-	scripts/ensure-apt.sh wrk postgresql libpostgresql-jdbc-java lz4
+	scripts/ensure-apt.sh wrk postgresql libpostgresql-jdbc-java lz4 clickhouse-server clickhouse-client
 	$(BIN)/python bench/ingest.py
 	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
 	$(BIN)/python bench/batch.py
 	$(BIN)/python bench/postgres.py
+	$(BIN)/python bench/clickhouse.py
 	$(BIN)/python bench/stream.py --destination duckdb
 	$(BIN)/python bench/stream.py --destination postgres
 	$(BIN)/python bench/http_sink.py

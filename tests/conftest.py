@@ -239,18 +239,31 @@ def clickhouse_server() -> Iterator[Any]:
         server.remove()
 
 
+@pytest.fixture(scope="session")
+def chdb_server() -> Iterator[Any]:
+    """Today's ClickHouse engine (chDB) behind the HTTP interface, for the whole run
+    (tests/chdb_server.py)."""
+    from tests.chdb_server import ChdbServer
+
+    server = ChdbServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+CLICKHOUSE_ENGINES = {"18.16": "clickhouse_server", "today": "chdb_server"}
+"""The ClickHouse servers the tests run: Debian's 18.16, and today's engine (chDB)."""
+
+
 @pytest.fixture
-def clickhouse_database(clickhouse_server: Any) -> Iterator[str]:
-    """A database of its own on the run's ClickHouse server for one test, dropped
-    afterwards (eventpipe creates it)."""
+def clickhouse_database() -> str:
+    """A database name of one test's own (eventpipe creates it; the servers are
+    removed with the run)."""
     import uuid
 
-    from eventpipe.destinations.clickhouse.client import ClickHouseClient
-
-    database = f"t_{uuid.uuid4().hex[:12]}"
-    yield database
-    with ClickHouseClient(clickhouse_server.url, password=clickhouse_server.password) as client:
-        client.execute(f"DROP DATABASE IF EXISTS `{database}`")
+    return f"t_{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture

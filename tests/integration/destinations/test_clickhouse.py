@@ -25,16 +25,27 @@ from eventpipe.errors import QueryError, TerminalError
 from eventpipe.locks import FileLocks
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
+from tests.conftest import CLICKHOUSE_ENGINES
 
 S, N, H, T = DataType.STRING, DataType.INT64, DataType.INT128, DataType.TIMESTAMP
 COLUMNS = {"id": S, "n": N, "_timestamp": T}
 
 
+@pytest.fixture(params=list(CLICKHOUSE_ENGINES))
+def server(request: pytest.FixtureRequest) -> Any:
+    """Debian's 18.16 server, or today's engine (chDB) behind the HTTP interface."""
+    return request.getfixturevalue(CLICKHOUSE_ENGINES[request.param])
+
+
 @pytest.fixture
-def dest(clickhouse_server: Any, clickhouse_database: str, tmp_path: Path) -> ClickHouseDestination:
-    return ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
-                                 database=clickhouse_database,
-                                 password=clickhouse_server.password)  # fmt: skip
+def dest(server: Any, clickhouse_database: str, tmp_path: Path) -> ClickHouseDestination:
+    return ClickHouseDestination(
+        "ch",
+        server.url,
+        FileLocks(tmp_path / "locks"),
+        database=clickhouse_database,
+        password=server.password,
+    )
 
 
 def _ensure(dest: ClickHouseDestination, table: Table) -> None:
@@ -86,13 +97,13 @@ STEPS = {
 
 @pytest.mark.parametrize("step", list(STEPS))
 def test_a_load_killed_at_each_step_then_run_again_equals_a_clean_load(
-    dest: ClickHouseDestination, clickhouse_server: Any, tmp_path: Path, step: str
+    dest: ClickHouseDestination, server: Any, tmp_path: Path, step: str
 ) -> None:
     _ensure(dest, Table("events", COLUMNS))
     rows = 20_000
     big = _events(tmp_path / "big.parquet", rows, months=2)
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, clickhouse_server.url, clickhouse_server.password,
+        [sys.executable, "-c", _CHILD, server.url, server.password,
          dest.database, str(dest.locks.directory), str(big), STEPS[step]],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
@@ -137,9 +148,13 @@ def test_days_are_replaced_by_their_months_and_a_rerun_changes_nothing(
 
 
 def test_values_the_old_servers_types_cannot_hold_are_left_out_with_the_reason(
-    dest: ClickHouseDestination, tmp_path: Path
+    clickhouse_server: Any, clickhouse_database: str, tmp_path: Path
 ) -> None:
     """Debian's 18.16 has no DateTime64: times keep whole seconds, from 1970 to 2106."""
+    dest = ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
+                                 database=clickhouse_database,
+                                 password=clickhouse_server.password)  # fmt: skip
+    assert not dest.features.datetime64
     _ensure(dest, Table("events", {"id": S, "big": H, "_timestamp": T}))
     rows = [
         {"id": "ok", "big": Decimal(2**64), "_timestamp": datetime(2026, 11, 20, 9, 0, 1, 500)},
@@ -160,6 +175,37 @@ def test_values_the_old_servers_types_cannot_hold_are_left_out_with_the_reason(
     ]
 
 
+def test_todays_servers_keep_microseconds_and_times_before_1970(
+    chdb_server: Any, clickhouse_database: str, tmp_path: Path
+) -> None:
+    dest = ClickHouseDestination(
+        "ch",
+        chdb_server.url,
+        FileLocks(tmp_path / "locks"),
+        database=clickhouse_database,
+        password=chdb_server.password,
+    )
+    assert dest.features.datetime64
+    columns = {"id": S, "big": H, "_timestamp": T}
+    _ensure(dest, Table("events", columns))
+    rows = [
+        {"id": "ok", "big": Decimal(2**64), "_timestamp": datetime(2026, 11, 20, 9, 0, 1, 500)},
+        {"id": "early", "big": None, "_timestamp": datetime(1969, 7, 20, 20, 17)},
+        {"id": "late", "big": None, "_timestamp": datetime(2107, 1, 1)},
+        {"id": "no time", "big": None, "_timestamp": None},  # the sorting key takes no null
+    ]
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet")
+    result = dest.load(LoadRequest("events", "b1", (tmp_path / "a.parquet",), columns))
+    assert result.rows == 3
+    assert [p for p, _ in result.rejected] == [3]
+    assert _rows(dest, "SELECT id, big, toString(_timestamp), toTypeName(_timestamp) "
+                 "FROM events ORDER BY _timestamp") == [
+        ("early", None, "1969-07-20 20:17:00.000000", "DateTime64(6, 'UTC')"),
+        ("ok", Decimal(2**64), "2026-11-20 09:00:01.000500", "DateTime64(6, 'UTC')"),
+        ("late", None, "2107-01-01 00:00:00.000000", "DateTime64(6, 'UTC')"),
+    ]  # fmt: skip
+
+
 def test_a_key_cannot_be_added_to_a_table_made_without_one(dest: ClickHouseDestination) -> None:
     _ensure(dest, Table("users", {"id": S, "_timestamp": T}))
     with pytest.raises(TerminalError, match="fixes a table's key when the table is made"):
@@ -167,19 +213,22 @@ def test_a_key_cannot_be_added_to_a_table_made_without_one(dest: ClickHouseDesti
 
 
 def test_query_reads_as_the_read_only_user_and_cannot_write(
-    clickhouse_server: Any, clickhouse_database: str, tmp_path: Path
+    server: Any, clickhouse_database: str, tmp_path: Path
 ) -> None:
-    dest = ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
-                                 database=clickhouse_database, password=clickhouse_server.password,
-                                 query_user="reader",
-                                 query_password=clickhouse_server.password)  # fmt: skip
+    dest = ClickHouseDestination("ch", server.url, FileLocks(tmp_path / "locks"),
+                                 database=clickhouse_database, password=server.password,
+                                 query_user="reader", query_password=server.password)  # fmt: skip
     _ensure(dest, Table("events", COLUMNS))
     assert dest.query("SELECT count() FROM events") == (["count()"], [(0,)])
     with pytest.raises(QueryError, match="Code: 164"):  # READONLY
         dest.query("INSERT INTO events (id) VALUES ('x')")
-    same_user = ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
-                                      database=clickhouse_database,
-                                      password=clickhouse_server.password)  # fmt: skip
+    same_user = ClickHouseDestination(
+        "ch",
+        server.url,
+        FileLocks(tmp_path / "locks"),
+        database=clickhouse_database,
+        password=server.password,
+    )
     with pytest.raises(QueryError, match="Code: 164"):  # readonly=1 for the loading user
         same_user.query("DROP TABLE events")
     with pytest.raises(QueryError, match="Code: 164"):  # nor can it lift readonly

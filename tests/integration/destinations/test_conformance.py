@@ -1,7 +1,8 @@
 """One conformance suite for every destination: the same cases against real DuckDB files,
-a real PostgreSQL server (tests/postgres.py) and Debian's ClickHouse server
-(tests/clickhouse.py), and the lakes: patch, concurrent patchers, atomic and
-idempotent loads, upserts, values a column cannot take."""
+a real PostgreSQL server (tests/postgres.py), Debian's ClickHouse server
+(tests/clickhouse.py), today's ClickHouse engine (tests/chdb_server.py) and the lakes:
+patch, concurrent patchers, atomic and idempotent loads, upserts, values a column cannot
+take."""
 
 from __future__ import annotations
 
@@ -50,8 +51,9 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
         return SparkParquetDestination(
             "warehouse", (tmp_path / "lake").as_uri(), FileLocks(tmp_path / "locks"), lambda: spark
         )
-    if kind == "clickhouse":
-        server = request.getfixturevalue("clickhouse_server")
+    if kind.startswith("clickhouse"):  # clickhouse: Debian's 18.16; clickhouse-today: chDB
+        server = request.getfixturevalue("chdb_server" if kind.endswith("today") else
+                                         "clickhouse_server")  # fmt: skip
         return ClickHouseDestination("warehouse", server.url, FileLocks(tmp_path / "locks"),
                                      database=request.getfixturevalue("clickhouse_database"),
                                      password=server.password)  # fmt: skip
@@ -60,13 +62,22 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
 
 
 @pytest.fixture(
-    params=["duckdb", "postgres", "clickhouse", "parquet", "parquet-uri", "iceberg", "delta"]
+    params=[
+        "duckdb",
+        "postgres",
+        "clickhouse",
+        "clickhouse-today",
+        "parquet",
+        "parquet-uri",
+        "iceberg",
+        "delta",
+    ]
 )
 def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     return _destination(request.param, request, tmp_path)
 
 
-@pytest.fixture(params=["duckdb", "postgres", "clickhouse", "iceberg", "delta"])
+@pytest.fixture(params=["duckdb", "postgres", "clickhouse", "clickhouse-today", "iceberg", "delta"])
 def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     """Destinations that take a primary key (Parquet files cannot upsert)."""
     return _destination(request.param, request, tmp_path)

@@ -49,6 +49,7 @@ TRANSIENT_CODES: Mapping[int, str] = {
     252: "TOO_MANY_PARTS",
     319: "UNKNOWN_STATUS_OF_INSERT",
     425: "SYSTEM_ERROR",
+    439: "CANNOT_SCHEDULE_TASK",
     999: "KEEPER_EXCEPTION",
 }
 """Codes of a server that may succeed on the next try."""

@@ -65,7 +65,7 @@ from eventpipe.destinations.clickhouse.client import (
     error_code,
 )
 from eventpipe.destinations.clickhouse.native import UnencodableValue, encode_block
-from eventpipe.errors import QueryError, TerminalError, TransientError
+from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError
 from eventpipe.locks import Locks
 from eventpipe.schema.dialects import CLICKHOUSE, DUCKDB, TIMESTAMP_COLUMN, Dialect
 from eventpipe.schema.diff import Table, TablePatch
@@ -247,7 +247,10 @@ class ClickHouseDestination:
         )
         if not rows or not str(rows[0][0]).endswith("ReplacingMergeTree"):
             return ()
-        return tuple(c.strip().strip("`") for c in str(rows[0][1]).split(",") if c.strip())
+        key = str(rows[0][1]).strip()
+        if key.startswith("(") and key.endswith(")"):  # today's servers: "(id)"
+            key = key[1:-1]
+        return tuple(c.strip().strip("`") for c in key.split(",") if c.strip())
 
     def _ensure_ready(self, ch: ClickHouseClient) -> None:
         """The database and the loads table, once per destination object."""
@@ -523,7 +526,7 @@ class ClickHouseDestination:
                               timeout_seconds=timeout_seconds + 5) as reader:  # fmt: skip
             try:
                 return reader.query(sql.strip().rstrip(";"), settings=settings)
-            except ServerError as exc:
+            except (ServerError, ConfigError) as exc:  # a reader without a table's grant
                 raise QueryError(exc.message) from None
             except TransientError as exc:
                 timed_out = error_code(exc.message) == TIMEOUT_EXCEEDED or isinstance(

@@ -1,0 +1,143 @@
+"""ClickHouse benchmark: eventpipe `process --once` into ClickHouse, beside ClickHouse's own
+bulk insert of the same rows and the same run into DuckDB, in one run, on a throwaway
+local server (Debian's, tests/clickhouse.py).
+
+    scripts/ensure-apt.sh clickhouse-server clickhouse-client
+    .venv/bin/python bench/clickhouse.py --events 1000000
+
+1. The benchmark's events (bench/batch.py: 5 event types, nested, varying types) are
+   generated as sealed segments, twice.
+2. eventpipe: after a warm-up run (JVM and Python workers), `process --once` (read,
+   flatten, type, stage, patch, load) into database `ep`, a table per event type; the
+   wall time of its table loads is reported too. The implicit browser lookups are off:
+   this compares loading, not enrichment.
+3. The floor: the rows eventpipe loaded, exported from `ep` in Native format to files,
+   inserted by `clickhouse-client` (its native TCP protocol) into tables made like
+   them, one table after the other: ClickHouse's own bulk path, with no conversion.
+4. The same `process --once` into DuckDB (the default destination).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+CLIENT = Path("/usr/bin/clickhouse-client")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--events", type=int, default=1_000_000)
+    args = parser.parse_args()
+    if not CLIENT.exists():
+        sys.exit(f"{CLIENT} is missing: scripts/ensure-apt.sh clickhouse-client")
+    logging.basicConfig(level=logging.INFO, format="    %(name)s: %(message)s")
+    logging.getLogger("py4j").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    from postgres import LoadSteps
+
+    steps = LoadSteps()
+    logging.getLogger("eventpipe.processing").addHandler(steps)
+
+    from tests.clickhouse import ClickHouseServer
+
+    from batch import generate, timed
+    from eventpipe.config import parse_config
+    from eventpipe.destinations.clickhouse.client import ClickHouseClient
+    from eventpipe.processing.batch.job import process_once
+    from eventpipe.processing.runtime.spark import start_session
+
+    results: dict[str, float] = {}
+    server = ClickHouseServer()
+    server.start()
+    try:
+        with tempfile.TemporaryDirectory(prefix="eventpipe-ch-bench-") as tmp:
+            work = Path(tmp)
+            size = generate(work / "source", args.events)
+            print(f"{args.events:,} events, {size / 1e6:.0f} MB of JSON lines", flush=True)
+
+            def config(name: str, destination: dict[str, object]) -> object:
+                data = work / name
+                shutil.copytree(work / "source", data / "incoming")
+                return parse_config(
+                    {"data_dir": str(data), "enrichment": {"browser_rules": False},
+                     "destinations": {name: {**destination,
+                                             "table_name_template": "{{ event_type }}"}}},
+                    source="bench",
+                )  # fmt: skip
+
+            ch = config("ch", {"type": "clickhouse", "url": server.url, "database": "ep",
+                               "password": server.password})  # fmt: skip
+            duck = config("duck", {"type": "duckdb"})
+            spark = start_session(ch.spark.settings)  # type: ignore[attr-defined]
+            # A first run warms the JVM and the Python workers for both timed runs.
+            generate(work / "warm" / "incoming", 10_000)
+            process_once(parse_config({"data_dir": str(work / "warm")}, source="bench"), spark)
+            steps.seconds = 0.0
+            report = timed("eventpipe process --once -> clickhouse", results,
+                           lambda: process_once(ch, spark))  # fmt: skip
+            results["eventpipe table loads (wall)"] = steps.seconds
+            print(f"  eventpipe table loads (wall): {steps.seconds:.1f} s", flush=True)
+            tables = sorted(t for _, t in report.loaded) if report else []
+            loaded = sum(report.loaded.values()) if report else 0
+
+            exported = work / "export"
+            exported.mkdir()
+            with ClickHouseClient(server.url, password=server.password) as client:
+                client.execute("CREATE DATABASE floor")
+                for table in tables:
+                    (exported / f"{table}.native").write_bytes(
+                        client.execute(f"SELECT * FROM ep.`{table}` FORMAT Native")
+                    )
+                    client.execute(f"CREATE TABLE floor.`{table}` AS ep.`{table}`")
+
+            def floor() -> None:
+                for table in tables:
+                    with (exported / f"{table}.native").open("rb") as rows:
+                        subprocess.run(
+                            [str(CLIENT), "--host", "127.0.0.1", "--port", str(server.tcp_port),
+                             "--password", server.password,
+                             "--query", f"INSERT INTO floor.`{table}` FORMAT Native"],
+                            stdin=rows, check=True,
+                        )  # fmt: skip
+
+            timed("clickhouse-client INSERT ... FORMAT Native", results, floor)
+            timed("eventpipe process --once -> duckdb", results,
+                  lambda: process_once(duck, spark))  # fmt: skip
+            spark.stop()
+            with ClickHouseClient(server.url, password=server.password) as client:
+                counts = {
+                    database: client.query(
+                        "SELECT sum(rows) FROM system.parts "
+                        f"WHERE database = '{database}' AND active "
+                        "AND NOT startsWith(table, '_eventpipe')"
+                    )[1][0][0]
+                    for database in ("ep", "floor")
+                }
+    finally:
+        server.remove()
+
+    ep = results["eventpipe process --once -> clickhouse"]
+    load = results["eventpipe table loads (wall)"]
+    floor_s = results["clickhouse-client INSERT ... FORMAT Native"]
+    duck_s = results["eventpipe process --once -> duckdb"]
+    print(f"\neventpipe loaded {loaded:,} rows; rows per database: {counts}")
+    print(f"eventpipe process --once -> clickhouse: {args.events / ep:,.0f} events/s end to end")
+    print(f"eventpipe table loads / clickhouse-client: {load / floor_s:.2f}x the time")
+    print(f"eventpipe -> clickhouse / eventpipe -> duckdb: {ep / duck_s:.2f}x the time")
+
+
+if __name__ == "__main__":
+    main()
