@@ -42,7 +42,6 @@ import hashlib
 import json
 import re
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -64,10 +63,15 @@ from eventpipe.destinations.clickhouse.client import (
     ServerFeatures,
     error_code,
 )
-from eventpipe.destinations.clickhouse.native import UnencodableValue, encode_block
+from eventpipe.destinations.clickhouse.rows import (
+    decimal_of,
+    duckdb_type,
+    inner_type,
+    native_blocks,
+)
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError
 from eventpipe.locks import Locks
-from eventpipe.schema.dialects import CLICKHOUSE, DUCKDB, TIMESTAMP_COLUMN, Dialect
+from eventpipe.schema.dialects import CLICKHOUSE, TIMESTAMP_COLUMN, Dialect
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
 
@@ -80,39 +84,14 @@ REBUILD_PREFIX = "_eventpipe_rebuild_"
 TIMEOUT_EXCEEDED = 159
 """The code of a query stopped by ``max_execution_time``."""
 
-BLOCK_ROWS = 262_144
-"""Rows per Native block sent to the stage (one HTTP request each)."""
 MAX_REJECTED_ROWS = 10_000
 """Rows one load leaves out at most; beyond, the batch fails as a whole."""
 
 DATETIME = "DateTime('UTC')"
 """The timestamp type of servers without ``DateTime64``."""
 
-_WRAPPERS = re.compile(r"^(?:Nullable|LowCardinality)\((.*)\)$")
-_DECIMAL = re.compile(r"^Decimal\((\d+),\s*(\d+)\)$")
 _INT64 = frozenset({"Int8", "Int16", "Int32", "Int64", "UInt16", "UInt32"})
 _WIDE = frozenset({"UInt64", "Int128", "UInt128", "Int256", "UInt256"})
-_DUCKDB = {
-    "String": "VARCHAR",
-    "Int8": "TINYINT",
-    "Int16": "SMALLINT",
-    "Int32": "INTEGER",
-    "Int64": "BIGINT",
-    "UInt8": "BOOLEAN",  # eventpipe's booleans (schema/dialects.py)
-    "UInt16": "USMALLINT",
-    "UInt32": "UINTEGER",
-    "UInt64": "UBIGINT",
-    "Float32": "FLOAT",
-    "Float64": "DOUBLE",
-}
-"""The DuckDB type a load converts a staged column to, per ClickHouse type."""
-
-
-def inner_type(sql_type: str) -> str:
-    """``sql_type`` without ``Nullable(...)`` and ``LowCardinality(...)``."""
-    while (found := _WRAPPERS.match(sql_type)) is not None:
-        sql_type = found.group(1)
-    return sql_type
 
 
 def lattice(sql_type: str) -> DataType:
@@ -124,26 +103,13 @@ def lattice(sql_type: str) -> DataType:
         return DataType.INT64
     if t in _WIDE:
         return DataType.INT128
-    if (decimal := _DECIMAL.match(t)) is not None:
-        return DataType.INT128 if decimal.group(2) == "0" else DataType.FLOAT64
+    if (decimal := decimal_of(t)) is not None:
+        return DataType.INT128 if decimal[1] == 0 else DataType.FLOAT64
     if t.startswith("Float"):
         return DataType.FLOAT64
     if t.startswith(("DateTime", "Date")):
         return DataType.TIMESTAMP
     return DataType.STRING
-
-
-def duckdb_type(sql_type: str) -> str | None:
-    """The DuckDB type a staged column is converted to for a ClickHouse column, or None
-    for types a load does not write (they stay at their default)."""
-    t = inner_type(sql_type)
-    if t in _DUCKDB:
-        return _DUCKDB[t]
-    if (decimal := _DECIMAL.match(t)) is not None:
-        return f"DECIMAL({decimal.group(1)}, {decimal.group(2)})"
-    if t.startswith("DateTime"):
-        return "TIMESTAMP"
-    return None
 
 
 def literal(text: str) -> str:
@@ -389,7 +355,7 @@ class ClickHouseDestination:
         insert = f"INSERT INTO {self._name(stage)} ({listed}) FORMAT Native"
         rows = 0
         rejected: dict[int, str] = {}
-        for block, left_out in _blocks(request, written):
+        for block, left_out in native_blocks(request, written, LOAD_COLUMN):
             rejected.update(left_out)
             if len(rejected) > MAX_REJECTED_ROWS:
                 raise TerminalError(
@@ -537,65 +503,6 @@ class ClickHouseDestination:
                 raise QueryError(
                     f"the query ran longer than query_timeout_seconds ({timeout_seconds:g})"
                 ) from None
-
-
-def _blocks(
-    request: LoadRequest, types: dict[str, str]
-) -> Iterator[tuple[tuple[bytes, int] | None, dict[int, str]]]:
-    """The batch's rows as Native blocks of the ``types`` columns (``LOAD_COLUMN`` the
-    batch id), each with the rows it left out: (position, reason)."""
-    import duckdb
-    import pyarrow as pa
-
-    from eventpipe.destinations.duckdb import file_offsets, unconvertible_rows
-
-    files = [str(f) for f in request.files]
-    if not files:
-        return
-    q = DUCKDB.quote
-    sql_types = {c: duckdb_type(t) or "VARCHAR" for c, t in types.items() if c != LOAD_COLUMN}
-    db = duckdb.connect(config={"enable_external_access": True})
-    try:
-        db.execute("SET TimeZone = 'UTC'")
-        # Values DuckDB cannot convert to the column's type: left out, with the value.
-        found = dict(unconvertible_rows(db, request, files, sql_types))
-        skip = {p: f"clickhouse: {why.removeprefix('duckdb: ')}" for p, why in found.items()}
-        if skip:
-            yield None, skip
-        offsets = file_offsets(files)
-        casts = ", ".join(f"TRY_CAST({q(c)} AS {t}) AS {q(c)}" for c, t in sql_types.items())
-        reader = db.sql(
-            f"SELECT {casts}, filename AS f, file_row_number AS r FROM read_parquet($files, "
-            "union_by_name = true, filename = true, file_row_number = true)",
-            params={"files": files},
-        ).to_arrow_reader(BLOCK_ROWS)
-        for batch in reader:
-            table = pa.Table.from_batches([batch])
-            names = table.column("f").to_pylist()
-            numbers = table.column("r").to_pylist()
-            positions = [offsets[n] + int(r) for n, r in zip(names, numbers, strict=True)]
-            keep = [i for i, p in enumerate(positions) if p not in skip]
-            if len(keep) < len(positions):
-                table = table.take(keep)
-                positions = [positions[i] for i in keep]
-            table = table.append_column(LOAD_COLUMN, pa.array([request.batch_id] * len(table)))
-            left_out: dict[int, str] = {}
-            while len(table):
-                try:
-                    yield (encode_block(table, types), len(table)), left_out
-                    break
-                except UnencodableValue as exc:
-                    for row in exc.rows:
-                        left_out[positions[row]] = f"clickhouse: column {exc.message}"
-                    bad = set(exc.rows)
-                    keep = [i for i in range(len(table)) if i not in bad]
-                    table = table.take(keep)
-                    positions = [positions[i] for i in keep]
-            else:
-                if left_out:
-                    yield None, left_out
-    finally:
-        db.close()
 
 
 _REFUSED_FUNCTIONS = re.compile(

@@ -145,7 +145,11 @@ def _micros(values: pa.Array) -> np.ndarray[Any, Any]:
 
 def _strings(values: pa.Array) -> bytes:
     """Each value as VarUInt length + UTF-8 bytes, built from Arrow's offsets and data
-    buffers at once (nulls are empty)."""
+    buffers at once (nulls are empty): the values' bytes keep their order, so they fill
+    every byte of the output but the lengths'."""
+    if values.null_count:  # a null's slot may still span bytes: make it empty
+        values = values.fill_null("" if pa.types.is_string(values.type)
+                                  or pa.types.is_large_string(values.type) else b"")  # fmt: skip
     if not pa.types.is_large_string(values.type) and not pa.types.is_large_binary(values.type):
         values = pc.cast(values, pa.large_string() if pa.types.is_string(values.type)
                          else pa.large_binary())  # fmt: skip
@@ -155,27 +159,22 @@ def _strings(values: pa.Array) -> bytes:
     _, offsets_buffer, data_buffer = values.buffers()
     offsets = np.frombuffer(offsets_buffer, dtype="<i8", count=count + 1, offset=values.offset * 8)
     lengths = np.diff(offsets)
-    if values.null_count:  # a null's slot may still span bytes: make it empty
-        lengths = np.where(pc.is_null(values).to_numpy(zero_copy_only=False), 0, lengths)
-    data = (np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None
-            else np.zeros(0, dtype=np.uint8))  # fmt: skip
+    data = (np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
+            if data_buffer is not None else np.zeros(0, dtype=np.uint8))  # fmt: skip
     # Bytes of each length's VarUInt: 1 below 2^7, 2 below 2^14, and so on.
     width = np.ones(count, dtype=np.int64)
     for bits in range(7, 63, 7):
         width += lengths >= (1 << bits)
-    ends = np.cumsum(width + lengths)
-    starts = ends - width - lengths
-    out = np.empty(int(ends[-1]), dtype=np.uint8)
+    heads = np.cumsum(width + lengths) - width - lengths  # where each value's VarUInt starts
+    out = np.empty(int(heads[-1] + width[-1] + lengths[-1]), dtype=np.uint8)
+    is_head = np.zeros(len(out), dtype=bool)
     remaining = lengths.copy()
     for byte in range(int(width.max())):
         has = width > byte
         more = np.where(width > byte + 1, 0x80, 0)
-        out[starts[has] + byte] = ((remaining & 0x7F) | more)[has].astype(np.uint8)
+        at = heads[has] + byte
+        out[at] = ((remaining & 0x7F) | more)[has].astype(np.uint8)
+        is_head[at] = True
         remaining >>= 7
-    # Each value's bytes after its VarUInt.
-    total = int(lengths.sum())
-    if total:
-        owner = np.repeat(np.arange(count), lengths)
-        within = np.arange(total) - np.repeat(np.cumsum(lengths) - lengths, lengths)
-        out[starts[owner] + width[owner] + within] = data[offsets[:-1][owner] + within]
+    out[~is_head] = data
     return out.tobytes()
