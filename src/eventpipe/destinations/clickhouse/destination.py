@@ -42,6 +42,7 @@ import hashlib
 import json
 import re
 import threading
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -355,19 +356,26 @@ class ClickHouseDestination:
         insert = f"INSERT INTO {self._name(stage)} ({listed}) FORMAT Native"
         rows = 0
         rejected: dict[int, str] = {}
-        for block, left_out in native_blocks(request, written, LOAD_COLUMN):
-            rejected.update(left_out)
-            if len(rejected) > MAX_REJECTED_ROWS:
-                raise TerminalError(
-                    f"{self.id}.{request.table}: more than {MAX_REJECTED_ROWS} rows its "
-                    f"columns cannot take, the first: {next(iter(rejected.values()))}",
-                    table=request.table,
-                )
-            if block is None:
-                continue
-            data, count = block
-            ch.execute(insert, data=data)
-            rows += count
+        # A block is sent while the next is read and encoded: the server's insert and
+        # this side's work overlap (the request releases the GIL while it waits).
+        sending: Future[bytes] | None = None
+        with ThreadPoolExecutor(max_workers=1) as sender:
+            for block, left_out in native_blocks(request, written, LOAD_COLUMN):
+                rejected.update(left_out)
+                if len(rejected) > MAX_REJECTED_ROWS:
+                    raise TerminalError(
+                        f"{self.id}.{request.table}: more than {MAX_REJECTED_ROWS} rows its "
+                        f"columns cannot take, the first: {next(iter(rejected.values()))}",
+                        table=request.table,
+                    )
+                if block is None:
+                    continue
+                if sending is not None:
+                    sending.result()
+                sending = sender.submit(ch.execute, insert, data=block[0])
+                rows += block[1]
+            if sending is not None:
+                sending.result()
         return rows, tuple(sorted(rejected.items()))
 
     def _attach(self, ch: ClickHouseClient, request: LoadRequest, stage: str) -> None:

@@ -82,11 +82,17 @@ def _string(text: str) -> bytes:
 def encode_block(table: pa.Table, types: Mapping[str, str]) -> bytes:
     """``table``'s columns named in ``types`` (name -> ClickHouse type), in that order,
     as one Native block."""
+    return b"".join(block_parts(table, types))
+
+
+def block_parts(table: pa.Table, types: Mapping[str, str]) -> list[bytes]:
+    """:func:`encode_block` in the parts it is made of, to send without joining them."""
     parts = [var_uint(len(types)), var_uint(table.num_rows)]
     for name, sql_type in types.items():
-        column = table.column(name).combine_chunks()
+        chunked = table.column(name)  # combine_chunks copies even a single chunk
+        column = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
         parts += [_string(name), _string(sql_type), _column(name, sql_type, column)]
-    return b"".join(parts)
+    return parts
 
 
 def _column(name: str, sql_type: str, values: pa.Array) -> bytes:
