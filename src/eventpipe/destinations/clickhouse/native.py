@@ -167,6 +167,8 @@ def _strings(values: pa.Array) -> bytes:
     lengths = np.diff(offsets)
     data = (np.frombuffer(data_buffer, dtype=np.uint8)[offsets[0] : offsets[-1]]
             if data_buffer is not None else np.zeros(0, dtype=np.uint8))  # fmt: skip
+    if int(lengths.max()) < 0x80:  # every length one byte: put them between the values
+        return np.insert(data, offsets[:-1] - offsets[0], lengths.astype(np.uint8)).tobytes()
     # Bytes of each length's VarUInt: 1 below 2^7, 2 below 2^14, and so on.
     width = np.ones(count, dtype=np.int64)
     for bits in range(7, 63, 7):
