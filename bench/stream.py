@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/stream.py --destination duckdb --seconds 120
     .venv/bin/python bench/stream.py --destination postgres --seconds 120   # starts a server
+    .venv/bin/python bench/stream.py --destination clickhouse --seconds 120  # Debian's server
 
 Starts `eventpipe run` (collector + pipeline, as a user would) with one stream destination,
 posts `--rate` events per second (in requests of `--per-request`) for `--seconds`, and
@@ -21,7 +22,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -63,11 +66,25 @@ def poll_postgres(dsn: str, since: int) -> list[int] | None:
     return [int(s) for (s,) in rows]
 
 
+def poll_clickhouse(server: Any, since: int) -> list[int] | None:
+    from eventpipe.destinations.clickhouse.client import ClickHouseClient
+    from eventpipe.errors import EventpipeError
+
+    try:
+        with ClickHouseClient(server.url, password=server.password) as client:
+            rows = client.query(f"SELECT seq FROM bench.events WHERE seq >= {int(since)}")[1]
+    except EventpipeError:
+        return None  # not created yet
+    return [int(s) for (s,) in rows]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--destination", choices=["duckdb", "postgres"], default="duckdb")
+    parser.add_argument(
+        "--destination", choices=["duckdb", "postgres", "clickhouse"], default="duckdb"
+    )
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--per-request", type=int, default=10)
@@ -83,6 +100,14 @@ def main() -> None:
 
             dsn = stack.enter_context(postgres_server())
             dest = {"type": "postgres", "dsn": dsn, "schema": "bench", "mode": "stream"}
+        elif args.destination == "clickhouse":
+            from tests.clickhouse import ClickHouseServer
+
+            server = ClickHouseServer()
+            server.start()
+            stack.callback(server.remove)
+            dest = {"type": "clickhouse", "url": server.url, "password": server.password,
+                    "database": "bench", "mode": "stream"}  # fmt: skip
         else:
             dest = {"type": "duckdb", "mode": "stream"}
         port = free_port()
@@ -96,11 +121,11 @@ def main() -> None:
         seen: dict[int, float] = {}
         try:
             run.wait_ready()
-            poll = (
-                (lambda since: poll_postgres(dsn, since))
-                if dsn
-                else (lambda since: poll_duckdb(work / "data" / "warehouse.duckdb", since))
-            )
+            poll: Callable[[int], list[int] | None] = {
+                "postgres": lambda since: poll_postgres(dsn, since),
+                "clickhouse": lambda since: poll_clickhouse(server, since),
+                "duckdb": lambda since: poll_duckdb(work / "data" / "warehouse.duckdb", since),
+            }[args.destination]
             # Warm-up: one event, seen before the clock starts (Spark and the table ready).
             httpx.post(f"{run.url}/api/v1/s2s/event", headers={"X-Auth-Token": SERVER_KEY},
                        content=orjson.dumps({"seq": -1})).raise_for_status()  # fmt: skip
