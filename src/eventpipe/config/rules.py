@@ -36,8 +36,9 @@ class FieldRule(Section):
     dst: Pointer | None = None
     """JSON pointer or column name written (move, constant)."""
     type: TypeName | None = None
-    """Column type: BOOL, INT64, FLOAT64, TIMESTAMP, STRING or a SQL alias (required for
-    cast, optional for move and constant)."""
+    """Column type: BOOL, INT64, FLOAT64, TIMESTAMP, STRING, a SQL alias, or a type of
+    ClickHouse's own (``LowCardinality(String)``: the column's type as written on a
+    ClickHouse destination; required for cast, optional for move and constant)."""
     value: Any = None
     """The constant's value (constant)."""
 

@@ -118,6 +118,7 @@ def _open_clickhouse(
     dest_id: str, dest: ClickHouseConfig, config: Config, lent: Resources
 ) -> Opened:
     from eventpipe.destinations.clickhouse import ClickHouseDestination
+    from eventpipe.destinations.clickhouse.types import mapped_types
 
     return ClickHouseDestination(
         dest_id,
@@ -130,6 +131,7 @@ def _open_clickhouse(
         query_password=dest.query_password,
         merge_after_load=dest.merge_after_load,
         timeout_seconds=dest.timeout_seconds,
+        column_types=mapped_types(dest.mappings),
     )
 
 

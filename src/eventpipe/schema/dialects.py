@@ -71,10 +71,15 @@ class Dialect:
         columns: Sequence[tuple[str, DataType]],
         primary_key: Sequence[str] = (),
         namespace: str | None = None,
+        sql_types: Mapping[str, str] | None = None,
     ) -> str:
-        """``CREATE TABLE`` with ``columns`` in order, and the primary key if any."""
+        """``CREATE TABLE`` with ``columns`` in order, and the primary key if any.
+        ``sql_types``: a column's SQL type as written, instead of its lattice type's (a
+        mapping's ClickHouse type; nullable or not already)."""
         if self.name == "clickhouse":
-            return self._create_clickhouse_table(table, columns, primary_key, namespace)
+            return self._create_clickhouse_table(
+                table, columns, primary_key, namespace, sql_types or {}
+            )
         parts = [self.column(name, data_type) for name, data_type in columns]
         keys = ", ".join(self.quote(c) for c in primary_key)
         if primary_key and self.primary_key:
@@ -87,6 +92,7 @@ class Dialect:
         columns: Sequence[tuple[str, DataType]],
         primary_key: Sequence[str],
         namespace: str | None,
+        sql_types: Mapping[str, str],
     ) -> str:
         """An engine is required. ClickHouse refuses a Nullable column in a sorting or
         partition key and as a ReplacingMergeTree's version, so the key's columns and
@@ -96,7 +102,8 @@ class Dialect:
         ``_timestamp``."""
         required = {*primary_key, TIMESTAMP_COLUMN}
         parts = [
-            f"{self.quote(name)} {self.sql_type(data_type)}" if name in required
+            f"{self.quote(name)} {sql_types[name]}" if name in sql_types
+            else f"{self.quote(name)} {self.sql_type(data_type)}" if name in required
             else self.column(name, data_type)
             for name, data_type in columns
         ]  # fmt: skip
@@ -113,9 +120,14 @@ class Dialect:
         )
 
     def add_column(
-        self, table: str, name: str, data_type: DataType, namespace: str | None = None
+        self,
+        table: str,
+        name: str,
+        data_type: DataType,
+        namespace: str | None = None,
+        sql_type: str | None = None,
     ) -> str:
-        column = self.column(name, data_type)
+        column = f"{self.quote(name)} {sql_type}" if sql_type else self.column(name, data_type)
         return f"ALTER TABLE {self.name_of(table, namespace)} ADD COLUMN {column}"
 
     def add_primary_key(

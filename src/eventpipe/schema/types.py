@@ -128,15 +128,21 @@ def json_type(value: Any) -> DataType | None:
 
 _TYPE_ALIASES: dict[DataType, tuple[str, ...]] = {
     DataType.BOOL: ("bool", "boolean"),
-    DataType.INT64: ("int64", "int", "integer", "bigint", "long", "smallint", "tinyint"),
-    DataType.INT128: ("int128", "hugeint", "bignumeric"),
+    DataType.INT64: ("int64", "int", "integer", "bigint", "long", "smallint", "tinyint",
+                     "int8", "int16", "int32", "uint8", "uint16", "uint32"),
+    DataType.INT128: ("int128", "hugeint", "bignumeric", "uint64", "uint128", "int256",
+                      "uint256"),
     DataType.FLOAT64: ("float64", "float", "double", "double precision", "real", "numeric",
-                       "decimal"),
-    DataType.TIMESTAMP: ("timestamp", "timestamptz", "datetime", "timestamp with time zone"),
-    DataType.STRING: ("string", "text", "varchar", "character varying", "json", "jsonb"),
+                       "decimal", "float32"),
+    DataType.TIMESTAMP: ("timestamp", "timestamptz", "datetime", "timestamp with time zone",
+                         "datetime64", "date", "date32"),
+    DataType.STRING: ("string", "text", "varchar", "character varying", "json", "jsonb",
+                      "fixedstring", "uuid", "enum8", "enum16"),
 }  # fmt: skip
 _BY_ALIAS = {alias: t for t, aliases in _TYPE_ALIASES.items() for alias in aliases}
 _PARAMETERS = re.compile(r"\s*\(.*\)\s*$")
+_WRAPPED = re.compile(r"^\s*(?:lowcardinality|nullable)\s*\((.*)\)\s*$", re.IGNORECASE)
+"""ClickHouse's ``LowCardinality(T)`` and ``Nullable(T)``: of T's lattice type."""
 _WHOLE_DECIMAL = re.compile(r"^(numeric|decimal)\s*\(\s*\d+\s*,\s*0\s*\)$")
 """``numeric(38,0)``: a decimal without a fraction holds integers (INT128)."""
 
@@ -146,8 +152,12 @@ def parse_type(text: str, *, where: str = "type") -> DataType:
 
     Parameters in parentheses are accepted and ignored: eventpipe picks each destination's
     SQL type for the lattice type (docs/pipeline.md). The one exception: a decimal of
-    scale 0 (``numeric(38,0)``) is INT128, any other decimal FLOAT64.
+    scale 0 (``numeric(38,0)``) is INT128, any other decimal FLOAT64. A destination may
+    take a type of its own as written (ClickHouse's ``LowCardinality(String)``,
+    destinations/clickhouse/); its lattice type is the one of the type it wraps.
     """
+    if (wrapped := _WRAPPED.match(text)) is not None:
+        return parse_type(wrapped.group(1), where=where)
     if _WHOLE_DECIMAL.match(text.strip().lower()):
         return DataType.INT128
     key = _PARAMETERS.sub("", text).strip().lower()

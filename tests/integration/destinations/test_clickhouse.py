@@ -20,7 +20,7 @@ import pytest
 
 from eventpipe.destinations.base import DaySwap, LoadRequest
 from eventpipe.destinations.clickhouse import ClickHouseDestination
-from eventpipe.destinations.clickhouse.destination import check_query
+from eventpipe.destinations.clickhouse.query import check_query
 from eventpipe.errors import QueryError, TerminalError
 from eventpipe.locks import FileLocks
 from eventpipe.schema.diff import Table, diff
@@ -273,3 +273,43 @@ def test_column_names_clickhouse_reads_differently_land_where_they_say(
         **{n: f"v{i}" for i, n in enumerate(names)},
         "_eventpipe_load": "b1",
     }
+
+
+def test_a_mappings_clickhouse_type_is_the_columns_and_its_rows_load(
+    server: Any, clickhouse_database: str, tmp_path: Path
+) -> None:
+    """Seed 1's own example, ``type: Lowcardinality(String)``, as it spells it; on 18.16
+    LowCardinality is experimental (a setting of the DDL, and rows through plain types)."""
+    from eventpipe.config import MappingConfig
+    from eventpipe.destinations.clickhouse.types import mapped_types
+
+    mapping = MappingConfig.model_validate({"fields": [
+        {"action": "cast", "src": "/plan", "type": "Lowcardinality(String)"},
+        {"action": "move", "src": "/user/id", "dst": "/user_id", "type": "UInt32"},
+    ]})  # fmt: skip
+    assert mapped_types(mapping) == {"plan": "LowCardinality(String)", "user_id": "UInt32"}
+    dest = ClickHouseDestination(
+        "ch",
+        server.url,
+        FileLocks(tmp_path / "locks"),
+        database=clickhouse_database,
+        password=server.password,
+        column_types=mapped_types(mapping),
+    )
+    columns = {"plan": S, "user_id": N, "_timestamp": T}
+    _ensure(dest, Table("events", columns))
+    _ensure(dest, Table("events", {**columns, "late": S}))  # added beside them: plain
+    where = f"database = '{clickhouse_database}' AND table = 'events'"
+    types = dict(_rows(dest, f"SELECT name, type FROM system.columns WHERE {where}"))
+    assert types["plan"] == "LowCardinality(Nullable(String))"
+    assert types["user_id"] == "Nullable(UInt32)"
+    assert types["late"] == "Nullable(String)"
+    assert dest.describe("events") == Table("events", {**columns, "late": S})
+    rows = [{"plan": p, "user_id": i, "_timestamp": datetime(2026, 11, 20)}
+            for i, p in enumerate(["pro", None, "pro", "free"])]  # fmt: skip
+    pq.write_table(pa.Table.from_pylist(rows), tmp_path / "a.parquet")
+    assert dest.load(LoadRequest("events", "b1", (tmp_path / "a.parquet",), columns)).rows == 4
+    assert _rows(dest, "SELECT plan, user_id FROM events ORDER BY user_id") == [
+        ("pro", 0), (None, 1), ("pro", 2), ("free", 3)
+    ]  # fmt: skip
+    assert [t for t in dest.tables() if t != "_eventpipe_loads"] == ["events"]

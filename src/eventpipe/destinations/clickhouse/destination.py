@@ -40,8 +40,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import threading
+from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -64,17 +64,19 @@ from eventpipe.destinations.clickhouse.client import (
     ServerFeatures,
     error_code,
 )
-from eventpipe.destinations.clickhouse.rows import (
-    decimal_of,
+from eventpipe.destinations.clickhouse.query import check_query
+from eventpipe.destinations.clickhouse.rows import native_blocks
+from eventpipe.destinations.clickhouse.types import (
+    column_type,
+    dialect_for,
     duckdb_type,
-    inner_type,
-    native_blocks,
+    lattice,
+    without_low_cardinality,
 )
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError
 from eventpipe.locks import Locks
-from eventpipe.schema.dialects import CLICKHOUSE, TIMESTAMP_COLUMN, Dialect
+from eventpipe.schema.dialects import CLICKHOUSE, TIMESTAMP_COLUMN
 from eventpipe.schema.diff import Table, TablePatch
-from eventpipe.schema.types import DataType
 
 LOADS_TABLE = reserved.LOADS_TABLE
 LOAD_COLUMN = "_eventpipe_load"
@@ -88,45 +90,10 @@ TIMEOUT_EXCEEDED = 159
 MAX_REJECTED_ROWS = 10_000
 """Rows one load leaves out at most; beyond, the batch fails as a whole."""
 
-DATETIME = "DateTime('UTC')"
-"""The timestamp type of servers without ``DateTime64``."""
-
-_INT64 = frozenset({"Int8", "Int16", "Int32", "Int64", "UInt16", "UInt32"})
-_WIDE = frozenset({"UInt64", "Int128", "UInt128", "Int256", "UInt256"})
-
-
-def lattice(sql_type: str) -> DataType:
-    """The lattice type of a ClickHouse column (for tables eventpipe did not make too)."""
-    t = inner_type(sql_type)
-    if t in ("UInt8", "Bool"):
-        return DataType.BOOL
-    if t in _INT64:
-        return DataType.INT64
-    if t in _WIDE:
-        return DataType.INT128
-    if (decimal := decimal_of(t)) is not None:
-        return DataType.INT128 if decimal[1] == 0 else DataType.FLOAT64
-    if t.startswith("Float"):
-        return DataType.FLOAT64
-    if t.startswith(("DateTime", "Date")):
-        return DataType.TIMESTAMP
-    return DataType.STRING
-
 
 def literal(text: str) -> str:
     """``text`` as a ClickHouse string literal."""
     return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
-def dialect_for(features: ServerFeatures) -> Dialect:
-    """The ClickHouse dialect with the timestamp type this server has."""
-    if features.datetime64:
-        return CLICKHOUSE
-    from dataclasses import replace
-    from types import MappingProxyType
-
-    return replace(CLICKHOUSE, types=MappingProxyType({**CLICKHOUSE.types,
-                                                       DataType.TIMESTAMP: DATETIME}))  # fmt: skip
 
 
 class ClickHouseDestination:
@@ -149,12 +116,16 @@ class ClickHouseDestination:
         query_password: str = "",
         merge_after_load: bool = True,
         timeout_seconds: float = 300.0,
+        column_types: Mapping[str, str] | None = None,
     ) -> None:
         self.id = destination_id
         self.url = url
         self.locks = locks
         self.database = database
         self.merge_after_load = merge_after_load
+        self.column_types = dict(column_types or {})
+        """Column -> ClickHouse type as written (a mapping's ``type``, types.mapped_types):
+        made so instead of with the column's lattice type."""
         self._login = (user, password)
         self.timeout_seconds = timeout_seconds
         self._query_login = (query_user or user, query_password if query_user else password)
@@ -238,15 +209,19 @@ class ClickHouseDestination:
             self._ensure_ready(ch)
             current = self._describe(ch, patch.table)  # again, under the lock
             d, table = dialect_for(self.features), patch.table
+            required = {*patch.set_primary_key, *(current.primary_key if current else ()),
+                        TIMESTAMP_COLUMN}  # fmt: skip
+            own = {c: column_type(t, required=c in required) for c, t in self.column_types.items()}
+            settings = self._ddl_settings(own.values())
             if current is None:
-                ch.execute(
-                    d.create_table(table, patch.add_columns, patch.set_primary_key, self.database)
-                )
+                ch.execute(d.create_table(table, patch.add_columns, patch.set_primary_key,
+                                          self.database, own), settings=settings)  # fmt: skip
                 self._add_load_column(ch, table)
                 return
             for column, data_type in patch.add_columns:
                 if column not in current.columns:
-                    ch.execute(d.add_column(table, column, data_type, self.database))
+                    ch.execute(d.add_column(table, column, data_type, self.database,
+                                            own.get(column)), settings=settings)  # fmt: skip
             if patch.set_primary_key and tuple(patch.set_primary_key) != current.primary_key:
                 raise TerminalError(
                     f"{self.id}.{table} exists without the key {list(patch.set_primary_key)}: "
@@ -254,6 +229,13 @@ class ClickHouseDestination:
                     fix="rename or drop the table to have eventpipe make it with the key",
                     table=table,
                 )
+
+    def _ddl_settings(self, sql_types: Iterable[str]) -> dict[str, str | int]:
+        """What a server needs to make columns of ``sql_types``: before 19.x,
+        ``LowCardinality`` is experimental there."""
+        low = any("LowCardinality" in t for t in sql_types)
+        experimental = low and self.features.low_cardinality_is_experimental
+        return {"allow_experimental_low_cardinality_type": 1} if experimental else {}
 
     def _add_load_column(self, ch: ClickHouseClient, table: str) -> None:
         ch.execute(
@@ -337,23 +319,37 @@ class ClickHouseDestination:
                 self._write_record(ch, request.batch_id, request.table, "done", rows, reasons)
             finally:
                 ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
+                ch.execute(f"DROP TABLE IF EXISTS {self._name(stage + '_plain')}")
         return LoadResult(rows=rows, rejected=rejected)
 
     def _stage(
         self, ch: ClickHouseClient, request: LoadRequest, types: dict[str, str], stage: str
     ) -> tuple[int, tuple[tuple[int, str], ...]]:
         """The batch's rows, converted to the table's types, into a new ``stage`` table
-        made like the table; the rows staged and those left out (position, reason)."""
-        ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
-        ch.execute(f"CREATE TABLE {self._name(stage)} AS {self._name(request.table)}")
-        written = {c: types[c] for c in request.columns if c in types and duckdb_type(types[c])}
-        written[LOAD_COLUMN] = types[LOAD_COLUMN]
+        made like the table; the rows staged and those left out (position, reason).
+
+        ``LowCardinality`` columns are sent as the type they wrap: today's servers
+        convert Native input; before 19.x the rows go through a ``Memory`` table of the
+        plain types, then into the stage with ``INSERT ... SELECT``."""
         missing = [c for c in request.columns if c not in types]
         if missing:
             raise TerminalError(f"{self.id}.{request.table} has no column {missing[0]!r}",
                                 table=request.table)  # fmt: skip
+        settings = self._ddl_settings(types.values())
+        ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
+        ch.execute(f"CREATE TABLE {self._name(stage)} AS {self._name(request.table)}",
+                   settings=settings)  # fmt: skip
+        written = {c: without_low_cardinality(types[c]) for c in request.columns
+                   if duckdb_type(types[c])}  # fmt: skip
+        written[LOAD_COLUMN] = types[LOAD_COLUMN]
         listed = ", ".join(CLICKHOUSE.quote(c) for c in written)
-        insert = f"INSERT INTO {self._name(stage)} ({listed}) FORMAT Native"
+        into = self._name(stage)
+        if settings:  # an old server with LowCardinality columns: through plain types
+            into = self._name(stage + "_plain")
+            ch.execute(f"DROP TABLE IF EXISTS {into}")
+            columns = ", ".join(f"{CLICKHOUSE.quote(c)} {t}" for c, t in written.items())
+            ch.execute(f"CREATE TABLE {into} ({columns}) ENGINE = Memory")
+        insert = f"INSERT INTO {into} ({listed}) FORMAT Native"
         rows = 0
         rejected: dict[int, str] = {}
         # A block is sent while the next is read and encoded: the server's insert and
@@ -376,6 +372,10 @@ class ClickHouseDestination:
                 rows += block[1]
             if sending is not None:
                 sending.result()
+        if into != self._name(stage):
+            ch.execute(f"INSERT INTO {self._name(stage)} ({listed}) SELECT {listed} FROM {into}",
+                       settings=settings)  # fmt: skip
+            ch.execute(f"DROP TABLE {into}")
         return rows, tuple(sorted(rejected.items()))
 
     def _attach(self, ch: ClickHouseClient, request: LoadRequest, stage: str) -> None:
@@ -511,29 +511,3 @@ class ClickHouseDestination:
                 raise QueryError(
                     f"the query ran longer than query_timeout_seconds ({timeout_seconds:g})"
                 ) from None
-
-
-_REFUSED_FUNCTIONS = re.compile(
-    r"\b(url|urlCluster|file|fileCluster|remote|remoteSecure|cluster|clusterAllReplicas|s3|"
-    r"s3Cluster|gcs|azureBlobStorage|hdfs|hdfsCluster|mysql|postgresql|mongodb|redis|sqlite|"
-    r"jdbc|odbc|executable|input|deltaLake|iceberg|hudi|dictionary|generateRandom)\s*\(",
-    re.IGNORECASE,
-)
-_SECRET_TABLES = re.compile(
-    r"\bsystem\s*\.\s*`?(processes|query_log|query_thread_log|text_log|users|grants|"
-    r"settings_profile_elements|named_collections|zookeeper)\b",
-    re.IGNORECASE,
-)
-_LITERALS = re.compile(r"'(?:[^'\\]|\\.)*'|--[^\n]*|/\*.*?\*/", re.DOTALL)
-
-
-def check_query(sql: str) -> None:
-    """QueryError for a query that reaches past the destination's tables: a table
-    function that reads files, URLs, other servers or programs, or a system table that
-    holds other sessions' queries or users. ``readonly=1`` (and ``query_user``, a user in
-    a read-only profile) keeps it from writing; this keeps it from reading out."""
-    bare = _LITERALS.sub("''", sql)
-    if (found := _REFUSED_FUNCTIONS.search(bare)) is not None:
-        raise QueryError(f"{found.group(1)}(): reaches outside the destination's tables")
-    if (found := _SECRET_TABLES.search(bare)) is not None:
-        raise QueryError(f"system.{found.group(1)}: holds other sessions' queries or users")

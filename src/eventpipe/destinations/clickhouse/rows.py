@@ -12,12 +12,12 @@ job, which finds its event (``LoadResult.rejected``).
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from typing import Any
 
 from eventpipe.destinations.base import LoadRequest
 from eventpipe.destinations.clickhouse.native import UnencodableValue, block_parts
+from eventpipe.destinations.clickhouse.types import decimal_of, duckdb_type, inner_type
 from eventpipe.schema.dialects import DUCKDB
 
 BLOCK_ROWS = 65_536
@@ -25,50 +25,9 @@ BLOCK_ROWS = 65_536
 encoding the next, large enough for few parts (ClickHouse's advice: inserts of tens of
 thousands of rows)."""
 
-_WRAPPERS = re.compile(r"^(?:Nullable|LowCardinality)\((.*)\)$")
-_DECIMAL = re.compile(r"^Decimal\((\d+),\s*(\d+)\)$")
-_DUCKDB = {
-    "String": "VARCHAR",
-    "Int8": "TINYINT",
-    "Int16": "SMALLINT",
-    "Int32": "INTEGER",
-    "Int64": "BIGINT",
-    "UInt8": "BOOLEAN",  # eventpipe's booleans (schema/dialects.py)
-    "UInt16": "USMALLINT",
-    "UInt32": "UINTEGER",
-    "UInt64": "UBIGINT",
-    "Float32": "FLOAT",
-    "Float64": "DOUBLE",
-}
 FILE = "_eventpipe_file"
 ROW = "_eventpipe_file_row"
 WHY = "_eventpipe_why"
-
-
-def inner_type(sql_type: str) -> str:
-    """``sql_type`` without ``Nullable(...)`` and ``LowCardinality(...)``."""
-    while (found := _WRAPPERS.match(sql_type)) is not None:
-        sql_type = found.group(1)
-    return sql_type
-
-
-def decimal_of(sql_type: str) -> tuple[int, int] | None:
-    """Precision and scale of a ``Decimal(P, S)``."""
-    found = _DECIMAL.match(sql_type)
-    return (int(found.group(1)), int(found.group(2))) if found else None
-
-
-def duckdb_type(sql_type: str) -> str | None:
-    """The DuckDB type a staged column is converted to for a ClickHouse column, or None
-    for types a load does not write (they stay at their default)."""
-    t = inner_type(sql_type)
-    if t in _DUCKDB:
-        return _DUCKDB[t]
-    if (decimal := decimal_of(t)) is not None:
-        return f"DECIMAL({decimal[0]}, {decimal[1]})"
-    if t.startswith("DateTime"):
-        return "TIMESTAMP"
-    return None
 
 
 def native_blocks(
