@@ -20,8 +20,9 @@ Each dialect also writes the DDL eventpipe patches tables with (``create_table``
 ``NOT ENFORCED``; ClickHouse columns are ``Nullable`` except the key's and
 ``_timestamp`` (ClickHouse refuses Nullable keys), and a table needs an engine
 (``ReplacingMergeTree(_timestamp)`` ordered by the key when there is one, so the newest
-row wins on merge; ``MergeTree`` ordered by ``_timestamp`` otherwise; both partitioned by
-month of ``_timestamp``).
+row wins on merge, and not partitioned: ClickHouse replaces rows within a partition only,
+and a key's rows may have times months apart; ``MergeTree`` ordered by ``_timestamp``
+and partitioned by its month otherwise).
 """  # noqa: E501
 
 from __future__ import annotations
@@ -111,10 +112,10 @@ class Dialect:
         has_time = TIMESTAMP_COLUMN in dict(columns)
         ts = self.quote(TIMESTAMP_COLUMN)
         partition = f" PARTITION BY toYYYYMM({ts})" if has_time else ""
-        if primary_key:
+        if primary_key:  # not partitioned: ClickHouse replaces rows within a partition only
             keys = ", ".join(self.quote(c) for c in primary_key)
             version = f"({ts})" if has_time else ""
-            return f"{sql} ENGINE = ReplacingMergeTree{version}{partition} ORDER BY ({keys})"
+            return f"{sql} ENGINE = ReplacingMergeTree{version} ORDER BY ({keys})"
         return (
             f"{sql} ENGINE = MergeTree{partition} ORDER BY {f'({ts})' if has_time else 'tuple()'}"
         )

@@ -313,3 +313,32 @@ def test_a_mappings_clickhouse_type_is_the_columns_and_its_rows_load(
         ("pro", 0), (None, 1), ("pro", 2), ("free", 3)
     ]  # fmt: skip
     assert [t for t in dest.tables() if t != "_eventpipe_loads"] == ["events"]
+
+
+def test_a_keys_newest_row_wins_across_months_and_its_days_are_replaced(
+    dest: ClickHouseDestination, tmp_path: Path
+) -> None:
+    """ClickHouse replaces rows within a partition only: a keyed table has none, so a
+    key updated a month later keeps one row; its days are replaced table-wide."""
+    columns = {"id": S, "name": S, "_timestamp": T}
+    _ensure(dest, Table("users", columns, primary_key=("id",)))
+    october, november = datetime(2026, 10, 20), datetime(2026, 11, 20)
+    batches = [[{"id": "u1", "name": "october", "_timestamp": october},
+                {"id": "u2", "name": "kept", "_timestamp": october}],
+               [{"id": "u1", "name": "november", "_timestamp": november}]]  # fmt: skip
+    for i, rows in enumerate(batches):
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{i}.parquet")
+        dest.load(LoadRequest("users", f"b{i}", (tmp_path / f"{i}.parquet",), columns, ("id",)))
+    assert _rows(dest, "SELECT id, name FROM users ORDER BY id") == [
+        ("u1", "november"), ("u2", "kept")
+    ]  # fmt: skip
+    shadow = "_eventpipe_rp_y_users"
+    _ensure(dest, Table(shadow, columns, primary_key=("id",)))
+    rebuilt = [{"id": "u1", "name": "rebuilt", "_timestamp": datetime(2026, 11, 20, 1)}]
+    pq.write_table(pa.Table.from_pylist(rebuilt), tmp_path / "r.parquet")
+    dest.load(LoadRequest(shadow, "rp", (tmp_path / "r.parquet",), columns, ("id",)))
+    swap = DaySwap("swap-1", ("2026-11-20",), ("users",), {"users": shadow}, ("id",))
+    assert dest.replace_days(swap) == {"users": 1}
+    assert _rows(dest, "SELECT id, name FROM users ORDER BY id") == [
+        ("u1", "rebuilt"), ("u2", "kept")
+    ]  # fmt: skip

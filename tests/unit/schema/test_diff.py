@@ -86,8 +86,7 @@ def test_identifiers_are_quoted_with_quotes_doubled() -> None:
          "ALTER TABLE `s`.`t` ADD COLUMN `x y` float"),
         ("clickhouse",
          "CREATE TABLE `s`.`t` (`id` String, `n` Nullable(Int64), `_timestamp` "
-         "DateTime64(6, 'UTC')) ENGINE = ReplacingMergeTree(`_timestamp`) "
-         "PARTITION BY toYYYYMM(`_timestamp`) ORDER BY (`id`)",
+         "DateTime64(6, 'UTC')) ENGINE = ReplacingMergeTree(`_timestamp`) ORDER BY (`id`)",
          "ALTER TABLE `s`.`t` ADD COLUMN `x y` Nullable(Float64)"),
         ("snowflake",
          'CREATE TABLE "s"."t" ("id" text, "n" bigint, "_timestamp" timestamp_ntz, '

@@ -81,6 +81,8 @@ from eventpipe.schema.diff import Table, TablePatch
 LOADS_TABLE = reserved.LOADS_TABLE
 LOAD_COLUMN = "_eventpipe_load"
 """The load (batch id) that brought a row: how a rerun tells which partitions are in."""
+UNPARTITIONED = "all"
+"""The partition id of every row of a table without a partition key."""
 STAGE_PREFIX = "_eventpipe_stage_"
 REBUILD_PREFIX = "_eventpipe_rebuild_"
 
@@ -456,12 +458,18 @@ class ClickHouseDestination:
             f"AND {ts} < toDateTime('{end.isoformat()} 00:00:00', 'UTC'))"
             for first, end in day_ranges(swap.days)
         )
+        # A table partitioned by month is rebuilt a month at a time; one without
+        # partitions (a keyed table) whole.
+        by_month = self._partition_key(ch, table) == f"toYYYYMM({TIMESTAMP_COLUMN})"
         months = sorted({day[:7].replace("-", "") for day in swap.days})
+        parts = (
+            [(m, f"toYYYYMM({ts}) = {int(m)}") for m in months] if by_month
+            else [(UNPARTITIONED, "1")]
+        )  # fmt: skip
         target = self._name(table)
         rebuild = self._name(REBUILD_PREFIX + hashlib.sha1(table.encode()).hexdigest()[:16])
         moved = 0
-        for month in months:
-            in_month = f"toYYYYMM({ts}) = {int(month)}"
+        for month, in_month in parts:
             ch.execute(f"DROP TABLE IF EXISTS {rebuild}")
             ch.execute(f"CREATE TABLE {rebuild} AS {target}")
             ch.execute(
@@ -473,12 +481,19 @@ class ClickHouseDestination:
                 ch.execute(f"INSERT INTO {rebuild} ({listed}) SELECT {listed} {rows_of_days}")
                 [(count,)] = ch.query(f"SELECT count() {rows_of_days}")[1]
                 moved += int(count)
-            # Atomic: readers see the month before or after, never between.
+            # Atomic: readers see the month (or table) before or after, never between.
             ch.execute(f"ALTER TABLE {target} REPLACE PARTITION ID {literal(month)} FROM {rebuild}")
             if swap.primary_key and self.merge_after_load:
                 ch.execute(f"OPTIMIZE TABLE {target} PARTITION ID {literal(month)} FINAL")
             ch.execute(f"DROP TABLE {rebuild}")
         return moved
+
+    def _partition_key(self, ch: ClickHouseClient, table: str) -> str:
+        _, rows = ch.query(
+            "SELECT partition_key FROM system.tables "
+            f"WHERE database = {literal(self.database)} AND name = {literal(table)}"
+        )
+        return str(rows[0][0]).replace("`", "") if rows else ""
 
     # -- reads --------------------------------------------------------------------------
 
