@@ -211,8 +211,6 @@ class ClickHouseConfig(TableDestinationConfig):
     ``false``: ClickHouse merges them in its own time; read with ``FINAL``."""
     timeout_seconds: float = Field(default=300.0, gt=0)
     """How long one statement (a load's insert, say) may take before it is retried."""
-    changes: Literal["append"] = "append"
-    """A source's changes: every change a row (``append``; applied by key: not yet)."""
 
     @field_validator("url")
     @classmethod

@@ -73,13 +73,15 @@ class Dialect:
         primary_key: Sequence[str] = (),
         namespace: str | None = None,
         sql_types: Mapping[str, str] | None = None,
+        engine: str | None = None,
     ) -> str:
         """``CREATE TABLE`` with ``columns`` in order, and the primary key if any.
         ``sql_types``: a column's SQL type as written, instead of its lattice type's (a
-        mapping's ClickHouse type; nullable or not already)."""
+        mapping's ClickHouse type; nullable or not already). ``engine``: ClickHouse's
+        engine clause instead of the one chosen by key and ``_timestamp``."""
         if self.name == "clickhouse":
             return self._create_clickhouse_table(
-                table, columns, primary_key, namespace, sql_types or {}
+                table, columns, primary_key, namespace, sql_types or {}, engine
             )
         parts = [self.column(name, data_type) for name, data_type in columns]
         keys = ", ".join(self.quote(c) for c in primary_key)
@@ -94,6 +96,7 @@ class Dialect:
         primary_key: Sequence[str],
         namespace: str | None,
         sql_types: Mapping[str, str],
+        engine: str | None,
     ) -> str:
         """An engine is required. ClickHouse refuses a Nullable column in a sorting or
         partition key and as a ReplacingMergeTree's version, so the key's columns and
@@ -109,6 +112,8 @@ class Dialect:
             for name, data_type in columns
         ]  # fmt: skip
         sql = f"CREATE TABLE {self.name_of(table, namespace)} ({', '.join(parts)})"
+        if engine is not None:
+            return f"{sql} ENGINE = {engine}"
         has_time = TIMESTAMP_COLUMN in dict(columns)
         ts = self.quote(TIMESTAMP_COLUMN)
         partition = f" PARTITION BY toYYYYMM({ts})" if has_time else ""

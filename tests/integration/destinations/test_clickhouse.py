@@ -342,3 +342,69 @@ def test_a_keys_newest_row_wins_across_months_and_its_days_are_replaced(
     assert _rows(dest, "SELECT id, name FROM users ORDER BY id") == [
         ("u1", "rebuilt"), ("u2", "kept")
     ]  # fmt: skip
+
+
+CHANGE_COLUMNS = {"_op": S, "_key": S, "_old_key": S, "_lsn": N, "_seq": N, "v": S}
+CHANGES = {  # the table's changes before, the batch, the table after (tests/unit's cases)
+    "last change decides": (
+        [("read", "[1]", None, 9, 1, "a"), ("read", "[2]", None, 9, 2, "b")],
+        [("update", "[1]", None, 30, 1, "a3"), ("update", "[1]", None, 20, 1, "a2"),
+         ("delete", "[2]", None, 25, 1, None), ("insert", "[3]", None, 26, 1, "c"),
+         ("insert", "[3]", None, 26, 1, "c")],
+        [("[1]", "a3"), ("[3]", "c")],
+    ),
+    "moved key": (
+        [("read", "[1]", None, 9, 1, "a")],
+        [("update", "[10]", "[1]", 20, 1, "moved"), ("insert", "[1]", None, 21, 1, "new one"),
+         ("update", "[11]", "[10]", 22, 1, "moved again")],
+        [("[11]", "moved again"), ("[1]", "new one")],
+    ),
+    "truncate": (
+        [("read", "[1]", None, 9, 1, "a"), (None, None, None, None, None, "an event")],
+        [("insert", "[2]", None, 10, 1, "gone"), ("truncate", None, None, 11, 1, None),
+         ("insert", "[3]", None, 11, 2, "after"),
+         ("insert", "[4]", None, 9, 5, "older than the truncate"),
+         (None, None, None, 12, 1, "a row without a key")],
+        [(None, "a row without a key"), ("[3]", "after")],
+    ),
+    "nothing left": (  # today's servers refuse to replace a partition with no rows
+        [("read", "[1]", None, 9, 1, "a")],
+        [("delete", "[1]", None, 20, 1, None)],
+        [],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("case", list(CHANGES))
+def test_a_sources_changes_are_applied_by_key_and_a_crash_before_the_record_changes_nothing(
+    dest: ClickHouseDestination, tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before, batch, after = CHANGES[case]
+    _ensure(dest, Table("t", CHANGE_COLUMNS))
+    names = list(CHANGE_COLUMNS)
+    original = ClickHouseDestination._write_record
+
+    def no_done(self: Any, ch: Any, batch_id: str, table: str, state: str, *args: Any) -> None:
+        if state == "done":
+            raise OSError("killed before the record")
+        original(self, ch, batch_id, table, state, *args)
+
+    for i, rows in enumerate((before, batch)):
+        path = tmp_path / f"{i}.parquet"
+        pq.write_table(pa.Table.from_pylist([dict(zip(names, r, strict=True)) for r in rows],
+                                            schema=_change_schema()), path)  # fmt: skip
+        request = LoadRequest("t", f"b{i}", (path,), CHANGE_COLUMNS, apply_changes=True)
+        if i == 1:  # the first attempt dies after its swap, before its record
+            monkeypatch.setattr(ClickHouseDestination, "_write_record", no_done)
+            with pytest.raises(OSError, match="killed"):
+                dest.load(request)
+            monkeypatch.setattr(ClickHouseDestination, "_write_record", original)
+        assert dest.load(request).rows == len(rows)
+    found = _rows(dest, "SELECT _key, v FROM t ORDER BY _key NULLS FIRST, v")
+    assert found == after
+    assert [t for t in dest.tables() if t != "_eventpipe_loads"] == ["t"]
+
+
+def _change_schema() -> pa.Schema:
+    return pa.schema([("_op", pa.string()), ("_key", pa.string()), ("_old_key", pa.string()),
+                      ("_lsn", pa.int64()), ("_seq", pa.int64()), ("v", pa.string())])  # fmt: skip

@@ -33,6 +33,7 @@ import re
 import ssl
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import httpx
@@ -233,7 +234,13 @@ def _reader(sql_type: str) -> Callable[[Any], Any]:
         return decimal.Decimal
     if inner.startswith("Float"):
         return float
+    if inner.startswith("DateTime"):  # UTC wall-clock time, as the other destinations give it
+        return _datetime
     return _same
+
+
+def _datetime(value: Any) -> Any:
+    return datetime.fromisoformat(value) if isinstance(value, str) else value
 
 
 def _same(value: Any) -> Any:

@@ -58,6 +58,8 @@ from eventpipe.destinations.base import (
     no_timestamp,
     table_lock,
 )
+from eventpipe.destinations.changes import are_changes
+from eventpipe.destinations.clickhouse import changes
 from eventpipe.destinations.clickhouse.client import (
     ClickHouseClient,
     ServerError,
@@ -81,8 +83,6 @@ from eventpipe.schema.diff import Table, TablePatch
 LOADS_TABLE = reserved.LOADS_TABLE
 LOAD_COLUMN = "_eventpipe_load"
 """The load (batch id) that brought a row: how a rerun tells which partitions are in."""
-UNPARTITIONED = "all"
-"""The partition id of every row of a table without a partition key."""
 STAGE_PREFIX = "_eventpipe_stage_"
 REBUILD_PREFIX = "_eventpipe_rebuild_"
 
@@ -216,8 +216,11 @@ class ClickHouseDestination:
             own = {c: column_type(t, required=c in required) for c, t in self.column_types.items()}
             settings = self._ddl_settings(own.values())
             if current is None:
-                ch.execute(d.create_table(table, patch.add_columns, patch.set_primary_key,
-                                          self.database, own), settings=settings)  # fmt: skip
+                # A source's changes: a table without partitions, rebuilt per batch.
+                engine = changes.ENGINE if are_changes(dict(patch.add_columns)) else None
+                made = d.create_table(table, patch.add_columns, patch.set_primary_key,
+                                      self.database, own, engine)  # fmt: skip
+                ch.execute(made, settings=settings)
                 self._add_load_column(ch, table)
                 return
             for column, data_type in patch.add_columns:
@@ -288,11 +291,6 @@ class ClickHouseDestination:
         )
 
     def load(self, request: LoadRequest) -> LoadResult:
-        if request.apply_changes:
-            raise TerminalError(
-                f"{self.id}: a source's changes are appended on ClickHouse (changes: append)",
-                table=request.table,
-            )
         with self._client() as ch, table_lock(self.locks, self.id, request.table):
             self._ensure_ready(ch)
             done = self._record(ch, request.batch_id, request.table).get("done")
@@ -317,7 +315,13 @@ class ClickHouseDestination:
                     [(rows,)] = ch.query(f"SELECT uniqExact({keys}) FROM {self._name(stage)}")[1]
                 reasons = json.dumps([list(r) for r in rejected])
                 self._write_record(ch, request.batch_id, request.table, "attaching", rows, reasons)
-                self._attach(ch, request, stage)
+                if request.apply_changes:
+                    rebuild = REBUILD_PREFIX + hashlib.sha1(request.table.encode()).hexdigest()[:16]
+                    rows = changes.apply(ch, self.database, self._name, request.table, stage,
+                                         rebuild, list(request.columns),
+                                         (LOAD_COLUMN, request.batch_id))  # fmt: skip
+                else:
+                    self._attach(ch, request, stage)
                 self._write_record(ch, request.batch_id, request.table, "done", rows, reasons)
             finally:
                 ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
@@ -464,7 +468,7 @@ class ClickHouseDestination:
         months = sorted({day[:7].replace("-", "") for day in swap.days})
         parts = (
             [(m, f"toYYYYMM({ts}) = {int(m)}") for m in months] if by_month
-            else [(UNPARTITIONED, "1")]
+            else [(changes.UNPARTITIONED, "1")]
         )  # fmt: skip
         target = self._name(table)
         rebuild = self._name(REBUILD_PREFIX + hashlib.sha1(table.encode()).hexdigest()[:16])
@@ -482,7 +486,7 @@ class ClickHouseDestination:
                 [(count,)] = ch.query(f"SELECT count() {rows_of_days}")[1]
                 moved += int(count)
             # Atomic: readers see the month (or table) before or after, never between.
-            ch.execute(f"ALTER TABLE {target} REPLACE PARTITION ID {literal(month)} FROM {rebuild}")
+            changes.swap_partition(ch, target, month, rebuild)
             if swap.primary_key and self.merge_after_load:
                 ch.execute(f"OPTIMIZE TABLE {target} PARTITION ID {literal(month)} FINAL")
             ch.execute(f"DROP TABLE {rebuild}")
