@@ -408,3 +408,22 @@ def test_a_sources_changes_are_applied_by_key_and_a_crash_before_the_record_chan
 def _change_schema() -> pa.Schema:
     return pa.schema([("_op", pa.string()), ("_key", pa.string()), ("_old_key", pa.string()),
                       ("_lsn", pa.int64()), ("_seq", pa.int64()), ("v", pa.string())])  # fmt: skip
+
+
+def test_no_server_is_transient_and_a_wrong_password_stops_without_showing_it(
+    server: Any, clickhouse_database: str, tmp_path: Path
+) -> None:
+    from eventpipe.errors import ConfigError, TransientError
+    from tests.process import free_port
+
+    gone = ClickHouseDestination("ch", f"http://127.0.0.1:{free_port()}",
+                                 FileLocks(tmp_path / "locks"), password="s3cret")  # fmt: skip
+    with pytest.raises(TransientError) as down:
+        gone.describe("events")
+    assert "s3cret" not in str(down.value)
+    wrong = ClickHouseDestination("ch", server.url, FileLocks(tmp_path / "locks"),
+                                  database=clickhouse_database, password="s3cret")  # fmt: skip
+    with pytest.raises(ConfigError, match="refused user 'default'") as refused:
+        wrong.patch(diff(None, Table("events", COLUMNS)))
+    assert "s3cret" not in str(refused.value)
+    assert "s3cret" not in repr(wrong)
