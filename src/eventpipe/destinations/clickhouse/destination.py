@@ -2,8 +2,9 @@
 
 * **Tables** are made by the dialect (schema/dialects.py): ``MergeTree`` partitioned by
   month of ``_timestamp`` and ordered by it; with ``primary_key``,
-  ``ReplacingMergeTree(_timestamp)`` ordered by the key, so a key's newest row wins when
-  ClickHouse merges. Every table eventpipe makes has one more column,
+  ``ReplacingMergeTree(_timestamp)`` ordered by the key and not partitioned, so a key's
+  newest row wins when ClickHouse merges; a source's changes, ``MergeTree`` without
+  partitions or sorting key (changes.py). Every table eventpipe makes has one more column,
   :data:`LOAD_COLUMN`: the load that brought each row (like dlt's ``_dlt_load_id``);
   ``describe`` leaves it out.
 * **Types** follow the server: ``DateTime64(6, 'UTC')`` where it has that type,
@@ -14,12 +15,13 @@
 
   1. under the table lock, its record in ``_eventpipe_loads`` is looked up: found, the
      batch was loaded;
-  2. a stage table ``AS`` the table is filled with the batch's rows (read and converted to
-     the columns' types by an in-memory DuckDB, sent in ClickHouse's Native format, in
-     blocks; readers never see the stage);
+  2. a stage table ``AS`` the table is filled with the batch's rows (read as they are,
+     or converted to the columns' types by an in-memory DuckDB: rows.py; sent in
+     ClickHouse's Native format, in blocks; readers never see the stage);
   3. an ``attaching`` record is written, then each of the stage's partitions is attached
      to the table (``ATTACH PARTITION ... FROM``: atomic per partition; a batch that spans
-     months is visible a month at a time while it attaches), then the ``done`` record;
+     months is visible a month at a time while it attaches), or a source's changes are
+     applied (changes.py), then the ``done`` record;
   4. a rerun that finds ``attaching`` without ``done`` (a crash in step 3) attaches only
      the partitions that hold none of the batch's rows (:data:`LOAD_COLUMN` says which).
 
@@ -38,6 +40,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import threading
@@ -323,9 +326,10 @@ class ClickHouseDestination:
                 else:
                     self._attach(ch, request, stage)
                 self._write_record(ch, request.batch_id, request.table, "done", rows, reasons)
-            finally:
-                ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
-                ch.execute(f"DROP TABLE IF EXISTS {self._name(stage + '_plain')}")
+            finally:  # a stage left by a server gone away is dropped by the retry
+                with contextlib.suppress(TransientError):
+                    ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
+                    ch.execute(f"DROP TABLE IF EXISTS {self._name(stage + '_plain')}")
         return LoadResult(rows=rows, rejected=rejected)
 
     def _stage(
