@@ -427,3 +427,10 @@ def test_no_server_is_transient_and_a_wrong_password_stops_without_showing_it(
         wrong.patch(diff(None, Table("events", COLUMNS)))
     assert "s3cret" not in str(refused.value)
     assert "s3cret" not in repr(wrong)
+
+
+def test_a_query_before_the_first_load_says_nothing_was_loaded(server: Any, tmp_path: Path) -> None:
+    fresh = ClickHouseDestination("ch", server.url, FileLocks(tmp_path / "locks"),
+                                  database="never_loaded", password=server.password)  # fmt: skip
+    with pytest.raises(QueryError, match="database never_loaded does not exist yet"):
+        fresh.query("SELECT count() FROM events")

@@ -91,6 +91,7 @@ REBUILD_PREFIX = "_eventpipe_rebuild_"
 
 TIMEOUT_EXCEEDED = 159
 """The code of a query stopped by ``max_execution_time``."""
+UNKNOWN_DATABASE = 81
 
 MAX_REJECTED_ROWS = 10_000
 """Rows one load leaves out at most; beyond, the batch fails as a whole."""
@@ -524,6 +525,11 @@ class ClickHouseDestination:
             try:
                 return reader.query(sql.strip().rstrip(";"), settings=settings)
             except (ServerError, ConfigError) as exc:  # a reader without a table's grant
+                if isinstance(exc, ServerError) and exc.code == UNKNOWN_DATABASE:
+                    raise QueryError(
+                        f"database {self.database} does not exist yet: nothing was loaded "
+                        "into this destination"
+                    ) from None
                 raise QueryError(exc.message) from None
             except TransientError as exc:
                 timed_out = error_code(exc.message) == TIMEOUT_EXCEEDED or isinstance(
