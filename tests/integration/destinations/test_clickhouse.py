@@ -39,13 +39,12 @@ def server(request: pytest.FixtureRequest) -> Any:
 
 @pytest.fixture
 def dest(server: Any, clickhouse_database: str, tmp_path: Path) -> ClickHouseDestination:
-    return ClickHouseDestination(
-        "ch",
-        server.url,
-        FileLocks(tmp_path / "locks"),
-        database=clickhouse_database,
-        password=server.password,
-    )
+    return _opened(server, clickhouse_database, tmp_path)
+
+
+def _opened(server: Any, database: str, tmp: Path, **settings: Any) -> ClickHouseDestination:
+    return ClickHouseDestination("ch", server.url, FileLocks(tmp / "locks"), database=database,
+                                 password=server.password, **settings)  # fmt: skip
 
 
 def _ensure(dest: ClickHouseDestination, table: Table) -> None:
@@ -151,9 +150,7 @@ def test_values_the_old_servers_types_cannot_hold_are_left_out_with_the_reason(
     clickhouse_server: Any, clickhouse_database: str, tmp_path: Path
 ) -> None:
     """Debian's 18.16 has no DateTime64: times keep whole seconds, from 1970 to 2106."""
-    dest = ClickHouseDestination("ch", clickhouse_server.url, FileLocks(tmp_path / "locks"),
-                                 database=clickhouse_database,
-                                 password=clickhouse_server.password)  # fmt: skip
+    dest = _opened(clickhouse_server, clickhouse_database, tmp_path)
     assert not dest.features.datetime64
     _ensure(dest, Table("events", {"id": S, "big": H, "_timestamp": T}))
     rows = [
@@ -178,13 +175,7 @@ def test_values_the_old_servers_types_cannot_hold_are_left_out_with_the_reason(
 def test_todays_servers_keep_microseconds_and_times_before_1970(
     chdb_server: Any, clickhouse_database: str, tmp_path: Path
 ) -> None:
-    dest = ClickHouseDestination(
-        "ch",
-        chdb_server.url,
-        FileLocks(tmp_path / "locks"),
-        database=clickhouse_database,
-        password=chdb_server.password,
-    )
+    dest = _opened(chdb_server, clickhouse_database, tmp_path)
     assert dest.features.datetime64
     columns = {"id": S, "big": H, "_timestamp": T}
     _ensure(dest, Table("events", columns))
@@ -215,20 +206,13 @@ def test_a_key_cannot_be_added_to_a_table_made_without_one(dest: ClickHouseDesti
 def test_query_reads_as_the_read_only_user_and_cannot_write(
     server: Any, clickhouse_database: str, tmp_path: Path
 ) -> None:
-    dest = ClickHouseDestination("ch", server.url, FileLocks(tmp_path / "locks"),
-                                 database=clickhouse_database, password=server.password,
-                                 query_user="reader", query_password=server.password)  # fmt: skip
+    dest = _opened(server, clickhouse_database, tmp_path, query_user="reader",
+                   query_password=server.password)  # fmt: skip
     _ensure(dest, Table("events", COLUMNS))
     assert dest.query("SELECT count() FROM events") == (["count()"], [(0,)])
     with pytest.raises(QueryError, match="Code: 164"):  # READONLY
         dest.query("INSERT INTO events (id) VALUES ('x')")
-    same_user = ClickHouseDestination(
-        "ch",
-        server.url,
-        FileLocks(tmp_path / "locks"),
-        database=clickhouse_database,
-        password=server.password,
-    )
+    same_user = _opened(server, clickhouse_database, tmp_path)
     with pytest.raises(QueryError, match="Code: 164"):  # readonly=1 for the loading user
         same_user.query("DROP TABLE events")
     with pytest.raises(QueryError, match="Code: 164"):  # nor can it lift readonly
@@ -288,14 +272,7 @@ def test_a_mappings_clickhouse_type_is_the_columns_and_its_rows_load(
         {"action": "move", "src": "/user/id", "dst": "/user_id", "type": "UInt32"},
     ]})  # fmt: skip
     assert mapped_types(mapping) == {"plan": "LowCardinality(String)", "user_id": "UInt32"}
-    dest = ClickHouseDestination(
-        "ch",
-        server.url,
-        FileLocks(tmp_path / "locks"),
-        database=clickhouse_database,
-        password=server.password,
-        column_types=mapped_types(mapping),
-    )
+    dest = _opened(server, clickhouse_database, tmp_path, column_types=mapped_types(mapping))
     columns = {"plan": S, "user_id": N, "_timestamp": T}
     _ensure(dest, Table("events", columns))
     _ensure(dest, Table("events", {**columns, "late": S}))  # added beside them: plain
@@ -430,7 +407,6 @@ def test_no_server_is_transient_and_a_wrong_password_stops_without_showing_it(
 
 
 def test_a_query_before_the_first_load_says_nothing_was_loaded(server: Any, tmp_path: Path) -> None:
-    fresh = ClickHouseDestination("ch", server.url, FileLocks(tmp_path / "locks"),
-                                  database="never_loaded", password=server.password)  # fmt: skip
+    fresh = _opened(server, "never_loaded", tmp_path)
     with pytest.raises(QueryError, match="database never_loaded does not exist yet"):
         fresh.query("SELECT count() FROM events")
