@@ -1,5 +1,5 @@
 """Generated hostile events, over HTTP, through the Spark job into DuckDB, PostgreSQL,
-Iceberg and Delta tables.
+ClickHouse (Debian's 18.16), Iceberg and Delta tables.
 
 Hypothesis draws batches of events whose keys and values come from eventpipe's own names,
 SQL reserved words, ``_corrupt_record``, unicode (CJK, RTL, combining marks, emoji), NUL
@@ -115,17 +115,19 @@ def _body(items: list[dict[str, Any]], duplicate: bool) -> bytes:
     return ("[" + ",".join(parts) + "]").encode("utf-8", errors="surrogatepass")
 
 
-DESTINATIONS = ("warehouse", "pg", "ice", "delta")
+DESTINATIONS = ("warehouse", "pg", "ch", "ice", "delta")
 
 
 class Pipeline:
-    """One collector and four destinations for the whole suite; each example is a batch."""
+    """One collector and five destinations for the whole suite; each example is a batch."""
 
-    def __init__(self, data: Path, dsn: str, schema: str) -> None:
+    def __init__(self, data: Path, dsn: str, schema: str, clickhouse: Any) -> None:
         destinations = {
             "warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"},
             "pg": {"type": "postgres", "dsn": dsn, "schema": schema,
                    "table_name_template": "{{ event_type }}"},
+            "ch": {"type": "clickhouse", "url": clickhouse.url, "password": clickhouse.password,
+                   "database": schema, "table_name_template": "{{ event_type }}"},
             "ice": {"type": "iceberg", "table_name_template": "{{ event_type }}"},
             "delta": {"type": "delta", "table_name_template": "{{ event_type }}"},
         }  # fmt: skip
@@ -145,16 +147,19 @@ class Pipeline:
 
     def rows(self) -> dict[str, str]:
         """Every row of every table of each destination as text, per destination."""
+        from eventpipe.destinations.clickhouse import ClickHouseDestination
         from eventpipe.destinations.lakehouse import LakehouseDestination
         from eventpipe.processing.runtime.pipeline import Runtime
 
         config = self.collector.config
         found = dict.fromkeys(DESTINATIONS, "")
-        for dest_id in ("warehouse", "ice", "delta"):
+        for dest_id in ("warehouse", "ch", "ice", "delta"):
             opened = Runtime(config).open_destination(dest_id)
-            assert isinstance(opened, DuckDBDestination | LakehouseDestination)
+            assert isinstance(opened, DuckDBDestination | LakehouseDestination
+                              | ClickHouseDestination)  # fmt: skip
             for table in opened.tables():
-                found[dest_id] += repr(opened.query(f'SELECT * FROM "{table}"')[1])
+                name = opened.dialect.quote(table)
+                found[dest_id] += repr(opened.query(f"SELECT * FROM {name}")[1])
         with psycopg.connect(self.dsn) as db:
             tables = db.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
@@ -172,12 +177,16 @@ class Pipeline:
 
 @pytest.fixture(scope="module")
 def pipeline(
-    tmp_path_factory: pytest.TempPathFactory, postgres_dsn: str, spark: Any
+    tmp_path_factory: pytest.TempPathFactory,
+    postgres_dsn: str,
+    spark: Any,
+    clickhouse_server: Any,
 ) -> Iterator[Pipeline]:
     import uuid
 
     schema = f"hostile_{uuid.uuid4().hex[:8]}"
-    running = Pipeline(tmp_path_factory.mktemp("hostile") / "data", postgres_dsn, schema)
+    running = Pipeline(tmp_path_factory.mktemp("hostile") / "data", postgres_dsn, schema,
+                       clickhouse_server)  # fmt: skip
     yield running
     running.collector.stop()
     print(f"\nhostile suite: {running.tried}")
