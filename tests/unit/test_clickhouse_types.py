@@ -37,3 +37,10 @@ def test_a_mapped_column_is_nullable_inside_low_cardinality_unless_required() ->
     assert column_type("Nullable(UInt32)", required=False) == "Nullable(UInt32)"
     assert lattice("LowCardinality(Nullable(String))") is DataType.STRING
     assert lattice("Nullable(UInt64)") is DataType.INT128
+
+
+def test_string_literals_escape_as_each_engine_reads_them() -> None:
+    from eventpipe.schema.dialects import CLICKHOUSE, DUCKDB
+
+    assert CLICKHOUSE.literal("it's a \\ path") == "'it\\'s a \\\\ path'"
+    assert DUCKDB.literal("it's a \\ path") == "'it''s a \\ path'"

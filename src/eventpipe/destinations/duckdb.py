@@ -512,7 +512,7 @@ def unconvertible_rows(
     q = DUCKDB.quote
     problems = [
         f"CASE WHEN {q(c)} IS NOT NULL AND TRY_CAST({q(c)} AS {sql_types[c]}) IS NULL "
-        f"THEN 'column {_text(c)} ({_text(sql_types[c])}) cannot take ' "
+        f"THEN {DUCKDB.literal(f'column {c} ({sql_types[c]}) cannot take ')} "
         f"|| CAST({q(c)} AS VARCHAR) END"
         for c in request.columns
         if c in sql_types
@@ -527,11 +527,6 @@ def unconvertible_rows(
     ).fetchall()
     offsets = file_offsets(files)
     return tuple(sorted((offsets[name] + int(row), f"duckdb: {why}") for name, row, why in found))
-
-
-def _text(value: str) -> str:
-    """``value`` inside a SQL string literal (a column's name may hold a quote)."""
-    return value.replace("'", "''")
 
 
 def file_offsets(files: list[str]) -> dict[str, int]:

@@ -59,6 +59,13 @@ class Dialect:
             return q + identifier.translate(_BACKSLASHED) + q
         return q + identifier.replace(q, q + q) + q
 
+    def literal(self, text: str) -> str:
+        """``text`` as a string literal: the quote doubled, or (ClickHouse) a backslash
+        and the quote escaped with a backslash."""
+        if self.backslash_escapes:
+            return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        return "'" + text.replace("'", "''") + "'"
+
     def name_of(self, table: str, namespace: str | None = None) -> str:
         """``namespace.table`` (schema, dataset or database), quoted."""
         return f"{self.quote(namespace)}.{self.quote(table)}" if namespace else self.quote(table)

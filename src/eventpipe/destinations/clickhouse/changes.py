@@ -37,6 +37,7 @@ UNPARTITIONED = "all"
 """The partition id of every row of a table without a partition key."""
 ENGINE = "MergeTree ORDER BY tuple()"
 """The engine of a table of changes."""
+literal = CLICKHOUSE.literal
 
 
 def apply(
@@ -55,13 +56,9 @@ def apply(
     q = CLICKHOUSE.quote
     op, key, lsn, seq = (q(c) for c in ENVELOPE)
     target, staged, fresh = name(table), name(stage), name(rebuild)
-    [(partition_key,)] = ch.query(
-        f"SELECT partition_key FROM system.tables WHERE database = {_literal(database)} "
-        f"AND name = {_literal(table)}"
-    )[1] or [("",)]
-    if partition_key:
+    if key_of_partitions := partition_key(ch, database, table):
         raise TerminalError(
-            f"{table} is partitioned ({partition_key}): a source's changes are applied to "
+            f"{table} is partitioned ({key_of_partitions}): a source's changes are applied to "
             "a table without partitions, the one eventpipe makes",
             fix="drop or rename the table for eventpipe to make it again", table=table,
         )  # fmt: skip
@@ -92,7 +89,7 @@ def apply(
     if not cut:  # the table's rows that the batch leaves as they are
         ch.execute(
             f"INSERT INTO {fresh} SELECT * FROM {target} WHERE {q(load_column)} != "
-            f"{_literal(batch_id)} AND ({key} IS NULL OR {key} NOT IN (SELECT k FROM ({last})))"
+            f"{literal(batch_id)} AND ({key} IS NULL OR {key} NOT IN (SELECT k FROM ({last})))"
         )
     ch.execute(
         f"INSERT INTO {fresh} ({listed}, {q(load_column)}) SELECT {listed}, {q(load_column)} "
@@ -114,10 +111,16 @@ def swap_partition(ch: ClickHouseClient, target: str, partition: str, source: st
     refuse to replace a partition from a table without rows in it."""
     [(rows,)] = ch.query(f"SELECT count() FROM {source}")[1]
     if int(rows) == 0:
-        ch.execute(f"ALTER TABLE {target} DROP PARTITION ID {_literal(partition)}")
+        ch.execute(f"ALTER TABLE {target} DROP PARTITION ID {literal(partition)}")
     else:
-        ch.execute(f"ALTER TABLE {target} REPLACE PARTITION ID {_literal(partition)} FROM {source}")
+        ch.execute(f"ALTER TABLE {target} REPLACE PARTITION ID {literal(partition)} FROM {source}")
 
 
-def _literal(text: str) -> str:
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def partition_key(ch: ClickHouseClient, database: str, table: str) -> str:
+    """The table's partition key expression (``toYYYYMM(_timestamp)``), empty for a
+    table without partitions (or none at all)."""
+    _, rows = ch.query(
+        "SELECT partition_key FROM system.tables "
+        f"WHERE database = {literal(database)} AND name = {literal(table)}"
+    )
+    return str(rows[0][0]).replace("`", "") if rows else ""

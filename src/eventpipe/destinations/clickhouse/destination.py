@@ -50,6 +50,7 @@ from typing import Any
 
 import httpx
 
+import eventpipe.destinations.clickhouse.changes as changes
 from eventpipe import reserved
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
@@ -62,7 +63,6 @@ from eventpipe.destinations.base import (
     table_lock,
 )
 from eventpipe.destinations.changes import are_changes
-from eventpipe.destinations.clickhouse import changes
 from eventpipe.destinations.clickhouse.client import (
     ClickHouseClient,
     ServerError,
@@ -97,9 +97,7 @@ MAX_REJECTED_ROWS = 10_000
 """Rows one load leaves out at most; beyond, the batch fails as a whole."""
 
 
-def literal(text: str) -> str:
-    """``text`` as a ClickHouse string literal."""
-    return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+literal = CLICKHOUSE.literal
 
 
 class ClickHouseDestination:
@@ -469,7 +467,9 @@ class ClickHouseDestination:
         )
         # A table partitioned by month is rebuilt a month at a time; one without
         # partitions (a keyed table) whole.
-        by_month = self._partition_key(ch, table) == f"toYYYYMM({TIMESTAMP_COLUMN})"
+        by_month = changes.partition_key(ch, self.database, table) == (
+            f"toYYYYMM({TIMESTAMP_COLUMN})"
+        )
         months = sorted({day[:7].replace("-", "") for day in swap.days})
         parts = (
             [(m, f"toYYYYMM({ts}) = {int(m)}") for m in months] if by_month
@@ -496,13 +496,6 @@ class ClickHouseDestination:
                 ch.execute(f"OPTIMIZE TABLE {target} PARTITION ID {literal(month)} FINAL")
             ch.execute(f"DROP TABLE {rebuild}")
         return moved
-
-    def _partition_key(self, ch: ClickHouseClient, table: str) -> str:
-        _, rows = ch.query(
-            "SELECT partition_key FROM system.tables "
-            f"WHERE database = {literal(self.database)} AND name = {literal(table)}"
-        )
-        return str(rows[0][0]).replace("`", "") if rows else ""
 
     # -- reads --------------------------------------------------------------------------
 

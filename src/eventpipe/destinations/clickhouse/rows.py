@@ -135,7 +135,7 @@ def _converted(files: list[str], columns: dict[str, str]) -> Rows:
     casts = ", ".join(f"TRY_CAST({q(c)} AS {t}) AS {q(c)}" for c, t in converted.items())
     problems = ", ".join(
         f"CASE WHEN {q(c)} IS NOT NULL AND TRY_CAST({q(c)} AS {t}) IS NULL THEN "
-        f"'column ' || {_literal(c)} || ' ({t}) cannot take ' || CAST({q(c)} AS VARCHAR) END"
+        f"{DUCKDB.literal(f'column {c} ({t}) cannot take ')} || CAST({q(c)} AS VARCHAR) END"
         for c, t in converted.items()
     )
     offsets = file_offsets(files)
@@ -172,7 +172,3 @@ def _positions(table: Any, offsets: dict[str, int]) -> Any:
     first = np.array([offsets[str(n)] for n in names.dictionary.to_pylist()], dtype=np.int64)
     rows = table.column(ROW).to_numpy().astype(np.int64)
     return first[names.indices.to_numpy(zero_copy_only=False)] + rows
-
-
-def _literal(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
