@@ -96,7 +96,7 @@ def test_reprocess_replaces_a_days_rows_in_clickhouse(
     _, results = rp.reprocess(spark, after, "ch", day, day)
     assert results[0].rows == {"page": 2, "click": 2}
     rows = _read(clickhouse_server, "SELECT eventn_ctx_event_id, number, n FROM "
-                 f"`{clickhouse_database}`.page ORDER BY 1")  # fmt: skip
+                 f"`{clickhouse_database}`.page ORDER BY eventn_ctx_event_id")  # fmt: skip
     assert rows == [("e1", 1, None), ("e2", 2, None), ("e4", None, 4), ("e6", None, 6),
                     ("e7", None, 7)]  # fmt: skip
     tables = _read(clickhouse_server, "SELECT name FROM system.tables "
