@@ -91,9 +91,10 @@ postgres:
 	@scripts/ensure-apt.sh postgresql-$$(ls /usr/lib/postgresql | sort -n | tail -1)-wal2json
 
 # The ClickHouse destination's tests start a server of their own from Debian's package
-# (tests/clickhouse.py), as they start PostgreSQL.
+# (tests/clickhouse.py), as they start PostgreSQL; its cluster tests, two of them
+# replicating through Debian's ZooKeeper.
 clickhouse:
-	@scripts/ensure-apt.sh clickhouse-server
+	@scripts/ensure-apt.sh clickhouse-server zookeeper
 
 # The archive's tests check that the standard `lz4` tool reads eventpipe's archive files;
 # the pixel's test fetches it with `curl`, as a mail client would.

@@ -137,6 +137,9 @@ def serve(port: int, password: str, directory: Path) -> None:
 class ChdbServer:
     """One served chDB engine in a temporary directory; ``remove()`` at the end."""
 
+    user = "default"
+    cluster: str | None = None
+
     def __init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="eventpipe-chdb-"))
         self.http_port = free_port()

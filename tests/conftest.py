@@ -253,6 +253,20 @@ def chdb_server() -> Iterator[Any]:
         server.remove()
 
 
+@pytest.fixture(scope="session")
+def clickhouse_cluster() -> Iterator[Any]:
+    """ZooKeeper and two ClickHouse servers (Debian's), the replicas of one shard of
+    cluster ``events``, for the whole run (tests/clickhouse.py)."""
+    from tests.clickhouse import ClickHouseCluster
+
+    cluster = ClickHouseCluster()
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.remove()
+
+
 CLICKHOUSE_ENGINES = {"18.16": "clickhouse_server", "today": "chdb_server"}
 """The ClickHouse servers the tests run: Debian's 18.16, and today's engine (chDB)."""
 

@@ -211,6 +211,9 @@ class ClickHouseConfig(TableDestinationConfig):
     ``false``: ClickHouse merges them in its own time; read with ``FINAL``."""
     timeout_seconds: float = Field(default=300.0, gt=0)
     """How long one statement (a load's insert, say) may take before it is retried."""
+    cluster: str | None = Field(default=None, min_length=1)
+    """A cluster of the server's ``remote_servers`` (one shard and its replicas): tables
+    made ``ON CLUSTER``, replicated (docs/destinations.md). ``url`` names one replica."""
 
     @field_validator("url")
     @classmethod

@@ -132,6 +132,7 @@ def _open_clickhouse(
         merge_after_load=dest.merge_after_load,
         timeout_seconds=dest.timeout_seconds,
         column_types=mapped_types(dest.mappings),
+        cluster=dest.cluster,
     )
 
 

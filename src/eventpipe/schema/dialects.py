@@ -81,15 +81,18 @@ class Dialect:
         namespace: str | None = None,
         sql_types: Mapping[str, str] | None = None,
         engine: str | None = None,
+        on_cluster: str | None = None,
     ) -> str:
         """``CREATE TABLE`` with ``columns`` in order, and the primary key if any.
         ``sql_types``: a column's SQL type as written, instead of its lattice type's (a
         mapping's ClickHouse type; nullable or not already). ``engine``: ClickHouse's
-        engine clause instead of the one chosen by key and ``_timestamp``."""
+        engine clause instead of :meth:`clickhouse_engine`'s; ``on_cluster``: made on
+        every host of that ClickHouse cluster."""
         if self.name == "clickhouse":
             return self._create_clickhouse_table(
-                table, columns, primary_key, namespace, sql_types or {}, engine
-            )
+                table, columns, primary_key, namespace, sql_types or {},
+                engine or self.clickhouse_engine(columns, primary_key), on_cluster,
+            )  # fmt: skip
         parts = [self.column(name, data_type) for name, data_type in columns]
         keys = ", ".join(self.quote(c) for c in primary_key)
         if primary_key and self.primary_key:
@@ -103,14 +106,12 @@ class Dialect:
         primary_key: Sequence[str],
         namespace: str | None,
         sql_types: Mapping[str, str],
-        engine: str | None,
+        engine: str,
+        on_cluster: str | None,
     ) -> str:
-        """An engine is required. ClickHouse refuses a Nullable column in a sorting or
-        partition key and as a ReplacingMergeTree's version, so the key's columns and
-        ``_timestamp`` (which every event has) are not Nullable. Partitioned by month of
-        ``_timestamp``; a key means ``ReplacingMergeTree`` ordered by it, ``_timestamp``
-        its version (the newest row wins on merge); otherwise ``MergeTree`` ordered by
-        ``_timestamp``."""
+        """ClickHouse refuses a Nullable column in a sorting or partition key and as a
+        ReplacingMergeTree's version, so the key's columns and ``_timestamp`` (which every
+        event has) are not Nullable."""
         required = {*primary_key, TIMESTAMP_COLUMN}
         parts = [
             f"{self.quote(name)} {sql_types[name]}" if name in sql_types
@@ -118,19 +119,26 @@ class Dialect:
             else self.column(name, data_type)
             for name, data_type in columns
         ]  # fmt: skip
-        sql = f"CREATE TABLE {self.name_of(table, namespace)} ({', '.join(parts)})"
-        if engine is not None:
-            return f"{sql} ENGINE = {engine}"
+        cluster = f" ON CLUSTER {self.quote(on_cluster)}" if on_cluster else ""
+        name = self.name_of(table, namespace)
+        return f"CREATE TABLE {name}{cluster} ({', '.join(parts)}) ENGINE = {engine}"
+
+    def clickhouse_engine(
+        self, columns: Sequence[tuple[str, DataType]], primary_key: Sequence[str]
+    ) -> str:
+        """The engine clause of a table eventpipe makes: partitioned by month of
+        ``_timestamp``; a key means ``ReplacingMergeTree`` ordered by it, ``_timestamp``
+        its version (the newest row wins on merge), and no partitions; otherwise
+        ``MergeTree`` ordered by ``_timestamp``."""
         has_time = TIMESTAMP_COLUMN in dict(columns)
         ts = self.quote(TIMESTAMP_COLUMN)
-        partition = f" PARTITION BY toYYYYMM({ts})" if has_time else ""
         if primary_key:  # not partitioned: ClickHouse replaces rows within a partition only
             keys = ", ".join(self.quote(c) for c in primary_key)
             version = f"({ts})" if has_time else ""
-            return f"{sql} ENGINE = ReplacingMergeTree{version} ORDER BY ({keys})"
-        return (
-            f"{sql} ENGINE = MergeTree{partition} ORDER BY {f'({ts})' if has_time else 'tuple()'}"
-        )
+            return f"ReplacingMergeTree{version} ORDER BY ({keys})"
+        if has_time:
+            return f"MergeTree PARTITION BY toYYYYMM({ts}) ORDER BY ({ts})"
+        return "MergeTree ORDER BY tuple()"
 
     def add_column(
         self,
@@ -139,9 +147,11 @@ class Dialect:
         data_type: DataType,
         namespace: str | None = None,
         sql_type: str | None = None,
+        on_cluster: str | None = None,
     ) -> str:
         column = f"{self.quote(name)} {sql_type}" if sql_type else self.column(name, data_type)
-        return f"ALTER TABLE {self.name_of(table, namespace)} ADD COLUMN {column}"
+        cluster = f" ON CLUSTER {self.quote(on_cluster)}" if on_cluster else ""
+        return f"ALTER TABLE {self.name_of(table, namespace)}{cluster} ADD COLUMN {column}"
 
     def add_primary_key(
         self, table: str, primary_key: Sequence[str], namespace: str | None = None

@@ -1,7 +1,8 @@
 """The ClickHouse destination against Debian's server (tests/clickhouse.py): what the
 conformance suite does not ask of every destination. A load killed at each of its steps
 and run again, days replaced by whole months, what the old server's types cannot hold,
-and ``eventpipe query`` kept to reading the destination's tables."""
+and ``eventpipe query`` kept to reading the destination's tables. The loads, days and
+changes also on a cluster of two replicas (``cluster:``), read back on both."""
 
 from __future__ import annotations
 
@@ -20,9 +21,11 @@ import pytest
 
 from eventpipe.destinations.base import DaySwap, LoadRequest
 from eventpipe.destinations.clickhouse import ClickHouseDestination
+from eventpipe.destinations.clickhouse.client import ClickHouseClient
 from eventpipe.destinations.clickhouse.query import check_query
 from eventpipe.errors import QueryError, TerminalError
 from eventpipe.locks import FileLocks
+from eventpipe.schema.dialects import CLICKHOUSE
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
 from tests.conftest import CLICKHOUSE_ENGINES
@@ -42,9 +45,58 @@ def dest(server: Any, clickhouse_database: str, tmp_path: Path) -> ClickHouseDes
     return _opened(server, clickhouse_database, tmp_path)
 
 
+ANYWHERE = [*CLICKHOUSE_ENGINES, "cluster"]
+
+
+@pytest.fixture(params=ANYWHERE)
+def anywhere(request: pytest.FixtureRequest) -> Any:
+    """Either engine, or the two replicas of a cluster (Debian's servers)."""
+    fixture = CLICKHOUSE_ENGINES.get(request.param, "clickhouse_cluster")
+    return request.getfixturevalue(fixture)
+
+
+def _and_the_cluster(cases: list[str], on_the_cluster: list[str]) -> list[Any]:
+    """``cases`` on both engines, those ``on_the_cluster`` on the cluster too (each
+    case there takes seconds; these are the ones whose statements differ there)."""
+    return [pytest.param(where, case, id=f"{where}-{case}")
+            for where in ANYWHERE for case in cases
+            if where != "cluster" or case in on_the_cluster]  # fmt: skip
+
+
+@pytest.fixture
+def dest_anywhere(anywhere: Any, clickhouse_database: str, tmp_path: Path) -> Any:
+    """A destination on ``anywhere``; on the cluster, every table it made is checked
+    afterwards to hold the same rows on the other replica."""
+    dest = _opened(anywhere, clickhouse_database, tmp_path)
+    yield dest
+    if anywhere.cluster:
+        _same_on_both_replicas(anywhere, dest)
+
+
 def _opened(server: Any, database: str, tmp: Path, **settings: Any) -> ClickHouseDestination:
+    settings = {"user": server.user, "cluster": server.cluster, **settings}
     return ClickHouseDestination("ch", server.url, FileLocks(tmp / "locks"), database=database,
                                  password=server.password, **settings)  # fmt: skip
+
+
+def _same_on_both_replicas(cluster: Any, dest: ClickHouseDestination) -> None:
+    """Each of ``dest``'s tables replicated, with the same rows on the second replica as
+    on the first; no stage or rebuild table left on either."""
+    replicas = [ClickHouseClient(r.url, user=cluster.user, password=cluster.password)
+                for r in cluster.replicas]  # fmt: skip
+    tables = dest.tables()
+    for table in tables:
+        replicas[1].execute(f"SYSTEM SYNC REPLICA {CLICKHOUSE.name_of(table, dest.database)}")
+    for table in tables:
+        sql = f"SELECT * FROM {CLICKHOUSE.name_of(table, dest.database)}"
+        first, second = (sorted(map(repr, r.query(sql)[1])) for r in replicas)
+        assert first == second, table
+    for replica in replicas:
+        _, made = replica.query(f"SELECT name, engine FROM system.tables "
+                                f"WHERE database = '{dest.database}'")  # fmt: skip
+        assert all(engine.startswith("Replicated") for _, engine in made), made
+        assert {name for name, _ in made} == set(tables)
+        replica.close()
 
 
 def _ensure(dest: ClickHouseDestination, table: Table) -> None:
@@ -70,7 +122,7 @@ from eventpipe.destinations.clickhouse import client, ClickHouseDestination
 from eventpipe.destinations.base import LoadRequest
 from eventpipe.locks import FileLocks
 from eventpipe.schema.types import DataType
-url, password, database, locks, file, step = sys.argv[1:7]
+url, user, password, cluster, database, locks, file, step = sys.argv[1:9]
 original = client.ClickHouseClient.execute
 seen = []
 def execute(self, sql, **kwargs):
@@ -82,7 +134,7 @@ def execute(self, sql, **kwargs):
     return original(self, sql, **kwargs)
 client.ClickHouseClient.execute = execute
 dest = ClickHouseDestination("ch", url, FileLocks(Path(locks)), database=database,
-                             password=password)
+                             user=user, password=password, cluster=cluster or None)
 columns = {"id": DataType.STRING, "n": DataType.INT64, "_timestamp": DataType.TIMESTAMP}
 dest.load(LoadRequest("events", "batch-1", (Path(file),), columns))
 """
@@ -94,16 +146,20 @@ STEPS = {
 }
 
 
-@pytest.mark.parametrize("step", list(STEPS))
+@pytest.mark.parametrize(
+    ("anywhere", "step"), _and_the_cluster(list(STEPS), ["one month attached"]),
+    indirect=["anywhere"],
+)  # fmt: skip
 def test_a_load_killed_at_each_step_then_run_again_equals_a_clean_load(
-    dest: ClickHouseDestination, server: Any, tmp_path: Path, step: str
+    dest_anywhere: ClickHouseDestination, anywhere: Any, tmp_path: Path, step: str
 ) -> None:
+    dest, server = dest_anywhere, anywhere
     _ensure(dest, Table("events", COLUMNS))
     rows = 20_000
     big = _events(tmp_path / "big.parquet", rows, months=2)
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, server.url, server.password,
-         dest.database, str(dest.locks.directory), str(big), STEPS[step]],
+        [sys.executable, "-c", _CHILD, server.url, server.user, server.password,
+         server.cluster or "", dest.database, str(dest.locks.directory), str(big), STEPS[step]],
         stdout=subprocess.PIPE, text=True,
     )  # fmt: skip
     assert child.stdout is not None
@@ -123,8 +179,9 @@ def test_a_load_killed_at_each_step_then_run_again_equals_a_clean_load(
 
 
 def test_days_are_replaced_by_their_months_and_a_rerun_changes_nothing(
-    dest: ClickHouseDestination, tmp_path: Path
+    dest_anywhere: ClickHouseDestination, tmp_path: Path
 ) -> None:
+    dest = dest_anywhere
     _ensure(dest, Table("events", COLUMNS))
     old = [{"id": f"{day}-{i}", "n": 1, "_timestamp": datetime(2026, 11, day, 9)}
            for day in (19, 20, 21) for i in range(3)]  # fmt: skip
@@ -144,6 +201,65 @@ def test_days_are_replaced_by_their_months_and_a_rerun_changes_nothing(
     assert dest.replace_days(swap) == {"events": 5}  # recorded: done once
     assert _rows(dest, sql) == expected
     assert shadow not in dest.tables()
+
+
+def test_on_a_cluster_keyed_loads_and_new_columns_reach_the_other_replica(
+    clickhouse_cluster: Any, clickhouse_database: str, tmp_path: Path
+) -> None:
+    """The table's name holds what a replica path must not take as it is: a ``/`` (a
+    node of its own), a macro (``{replica}``: each replica a path of its own) and a
+    quote."""
+    dest = _opened(clickhouse_cluster, clickhouse_database, tmp_path)
+    table = "users/{replica}'s"
+    columns = {"id": S, "n": N, "_timestamp": T}
+    batches = [
+        [{"id": "u1", "n": 1, "_timestamp": datetime(2026, 10, 1)},
+         {"id": "u2", "n": 2, "_timestamp": datetime(2026, 10, 1)}],
+        [{"id": "u1", "n": 9, "_timestamp": datetime(2026, 11, 2)}],  # a month later
+        [{"id": "u2", "n": 5, "plan": "pro", "_timestamp": datetime(2026, 11, 3)}],
+    ]  # fmt: skip
+    for number, rows in enumerate(batches):
+        if number == 2:
+            columns = {**columns, "plan": S}
+        _ensure(dest, Table(table, columns, ("id",)))
+        pq.write_table(pa.Table.from_pylist(rows), tmp_path / f"{number}.parquet")
+        request = LoadRequest(table, f"b{number}", (tmp_path / f"{number}.parquet",),
+                              columns, primary_key=("id",))  # fmt: skip
+        assert dest.load(request).rows == len(rows)
+    second = clickhouse_cluster.replicas[1]
+    name = CLICKHOUSE.name_of(table, clickhouse_database)
+    with ClickHouseClient(second.url, user=clickhouse_cluster.user,
+                          password=clickhouse_cluster.password) as other:  # fmt: skip
+        other.execute(f"SYSTEM SYNC REPLICA {name}")
+        _, rows = other.query(f"SELECT id, n, plan FROM {name} ORDER BY id")
+        _, [(engine, made)] = other.query(
+            "SELECT engine, create_table_query FROM system.tables WHERE database = "
+            f"'{clickhouse_database}' AND name = {CLICKHOUSE.literal(table)}"
+        )
+    assert rows == [("u1", 9, None), ("u2", 5, "pro")]  # merged after each load, everywhere
+    assert engine == "ReplicatedReplacingMergeTree"
+    assert f"/{clickhouse_database}/users%2F%7Breplica%7D%27s'" in made
+    _same_on_both_replicas(clickhouse_cluster, dest)
+
+
+@pytest.mark.parametrize(("cluster", "refusal"), [
+    ("nope", "cluster 'nope' is not in the server's remote_servers (it has: events, two_shards)"),
+    ("two_shards", "cluster 'two_shards' has 2 shards: eventpipe loads a cluster of one shard"),
+])  # fmt: skip
+def test_a_cluster_the_server_lacks_or_of_several_shards_is_refused_before_any_table(
+    clickhouse_cluster: Any,
+    clickhouse_database: str,
+    tmp_path: Path,
+    cluster: str,
+    refusal: str,
+) -> None:
+    from eventpipe.errors import ConfigError
+
+    dest = _opened(clickhouse_cluster, clickhouse_database, tmp_path, cluster=cluster)
+    with pytest.raises(ConfigError) as refused:
+        _ensure(dest, Table("events", COLUMNS))
+    assert str(refused.value).startswith(refusal)
+    assert _opened(clickhouse_cluster, "default", tmp_path).describe("events") is None
 
 
 def test_values_the_old_servers_types_cannot_hold_are_left_out_with_the_reason(
@@ -352,10 +468,17 @@ CHANGES = {  # the table's changes before, the batch, the table after (tests/uni
 }  # fmt: skip
 
 
-@pytest.mark.parametrize("case", list(CHANGES))
+@pytest.mark.parametrize(
+    ("anywhere", "case"), _and_the_cluster(list(CHANGES), ["last change decides", "nothing left"]),
+    indirect=["anywhere"],
+)  # fmt: skip
 def test_a_sources_changes_are_applied_by_key_and_a_crash_before_the_record_changes_nothing(
-    dest: ClickHouseDestination, tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch
+    dest_anywhere: ClickHouseDestination,
+    tmp_path: Path,
+    case: str,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    dest = dest_anywhere
     before, batch, after = CHANGES[case]
     _ensure(dest, Table("t", CHANGE_COLUMNS))
     names = list(CHANGE_COLUMNS)

@@ -49,10 +49,12 @@ def apply(
     rebuild: str,
     columns: Collection[str],
     load: tuple[str, str],
+    made_like: str = "",
 ) -> int:
     """Apply the changes in ``stage`` to ``table`` (names; ``name`` makes them SQL), by
     way of ``rebuild``; ``columns``: the batch's; ``load``: the load column and this
-    batch's id. Returns the changes handled."""
+    batch's id; ``made_like``: what follows ``CREATE TABLE rebuild AS table`` (a
+    cluster's local engine). Returns the changes handled."""
     q = CLICKHOUSE.quote
     op, key, lsn, seq = (q(c) for c in ENVELOPE)
     target, staged, fresh = name(table), name(stage), name(rebuild)
@@ -85,7 +87,7 @@ def apply(
     listed = ", ".join(q(c) for c in columns)
     load_column, batch_id = load
     ch.execute(f"DROP TABLE IF EXISTS {fresh}")
-    ch.execute(f"CREATE TABLE {fresh} AS {target}")
+    ch.execute(f"CREATE TABLE {fresh} AS {target}{made_like}")
     if not cut:  # the table's rows that the batch leaves as they are
         ch.execute(
             f"INSERT INTO {fresh} SELECT * FROM {target} WHERE {q(load_column)} != "

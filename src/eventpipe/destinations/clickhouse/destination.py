@@ -34,6 +34,8 @@
   rebuilt in a table of its own (the month's other days, then the shadow's rows) and
   swapped in with ``REPLACE PARTITION``: a reader sees the old month or the new, never a
   day missing or doubled.
+* **A cluster** (``cluster``; one shard and its replicas): every table made ``ON
+  CLUSTER``, replicated; the loads as above on the replica at ``url`` (cluster.py).
 * **Errors** are classified by the client (client.py): transient, refused credentials, or
   the server's own message.
 """
@@ -43,7 +45,9 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -51,6 +55,7 @@ from typing import Any
 import httpx
 
 import eventpipe.destinations.clickhouse.changes as changes
+import eventpipe.destinations.clickhouse.cluster as clusters
 from eventpipe import reserved
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
@@ -95,6 +100,10 @@ UNKNOWN_DATABASE = 81
 
 MAX_REJECTED_ROWS = 10_000
 """Rows one load leaves out at most; beyond, the batch fails as a whole."""
+MERGE_TRIES = 6
+"""How often a replica is asked to merge a keyed partition after a load (cluster.py)."""
+
+log = logging.getLogger("eventpipe.destinations")
 
 
 literal = CLICKHOUSE.literal
@@ -121,11 +130,14 @@ class ClickHouseDestination:
         merge_after_load: bool = True,
         timeout_seconds: float = 300.0,
         column_types: Mapping[str, str] | None = None,
+        cluster: str | None = None,
     ) -> None:
         self.id = destination_id
         self.url = url
         self.locks = locks
         self.database = database
+        self.cluster = cluster
+        """Tables made replicated on every host of this cluster (cluster.py)."""
         self.merge_after_load = merge_after_load
         self.column_types = dict(column_types or {})
         """Column -> ClickHouse type as written (a mapping's ``type``, types.mapped_types):
@@ -198,13 +210,33 @@ class ClickHouseDestination:
         """The database and the loads table, once per destination object."""
         if self._ready.is_set():
             return
-        ch.execute(f"CREATE DATABASE IF NOT EXISTS {CLICKHOUSE.quote(self.database)}")
+        if self.cluster:
+            clusters.check(ch, self.cluster)
+        everywhere = clusters.on_cluster(self.cluster)
+        ch.execute(f"CREATE DATABASE IF NOT EXISTS {CLICKHOUSE.quote(self.database)}{everywhere}")
         ch.execute(
-            f"CREATE TABLE IF NOT EXISTS {self._name(LOADS_TABLE)} (batch_id String, "
+            f"CREATE TABLE IF NOT EXISTS {self._name(LOADS_TABLE)}{everywhere} (batch_id String, "
             "tbl String, state String, rows UInt64, rejected String, "
-            "loaded_at DateTime DEFAULT now()) ENGINE = MergeTree ORDER BY (tbl, batch_id)"
+            "loaded_at DateTime DEFAULT now()) "
+            f"ENGINE = {self._engine('MergeTree ORDER BY (tbl, batch_id)', LOADS_TABLE)}"
         )
         self._ready.set()
+
+    def _engine(self, engine: str, table: str) -> str:
+        """``engine`` for ``table``, replicated on a cluster."""
+        return clusters.replicated(engine, self.database, table) if self.cluster else engine
+
+    def _made_like(self, ch: ClickHouseClient, table: str) -> str:
+        """What a stage or rebuild table ``AS`` ``table`` is made with after its name: on
+        a cluster, the table's engine less the replication (a table of this replica
+        only); otherwise nothing (the same engine)."""
+        if not self.cluster:
+            return ""
+        _, rows = ch.query(
+            "SELECT create_table_query FROM system.tables "
+            f"WHERE database = {literal(self.database)} AND name = {literal(table)}"
+        )
+        return f" ENGINE = {clusters.local_engine(str(rows[0][0]))}" if rows else ""
 
     def patch(self, patch: TablePatch) -> None:
         if patch.empty:
@@ -219,16 +251,22 @@ class ClickHouseDestination:
             settings = self._ddl_settings(own.values())
             if current is None:
                 # A source's changes: a table without partitions, rebuilt per batch.
-                engine = changes.ENGINE if are_changes(dict(patch.add_columns)) else None
+                engine = (
+                    changes.ENGINE
+                    if are_changes(dict(patch.add_columns))
+                    else d.clickhouse_engine(patch.add_columns, patch.set_primary_key)
+                )
                 made = d.create_table(table, patch.add_columns, patch.set_primary_key,
-                                      self.database, own, engine)  # fmt: skip
+                                      self.database, own, self._engine(engine, table),
+                                      self.cluster)  # fmt: skip
                 ch.execute(made, settings=settings)
                 self._add_load_column(ch, table)
                 return
             for column, data_type in patch.add_columns:
                 if column not in current.columns:
                     ch.execute(d.add_column(table, column, data_type, self.database,
-                                            own.get(column)), settings=settings)  # fmt: skip
+                                            own.get(column), self.cluster),
+                               settings=settings)  # fmt: skip
             if patch.set_primary_key and tuple(patch.set_primary_key) != current.primary_key:
                 raise TerminalError(
                     f"{self.id}.{table} exists without the key {list(patch.set_primary_key)}: "
@@ -246,7 +284,8 @@ class ClickHouseDestination:
 
     def _add_load_column(self, ch: ClickHouseClient, table: str) -> None:
         ch.execute(
-            f"ALTER TABLE {self._name(table)} ADD COLUMN {CLICKHOUSE.quote(LOAD_COLUMN)} String"
+            f"ALTER TABLE {self._name(table)}{clusters.on_cluster(self.cluster)} "
+            f"ADD COLUMN {CLICKHOUSE.quote(LOAD_COLUMN)} String"
         )
 
     def tables(self) -> list[str]:
@@ -262,7 +301,11 @@ class ClickHouseDestination:
     def drop(self, tables: list[str]) -> None:
         with self._client() as ch:
             for table in tables:
-                ch.execute(f"DROP TABLE IF EXISTS {self._name(table)}")
+                self._drop(ch, table)
+
+    def _drop(self, ch: ClickHouseClient, table: str) -> None:
+        """A table eventpipe made (on every host of a cluster)."""
+        ch.execute(f"DROP TABLE IF EXISTS {self._name(table)}{clusters.on_cluster(self.cluster)}")
 
     # -- loads --------------------------------------------------------------------------
 
@@ -321,7 +364,8 @@ class ClickHouseDestination:
                     rebuild = REBUILD_PREFIX + hashlib.sha1(request.table.encode()).hexdigest()[:16]
                     rows = changes.apply(ch, self.database, self._name, request.table, stage,
                                          rebuild, list(request.columns),
-                                         (LOAD_COLUMN, request.batch_id))  # fmt: skip
+                                         (LOAD_COLUMN, request.batch_id),
+                                         self._made_like(ch, request.table))  # fmt: skip
                 else:
                     self._attach(ch, request, stage)
                 self._write_record(ch, request.batch_id, request.table, "done", rows, reasons)
@@ -346,8 +390,8 @@ class ClickHouseDestination:
                                 table=request.table)  # fmt: skip
         settings = self._ddl_settings(types.values())
         ch.execute(f"DROP TABLE IF EXISTS {self._name(stage)}")
-        ch.execute(f"CREATE TABLE {self._name(stage)} AS {self._name(request.table)}",
-                   settings=settings)  # fmt: skip
+        ch.execute(f"CREATE TABLE {self._name(stage)} AS {self._name(request.table)}"
+                   f"{self._made_like(ch, request.table)}", settings=settings)  # fmt: skip
         written = {c: without_low_cardinality(types[c]) for c in request.columns
                    if duckdb_type(types[c])}  # fmt: skip
         written[LOAD_COLUMN] = types[LOAD_COLUMN]
@@ -413,8 +457,34 @@ class ClickHouseDestination:
                     f"FROM {self._name(stage)}"
                 )
         if request.primary_key and self.merge_after_load:
-            for partition in partitions:
+            self._merge(ch, request.table, partitions)
+
+    def _merge(self, ch: ClickHouseClient, table: str, partitions: Iterable[str]) -> None:
+        """A keyed table's ``partitions`` merged into one part each, so that a key has
+        one row. On a replica, a merge asked for while a part just attached is still
+        in the replication queue may do nothing, and say nothing: there the replica
+        works off its queue first, and the merge is asked again (a few times, briefly)
+        until one part is left."""
+        target = self._name(table)
+        for partition in partitions:
+            for attempt in range(MERGE_TRIES):
+                if self.cluster:
+                    ch.execute(f"SYSTEM SYNC REPLICA {target}")
                 ch.execute(f"OPTIMIZE TABLE {target} PARTITION ID {literal(partition)} FINAL")
+                if not self.cluster:
+                    break
+                _, [(parts,)] = ch.query(
+                    "SELECT count() FROM system.parts WHERE active AND database = "
+                    f"{literal(self.database)} AND table = {literal(table)} "
+                    f"AND partition_id = {literal(partition)}"
+                )
+                if int(parts) <= 1:
+                    break
+                time.sleep(0.05 * 2**attempt)
+            else:
+                log.warning("%s.%s: partition %s not merged after %d tries: read with FINAL "
+                            "until ClickHouse merges it", self.id, table, partition,
+                            MERGE_TRIES)  # fmt: skip
 
     # -- days replaced ------------------------------------------------------------------
 
@@ -445,7 +515,7 @@ class ClickHouseDestination:
             self._write_record(ch, swap.swap_id, table, "done", count)
         self._write_record(ch, swap.swap_id, ALL_SWAPPED, "done", 0)
         for shadow in sorted(swap.shadows.values()):
-            ch.execute(f"DROP TABLE IF EXISTS {self._name(shadow)}")
+            self._drop(ch, shadow)
         return moved
 
     def _replace_table_days(self, ch: ClickHouseClient, swap: DaySwap, table: str) -> int | None:
@@ -478,9 +548,10 @@ class ClickHouseDestination:
         target = self._name(table)
         rebuild = self._name(REBUILD_PREFIX + hashlib.sha1(table.encode()).hexdigest()[:16])
         moved = 0
+        made_like = self._made_like(ch, table)
         for month, in_month in parts:
             ch.execute(f"DROP TABLE IF EXISTS {rebuild}")
-            ch.execute(f"CREATE TABLE {rebuild} AS {target}")
+            ch.execute(f"CREATE TABLE {rebuild} AS {target}{made_like}")
             ch.execute(
                 f"INSERT INTO {rebuild} SELECT * FROM {target} WHERE {in_month} AND NOT ({days})"
             )
@@ -493,7 +564,7 @@ class ClickHouseDestination:
             # Atomic: readers see the month (or table) before or after, never between.
             changes.swap_partition(ch, target, month, rebuild)
             if swap.primary_key and self.merge_after_load:
-                ch.execute(f"OPTIMIZE TABLE {target} PARTITION ID {literal(month)} FINAL")
+                self._merge(ch, table, [month])
             ch.execute(f"DROP TABLE {rebuild}")
         return moved
 
