@@ -15,6 +15,12 @@ local server (Debian's, tests/clickhouse.py).
    inserted by `clickhouse-client` (its native TCP protocol) into tables made like
    them, one table after the other: ClickHouse's own bulk path, with no conversion.
 4. The same `process --once` into DuckDB (the default destination).
+5. eventpipe's load alone, in the floor's conditions: the rows of each table, written by
+   DuckDB from step 4 to a Parquet file (as the run stages them), loaded by the
+   ClickHouse destination (`load`: stage, attach, records) into tables made like
+   eventpipe's, one table after the other, with nothing else running. Step 2's figure
+   shares the two cores with the run's other work (the archive's compression, a second
+   table's load); this one compares like with like.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -71,9 +78,13 @@ def main() -> None:
 
     from batch import generate, timed
     from eventpipe.config import parse_config
+    from eventpipe.destinations.base import LoadRequest
+    from eventpipe.destinations.clickhouse import ClickHouseDestination
     from eventpipe.destinations.clickhouse.client import ClickHouseClient
+    from eventpipe.locks import FileLocks
     from eventpipe.processing.batch.job import process_once
     from eventpipe.processing.runtime.spark import start_session
+    from eventpipe.schema.diff import diff
 
     results: dict[str, float] = {}
     server = ClickHouseServer()
@@ -135,6 +146,24 @@ def main() -> None:
             timed("eventpipe process --once -> duckdb", results,
                   lambda: process_once(duck, spark))  # fmt: skip
             spark.stop()
+
+            def opened(database: str) -> ClickHouseDestination:
+                locks = FileLocks(work / "locks")
+                return ClickHouseDestination(database, server.url, locks, database=database,
+                                             password=server.password)  # fmt: skip
+
+            made = [opened("ep").describe(table) for table in tables]
+            destination = opened("alone")
+            for table in made:
+                assert table is not None
+                destination.patch(diff(None, table))
+            alone = _staged_again(work, [t for t in made if t is not None])
+
+            def eventpipe_alone() -> None:
+                for table, path in alone:
+                    destination.load(LoadRequest(table.name, "alone", (path,), table.columns))
+
+            timed("eventpipe's destination loads alone", results, eventpipe_alone)
             with ClickHouseClient(server.url, password=server.password) as client:
                 counts = {
                     database: client.query(
@@ -142,7 +171,7 @@ def main() -> None:
                         f"WHERE database = '{database}' AND active "
                         "AND NOT startsWith(table, '_eventpipe')"
                     )[1][0][0]
-                    for database in ("ep", "floor")
+                    for database in ("ep", "floor", "alone")
                 }
     finally:
         server.remove()
@@ -157,6 +186,24 @@ def main() -> None:
     calls = results["destination.load calls"]
     print(f"the destination's loads alone / clickhouse-client: {calls / floor_s:.2f}x the time")
     print(f"eventpipe -> clickhouse / eventpipe -> duckdb: {ep / duck_s:.2f}x the time")
+    alone_s = results["eventpipe's destination loads alone"]
+    print(f"eventpipe's loads alone / clickhouse-client: {alone_s / floor_s:.2f}x the time")
+
+
+def _staged_again(work: Path, tables: list[Any]) -> list[tuple[Any, Path]]:
+    """Each table's rows from the DuckDB run, its ClickHouse columns, as a Parquet file
+    per table (as the run stages them)."""
+    import duckdb
+
+    files = []
+    with duckdb.connect(str(work / "duck" / "warehouse.duckdb"), read_only=True) as db:
+        for table in tables:
+            path = work / "alone" / f"{table.name}.parquet"
+            path.parent.mkdir(exist_ok=True)
+            listed = ", ".join(f'"{c}"' for c in table.columns)
+            db.execute(f"COPY (SELECT {listed} FROM \"{table.name}\") TO '{path}' (FORMAT parquet)")
+            files.append((table, path))
+    return files
 
 
 if __name__ == "__main__":

@@ -303,6 +303,8 @@ def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_k
             {"lake": {"type": "parquet", "dsn": "postgresql://db/x"}},
         "destinations.api.metering: unknown key (metering is for type duckdb or postgres)":
             {"api": {"type": "http", "url": "https://a.example", "metering": {}}},
+        "destinations.ch.metering: unknown key (metering is for type duckdb or postgres)":
+            {"ch": {"type": "clickhouse", "url": "http://ch:8123", "metering": {}}},
         "destinations.api.primary_key: unknown key (primary_key is for type duckdb, "
         "postgres, clickhouse, parquet, iceberg or delta)":
             {"api": {"type": "http", "url": "https://a.example", "primary_key": ["id"]}},
