@@ -146,3 +146,43 @@ def test_a_batch_run_loads_its_tables_while_its_http_sink_waits_for_the_api(
     [report] = done
     assert report.loaded[("dataset", "*sent*")] == 30
     assert sorted(e["attrs"]["seq"] for e in api.delivered) == list(range(30))
+
+
+def test_events_reach_ga4_per_client_and_refused_ones_fail_with_ga4s_reason(
+    start_collector: Any, spark: Any
+) -> None:
+    from tests.ga4 import ga4_server
+
+    with ga4_server() as ga4:
+        c = start_collector(destinations={
+            "ga": {"type": "ga4", "measurement_id": ga4.measurement_id,
+                   "api_secret": ga4.api_secret, "url": ga4.url,
+                   "retry_initial_seconds": 0.1, "retry_max_seconds": 0.5},
+        })  # fmt: skip
+        events = [{"event_type": "page_view", "user": {"anonymous_id": f"c{i % 3}", "id": "u1"},
+                   "page_location": f"https://shop.example/p/{i}", "seq": i}
+                  for i in range(40)]  # fmt: skip
+        events.append({"event_type": "purchase", "user": {"anonymous_id": "c0"},
+                       "currency": "EURO", "value": 9.5})  # fmt: skip
+        events.append({"event_type": "no_client", "seq": 99})
+        _post(c, events)
+        _seal(c)
+        report = process_once(c.config, spark)
+        assert report is not None
+        assert report.loaded[("ga", "*sent*")] == 40
+        assert report.failed["ga"] == 2
+        received = ga4.events
+        assert sorted(e["params"]["seq"] for e in received) == list(range(40))
+        first = next(e for e in received if e["params"]["seq"] == 3)
+        # The event's own fields only: not the collector's (the IP address, the key...).
+        assert first["params"] == {"page_location": "https://shop.example/p/3", "seq": 3}
+        assert (first["name"], first["client_id"], first["user_id"]) == ("page_view", "c0", "u1")
+        assert first["timestamp_micros"] > 1_600_000_000 * 10**6  # _timestamp
+        assert sorted(body["client_id"] for body in ga4.collected) == ["c0", "c1", "c2"]
+        assert max(len(body["events"]) for body in ga4.collected) == 14  # c0: 0, 3, ... 39
+        failed = {orjson.loads(x)["event"]["event_type"]: orjson.loads(x)["error"]
+                  for x in c.layout.failed_destination("ga").read_bytes().splitlines()}  # fmt: skip
+        assert "Currency [EURO] is not a valid ISO 4217 code" in failed["purchase"]
+        assert "no GA4 client_id: the event's user_anonymous_id is empty" in failed["no_client"]
+        written = [p.read_bytes() for p in c.layout.root.rglob("*") if p.is_file()]
+        assert not any(ga4.api_secret.encode() in data for data in written)  # never on disk

@@ -287,7 +287,7 @@ def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
     config = parse_config(streamed, source="eventpipe.yaml", env={})
     assert config.destinations["api"].mode == "stream"
     message = _error({"destinations": {"w": {"type": "duckdb", "url": "x"}}})
-    assert "destinations.w.url: unknown key (url is for type clickhouse or http)" in message
+    assert "destinations.w.url: unknown key (url is for type clickhouse, http or ga4)" in message
 
 
 def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_key() -> None:
@@ -311,10 +311,10 @@ def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_k
         "destinations.w.partiton_by: unknown key (did you mean 'partition_by'?)":
             {"w": {"type": "parquet", "partiton_by": "day"}},
         "destinations.w.type: required key is missing (duckdb, postgres, clickhouse, parquet, "
-        "iceberg, delta or http)":
+        "iceberg, delta, http or ga4)":
             {"w": {"path": "x.duckdb"}},
-        "destinations.w.type: expected duckdb, postgres, clickhouse, parquet, iceberg, delta "
-        "or http, got 'mysql'":
+        "destinations.w.type: expected duckdb, postgres, clickhouse, parquet, iceberg, delta, "
+        "http or ga4, got 'mysql'":
             {"w": {"type": "mysql"}},
         "destinations.w.transforms[0].fliter: unknown key (did you mean 'filter'?)":
             {"w": {"type": "duckdb", "transforms": [{"fliter": "true"}]}},

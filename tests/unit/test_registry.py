@@ -52,7 +52,7 @@ def test_what_each_type_can_do() -> None:
     assert not kind(sink).can_replace_days(sink)
     assert set(REPLACES_DAYS) == set(tables)
     streams = {t for t, k in KINDS.items() if "stream" in k.modes}
-    assert streams == {"duckdb", "postgres", "clickhouse", "http"}
+    assert streams == {"duckdb", "postgres", "clickhouse", "http", "ga4"}
     upserts = {t for t, k in KINDS.items() if k.upserts}
     assert upserts == {"duckdb", "postgres", "clickhouse", "iceberg", "delta"}
     assert {t for t, k in KINDS.items() if k.meters} == {"duckdb", "postgres"}

@@ -24,6 +24,7 @@ from eventpipe.config import (
     DeltaConfig,
     DestinationConfig,
     DuckDBConfig,
+    Ga4Config,
     HttpConfig,
     IcebergConfig,
     ParquetConfig,
@@ -185,6 +186,12 @@ def _open_http(dest_id: str, dest: HttpConfig, config: Config, lent: Resources) 
     return HttpSink(dest_id, dest)
 
 
+def _open_ga4(dest_id: str, dest: Ga4Config, config: Config, lent: Resources) -> Opened:
+    from eventpipe.destinations.http import Ga4Sink
+
+    return Ga4Sink(dest_id, dest)
+
+
 def _always(dest: DestinationConfig) -> bool:
     return True
 
@@ -202,6 +209,7 @@ KINDS: dict[str, Kind] = {
     "iceberg": Kind(IcebergConfig, _open_iceberg, _always),
     "delta": Kind(DeltaConfig, _open_delta, _always),
     "http": Kind(HttpConfig, _open_http),
+    "ga4": Kind(Ga4Config, _open_ga4),
 }
 
 REPLACES_DAYS = tuple(name for name, k in KINDS.items() if k.replaces_days is not None)

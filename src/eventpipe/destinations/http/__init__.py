@@ -53,11 +53,12 @@ and ``progress.py`` (the records).
 from eventpipe.destinations.http.delivery import Delivery, Stats, deliver, deliver_batches
 from eventpipe.destinations.http.payload import TRIMMED_ATTRIBUTE, session_id, trim
 from eventpipe.destinations.http.settings import HttpSettings
-from eventpipe.destinations.http.sink import HttpSink, HttpTasks
+from eventpipe.destinations.http.sink import Ga4Sink, HttpSink, HttpTasks
 
 __all__ = [
     "TRIMMED_ATTRIBUTE",
     "Delivery",
+    "Ga4Sink",
     "HttpSettings",
     "HttpSink",
     "HttpTasks",

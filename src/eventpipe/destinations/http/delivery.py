@@ -4,6 +4,7 @@ refused for its events split in halves (the package's docstring)."""
 
 from __future__ import annotations
 
+import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -13,9 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from eventpipe.destinations.http.payload import Payloads, trim
+from eventpipe.destinations.http.payload import Payloads, Refused, trim
 from eventpipe.destinations.http.progress import Failed, Progress
-from eventpipe.destinations.http.sending import Outcome, Post, Sender
+from eventpipe.destinations.http.sending import Outcome, Post, Sender, Sent
 from eventpipe.destinations.http.settings import HttpSettings
 
 if TYPE_CHECKING:
@@ -48,6 +49,9 @@ class _Event:
     row: int
     body: bytes
     """The event as it goes into the payload (JSON)."""
+    refusal: str = ""
+    """Why the API would not take it (payload.Refused): it goes to failed/ with this, in
+    its turn among the session's events, never into a payload."""
 
 
 @dataclass
@@ -56,6 +60,8 @@ class _Session:
     head: bytes
     """The payload's start, up to its first event (``dataset``: session and sessionInfo;
     ``ndjson``: nothing)."""
+    refusal: str = ""
+    """Why none of its events can be sent (``ga4``: no client id)."""
     events: list[_Event] = field(default_factory=list)
     size: int = 0
     """Bytes of ``events`` in a payload (with their separators)."""
@@ -82,7 +88,7 @@ class Delivery:
         self.failed: list[Failed] = []
         self._clock = clock
         self._sender = Sender(settings, post=post, clock=clock, sleep=sleep)
-        self._payloads = Payloads(settings.destination, settings.format)
+        self._payloads = Payloads(settings.destination, settings.format, settings.ga4)
         self._sessions: dict[str, _Session] = {}
         self._pool = ThreadPoolExecutor(max_workers=max(1, settings.parallel))
         self._lock = threading.Lock()
@@ -104,27 +110,41 @@ class Delivery:
             self.stats.already_sent += 1
             return
         session = self._sessions.get(key)
+        payloads = self._payloads
         if session is None:
-            session = _Session(key, self._payloads.head(key, info))
+            try:
+                session = _Session(key, payloads.head(key, info))
+            except Refused as refused:
+                session = _Session(key, b"", refusal=str(refused))
             self._sessions[key] = session
         if session.handed_back:
             with self._lock:
                 self.stats.unsent += 1
             return
-        payloads = self._payloads
-        body = payloads.event(ts_ns, attrs)
+        refusal = session.refusal
+        body = b""
+        if not refusal:
+            try:
+                body = payloads.event(ts_ns, attrs)
+            except Refused as refused:
+                refusal = str(refused)
         room = self.settings.max_payload_bytes - payloads.envelope(session.head)
-        if len(body) > room:
+        if len(body) > room and payloads.format == "ga4":
+            refusal, body = f"larger than a request may be ({room} bytes)", b""
+        elif len(body) > room:
             whole = orjson.loads(attrs) if isinstance(attrs, bytes) else attrs
             besides = payloads.besides_attributes(ts_ns)
             body = payloads.event(ts_ns, trim(whole, room - 16, besides))
             self.stats.trimmed += 1
-        if session.events and session.size + len(body) + 1 > room:
+        full = self.settings.max_events is not None and (
+            len(session.events) >= self.settings.max_events
+        )
+        if session.events and (full or session.size + len(body) + 1 > room):
             self._publish(session)
         self._reserve(len(body))
         if not session.events:
             session.started = self._clock()
-        session.events.append(_Event(row, body))
+        session.events.append(_Event(row, body, refusal))
         session.size += len(body) + 1
         self._publish_old()
 
@@ -208,12 +228,53 @@ class Delivery:
             self._release(sum(len(e.body) for e in events))
 
     def _send_all(self, session: _Session, events: list[_Event]) -> None:
+        """Send the events the API would take as one payload (checked at the validation
+        endpoint first, if any); then the refused ones fail, with their reasons, unless
+        the session was handed back (they are refused again next time)."""
+        refused = [e for e in events if e.refusal]
+        sendable = [e for e in events if not e.refusal]
+        if sendable and self.settings.validate_url:
+            checked = self._validated(session, sendable)
+            refused += [_Event(e.row, e.body, why) for e in sendable
+                        if (why := (checked or {}).get(e.row))]  # fmt: skip
+            sendable = [] if checked is None else [e for e in sendable if e.row not in checked]
+        if sendable:
+            self._send_payload(session, sendable)
+        if refused and not session.handed_back:
+            refused.sort(key=lambda e: e.row)
+            with self._lock:
+                self.failed.extend(Failed(e.row, e.refusal) for e in refused)
+            if self._progress is not None:
+                for event in refused:
+                    self._progress.record(session.key, [event], delivered=False,
+                                          error=event.refusal)  # fmt: skip
+
+    def _validated(self, session: _Session, sendable: list[_Event]) -> dict[int, str] | None:
+        """The validation endpoint's verdict on ``sendable``'s payload: row -> why, for
+        the events its answer names (a message naming no event: all of them). None when
+        no verdict came: the events were handed back, or failed with the last answer."""
+        payload = self._payloads.payload(session.head, [e.body for e in sendable])
+        sent = self._sender.send(session.key, (sendable[0].row, sendable[-1].row), payload,
+                                 url=self.settings.validate_url)  # fmt: skip
+        with self._lock:
+            self.stats.retries += sent.retries
+        if sent.outcome is not Outcome.DELIVERED:
+            self._not_sent(session, sendable, sent, duplicates=0)
+            return None
+        verdict: dict[int, str] = {}
+        for index, why in validation_messages(sent.answer):
+            chosen = sendable if index is None or index >= len(sendable) else [sendable[index]]
+            for event in chosen:
+                verdict.setdefault(event.row, why)
+        return verdict
+
+    def _send_payload(self, session: _Session, events: list[_Event]) -> None:
         """Send ``events`` as one payload; on a terminal answer, each half again."""
         payload = self._payloads.payload(session.head, [e.body for e in events])
         if self._progress is not None:
             self._progress.sending(session.key, events)
         sent = self._sender.send(session.key, (events[0].row, events[-1].row), payload)
-        outcome, reason = sent.outcome, sent.reason
+        outcome = sent.outcome
         duplicates = len(events) if sent.timed_out else 0  # the API may have stored them
         with self._lock:
             self.stats.retries += sent.retries
@@ -228,7 +289,22 @@ class Delivery:
                                       payload_bytes=len(payload),
                                       duplicates=duplicates)  # fmt: skip
             return
-        if outcome is Outcome.LATER:
+        if outcome is Outcome.REFUSED and len(events) > 1:
+            middle = len(events) // 2
+            self._send_payload(session, events[:middle])
+            if not session.handed_back:  # in order: not after events that wait
+                self._send_payload(session, events[middle:])
+            else:
+                with self._lock:
+                    self.stats.unsent += len(events) - middle
+            return
+        self._not_sent(session, events, sent, duplicates)
+
+    def _not_sent(self, session: _Session, events: list[_Event], sent: Sent,
+                  duplicates: int) -> None:  # fmt: skip
+        """``events`` handed back (``LATER``: the session waits for the next attempt) or
+        failed with the answer."""
+        if sent.outcome is Outcome.LATER:
             with self._lock:
                 self.stats.retry_after = max(self.stats.retry_after, sent.retry_after)
                 session.handed_back = True
@@ -236,24 +312,38 @@ class Delivery:
             if self._progress is not None:
                 self._progress.waiting(session.key, events, duplicates=duplicates)
             return
-        if outcome is Outcome.REFUSED and len(events) > 1:
-            middle = len(events) // 2
-            self._send_all(session, events[:middle])
-            if not session.handed_back:  # in order: not after events that wait
-                self._send_all(session, events[middle:])
-            else:
-                with self._lock:
-                    self.stats.unsent += len(events) - middle
-            return
         with self._lock:
-            self.failed.extend(Failed(e.row, reason) for e in events)
+            self.failed.extend(Failed(e.row, sent.reason) for e in events)
             self.stats.possible_duplicates += duplicates
         if self._progress is not None:
-            self._progress.record(session.key, events, delivered=False, error=reason,
+            self._progress.record(session.key, events, delivered=False, error=sent.reason,
                                   duplicates=duplicates)  # fmt: skip
 
 
 Row = tuple[int, str, dict[str, Any], int | None, dict[str, Any] | bytes]
+
+_EVENT_PATH = re.compile(r"^events\[(\d+)\]")
+
+
+def validation_messages(answer: bytes) -> list[tuple[int | None, str]]:
+    """GA4's validation answer (``{"validationMessages": [{"fieldPath", "description",
+    "validationCode"}]}``) as (the event's index in the payload, or None for the whole
+    request; the reason). An answer that is not that JSON: no messages."""
+    try:
+        messages = orjson.loads(answer).get("validationMessages") or []
+    except (orjson.JSONDecodeError, AttributeError):
+        return []
+    found: list[tuple[int | None, str]] = []
+    for message in messages:
+        if not isinstance(message, dict):
+            continue
+        path = str(message.get("fieldPath") or "")
+        at = _EVENT_PATH.match(path)
+        code = message.get("validationCode") or "no code"
+        why = (f"GA4 validation: {message.get('description') or 'refused'} "
+               f"({code}, at {path or 'the request'})")  # fmt: skip
+        found.append((int(at.group(1)) if at else None, why))
+    return found
 
 
 def deliver(settings: HttpSettings, rows: Iterable[Row]) -> tuple[Stats, list[Failed]]:

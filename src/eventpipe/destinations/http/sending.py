@@ -56,6 +56,8 @@ class Sent:
     retries: int
     retry_after: float
     """What the API asked for (Retry-After) when it was handed back, else 0."""
+    answer: bytes = b""
+    """The body of a 2xx answer (its first :data:`MAX_ANSWER_BYTES`)."""
 
 
 class Sender:
@@ -87,9 +89,12 @@ class Sender:
         if self._client is not None:
             self._client.close()
 
-    def send(self, key: str, rows: tuple[int, int], payload: bytes) -> Sent:
+    def send(
+        self, key: str, rows: tuple[int, int], payload: bytes, *, url: str | None = None
+    ) -> Sent:
         """Post the payload of session ``key`` (its events' first and last rows),
-        retrying transient failures (the module's docstring)."""
+        retrying transient failures (the module's docstring); to ``url`` instead of the
+        settings' (a validation endpoint: its answer is returned)."""
         s = self.settings
         body = gzip.compress(payload, compresslevel=3) if s.gzip else payload
         sid = session_id(s.destination, key)
@@ -114,14 +119,17 @@ class Sender:
         timed_out, retries = False, 0
         while True:
             try:
-                status, response_headers, text = self._post(body, headers)
+                if url is None:
+                    status, response_headers, text = self._post(body, headers)
+                else:
+                    status, response_headers, text = self._http_post(body, headers, url)
             except _Timeout as exc:
                 status, response_headers, text = 0, {}, f"timed out: {exc}".encode()
                 timed_out = True
             except OSError as exc:
                 status, response_headers, text = 0, {}, f"cannot connect: {exc}".encode()
             if 200 <= status < 300:
-                return Sent(Outcome.DELIVERED, "", timed_out, retries, 0.0)
+                return Sent(Outcome.DELIVERED, "", timed_out, retries, 0.0, text)
             reason = _reason(status, text)
             retried = status == 429 or status >= 500 or status in AUTHENTICATION
             if status and (not retried or status in NEVER_TRANSIENT):
@@ -140,11 +148,13 @@ class Sender:
                         wait)  # fmt: skip
             self._sleep(wait)
 
-    def _http_post(self, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    def _http_post(
+        self, body: bytes, headers: dict[str, str], url: str | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
         import httpx
 
         try:
-            with self._client.stream("POST", self.settings.url, content=body,
+            with self._client.stream("POST", url or self.settings.url, content=body,
                                      headers=headers) as response:  # fmt: skip
                 answer = b""
                 for chunk in response.iter_bytes():

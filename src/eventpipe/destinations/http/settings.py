@@ -4,7 +4,8 @@ for one Spark task of one run."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+
+from eventpipe.destinations.http.payload import Format, Ga4Fields
 
 
 @dataclass(frozen=True)
@@ -14,8 +15,15 @@ class HttpSettings:
     destination: str
     url: str
     headers: dict[str, str]
-    format: Literal["dataset", "ndjson"] = "dataset"
+    format: Format = "dataset"
     max_payload_bytes: int = 6_000_000
+    max_events: int | None = None
+    """Events per request at most (GA4: 25); None: as many as fit."""
+    validate_url: str | None = None
+    """Where each payload is checked first (GA4's ``/debug/mp/collect``): the events its
+    answer names fail with its message, the rest is sent."""
+    ga4: Ga4Fields | None = None
+    """``format: ga4``: the columns of the ids, the name and the parameters."""
     max_lifetime_seconds: float = 5.0
     parallel: int = 4
     """Requests in flight at once, in this task."""
