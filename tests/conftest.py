@@ -267,6 +267,28 @@ def clickhouse_cluster() -> Iterator[Any]:
         cluster.remove()
 
 
+@pytest.fixture(scope="session")
+def snowflake_server() -> Iterator[Any]:
+    """A stand-in for Snowflake (fakesnow's server mode) for the whole run
+    (tests/snowflake.py)."""
+    from tests.snowflake import SnowflakeServer
+
+    server = SnowflakeServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def snowflake_schema() -> str:
+    """A schema name of one test's own (eventpipe creates it)."""
+    import uuid
+
+    return f"T_{uuid.uuid4().hex[:12].upper()}"
+
+
 CLICKHOUSE_ENGINES = {"18.16": "clickhouse_server", "today": "chdb_server"}
 """The ClickHouse servers the tests run: Debian's 18.16, and today's engine (chDB)."""
 

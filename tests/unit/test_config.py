@@ -306,15 +306,15 @@ def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_k
         "destinations.ch.metering: unknown key (metering is for type duckdb or postgres)":
             {"ch": {"type": "clickhouse", "url": "http://ch:8123", "metering": {}}},
         "destinations.api.primary_key: unknown key (primary_key is for type duckdb, "
-        "postgres, clickhouse, parquet, iceberg or delta)":
+        "postgres, clickhouse, snowflake, parquet, iceberg or delta)":
             {"api": {"type": "http", "url": "https://a.example", "primary_key": ["id"]}},
         "destinations.w.partiton_by: unknown key (did you mean 'partition_by'?)":
             {"w": {"type": "parquet", "partiton_by": "day"}},
-        "destinations.w.type: required key is missing (duckdb, postgres, clickhouse, parquet, "
-        "iceberg, delta, http or ga4)":
+        "destinations.w.type: required key is missing (duckdb, postgres, clickhouse, "
+        "snowflake, parquet, iceberg, delta, http or ga4)":
             {"w": {"path": "x.duckdb"}},
-        "destinations.w.type: expected duckdb, postgres, clickhouse, parquet, iceberg, delta, "
-        "http or ga4, got 'mysql'":
+        "destinations.w.type: expected duckdb, postgres, clickhouse, snowflake, parquet, "
+        "iceberg, delta, http or ga4, got 'mysql'":
             {"w": {"type": "mysql"}},
         "destinations.w.transforms[0].fliter: unknown key (did you mean 'filter'?)":
             {"w": {"type": "duckdb", "transforms": [{"fliter": "true"}]}},

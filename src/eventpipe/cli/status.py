@@ -257,7 +257,8 @@ def _archive_line(config: Any) -> str:
 )  # fmt: skip
 def query(config_path: Path | None, sql: str, destination_id: str | None) -> None:
     """Run one read-only query on a destination (DuckDB; PostgreSQL in its schema;
-    ClickHouse in its database; Parquet, Iceberg and Delta tables through DuckDB) and
+    ClickHouse in its database; Snowflake in its schema; Parquet, Iceberg and Delta
+    tables through DuckDB) and
     print a table. Writes, several statements and reading other files are refused."""
     from eventpipe.processing.runtime.pipeline import Runtime
 

@@ -38,6 +38,7 @@ from eventpipe.config.destinations import (
     ParquetConfig,
     PostgresConfig,
     SinkConfig,
+    SnowflakeConfig,
     TableDestinationConfig,
 )
 from eventpipe.config.loading import (
@@ -98,6 +99,7 @@ __all__ = [
     "ProcessingConfig",
     "ServerConfig",
     "SinkConfig",
+    "SnowflakeConfig",
     "SparkConfig",
     "StateConfig",
     "TableDestinationConfig",

@@ -230,6 +230,45 @@ class ClickHouseConfig(TableDestinationConfig):
         return self
 
 
+class SnowflakeConfig(TableDestinationConfig):
+    """A Snowflake account, through Snowflake's own connector (docs/destinations.md)."""
+
+    type: Literal["snowflake"] = "snowflake"
+    """The type: ``snowflake``."""
+    account: str = Field(min_length=1)
+    """The account identifier (``myorg-myaccount``)."""
+    user: str = Field(min_length=1)
+    """The user eventpipe loads as."""
+    password: str = Field(default="", repr=False)
+    """Its password: ``${SNOWFLAKE_PASSWORD}`` (from the environment; never logged)."""
+    database: str = Field(min_length=1)
+    """The database (it must exist: eventpipe creates schemas, not databases)."""
+    db_schema: str = Field(default="EVENTS", alias="schema")
+    """The schema eventpipe creates its tables in (created if missing)."""
+    warehouse: str | None = None
+    """The virtual warehouse loads and queries run on; absent: the user's default."""
+    role: str | None = None
+    """The role eventpipe loads as; absent: the user's default."""
+    query_role: str | None = None
+    """The role ``eventpipe query`` runs as: one granted only ``SELECT`` on the schema
+    (docs/destinations.md). Absent: ``role``, with statements other than reads refused."""
+    host: str | None = None
+    """The host to connect to, when not the account's own (a private link, or a server
+    that speaks Snowflake's protocol in tests)."""
+    port: int | None = Field(default=None, ge=1, le=65535)
+    """The port, with ``host``."""
+    protocol: Literal["https", "http"] = "https"
+    """``http`` only for a local stand-in: Snowflake itself takes https."""
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    """How long one statement (a load's COPY, say) may run before it is cancelled."""
+
+    @model_validator(mode="after")
+    def _names(self) -> SnowflakeConfig:
+        sql_name(self.database, "database")
+        sql_name(self.db_schema, "schema")
+        return self
+
+
 class ParquetConfig(TableDestinationConfig):
     """A lake of Parquet files, a directory per table."""
 
@@ -426,6 +465,7 @@ AnyDestination = Annotated[
     DuckDBConfig
     | PostgresConfig
     | ClickHouseConfig
+    | SnowflakeConfig
     | ParquetConfig
     | IcebergConfig
     | DeltaConfig

@@ -153,6 +153,23 @@ def newest_only(
     return deletes
 
 
+def duckdb_casts(columns: Mapping[str, str]) -> tuple[str, str]:
+    """For an in-memory DuckDB that converts a batch's columns to the types a destination
+    takes (column -> DuckDB type): the select list of the converted columns
+    (``TRY_CAST``), and an expression that says why a row's values do not convert
+    (``column n (BIGINT) cannot take abc``; empty when they all do)."""
+    from eventpipe.schema.dialects import DUCKDB
+
+    q = DUCKDB.quote
+    casts = ", ".join(f"TRY_CAST({q(c)} AS {t}) AS {q(c)}" for c, t in columns.items())
+    problems = ", ".join(
+        f"CASE WHEN {q(c)} IS NOT NULL AND TRY_CAST({q(c)} AS {t}) IS NULL THEN "
+        f"{DUCKDB.literal(f'column {c} ({t}) cannot take ')} || CAST({q(c)} AS VARCHAR) END"
+        for c, t in columns.items()
+    )
+    return casts, f"concat_ws('; ', {problems or 'NULL'})"
+
+
 def no_timestamp(destination_id: str, table: str) -> TerminalError:
     return TerminalError(
         f"{destination_id}.{table} has no _timestamp column: its rows cannot be told apart "

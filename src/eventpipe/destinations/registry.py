@@ -29,6 +29,7 @@ from eventpipe.config import (
     IcebergConfig,
     ParquetConfig,
     PostgresConfig,
+    SnowflakeConfig,
     TableDestinationConfig,
 )
 from eventpipe.locks import Locks
@@ -137,6 +138,17 @@ def _open_clickhouse(
     )
 
 
+def _open_snowflake(dest_id: str, dest: SnowflakeConfig, config: Config, lent: Resources) -> Opened:
+    from eventpipe.destinations.snowflake import SnowflakeDestination
+
+    return SnowflakeDestination(
+        dest_id, lent.locks, account=dest.account, user=dest.user, password=dest.password,
+        database=dest.database, schema=dest.db_schema, warehouse=dest.warehouse,
+        role=dest.role, query_role=dest.query_role, host=dest.host, port=dest.port,
+        protocol=dest.protocol, timeout_seconds=dest.timeout_seconds,
+    )  # fmt: skip
+
+
 def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
@@ -205,6 +217,7 @@ KINDS: dict[str, Kind] = {
     "duckdb": Kind(DuckDBConfig, _open_duckdb, _always, _duckdb_file),
     "postgres": Kind(PostgresConfig, _open_postgres, _always),
     "clickhouse": Kind(ClickHouseConfig, _open_clickhouse, _always),
+    "snowflake": Kind(SnowflakeConfig, _open_snowflake, _always),
     "parquet": Kind(ParquetConfig, _open_parquet, _local_day_partitions),
     "iceberg": Kind(IcebergConfig, _open_iceberg, _always),
     "delta": Kind(DeltaConfig, _open_delta, _always),

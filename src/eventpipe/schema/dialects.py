@@ -93,7 +93,9 @@ class Dialect:
                 table, columns, primary_key, namespace, sql_types or {},
                 engine or self.clickhouse_engine(columns, primary_key), on_cluster,
             )  # fmt: skip
-        parts = [self.column(name, data_type) for name, data_type in columns]
+        own = sql_types or {}
+        parts = [f"{self.quote(name)} {own[name]}" if name in own else self.column(name, data_type)
+                 for name, data_type in columns]  # fmt: skip
         keys = ", ".join(self.quote(c) for c in primary_key)
         if primary_key and self.primary_key:
             parts.append(self.primary_key.format(keys))

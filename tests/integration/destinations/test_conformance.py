@@ -57,6 +57,13 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
         return ClickHouseDestination("warehouse", server.url, FileLocks(tmp_path / "locks"),
                                      database=request.getfixturevalue("clickhouse_database"),
                                      password=server.password)  # fmt: skip
+    if kind == "snowflake":  # fakesnow's server, through Snowflake's own connector
+        from eventpipe.destinations.snowflake import SnowflakeDestination
+
+        server = request.getfixturevalue("snowflake_server")
+        settings = server.settings(request.getfixturevalue("snowflake_schema"))
+        del settings["type"]
+        return SnowflakeDestination("warehouse", FileLocks(tmp_path / "locks"), **settings)
     dsn = request.getfixturevalue("postgres_dsn")
     return PostgresDestination("warehouse", dsn, request.getfixturevalue("postgres_schema"))
 
@@ -67,6 +74,7 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
         "postgres",
         "clickhouse",
         "clickhouse-today",
+        "snowflake",
         "parquet",
         "parquet-uri",
         "iceberg",
@@ -77,7 +85,9 @@ def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     return _destination(request.param, request, tmp_path)
 
 
-@pytest.fixture(params=["duckdb", "postgres", "clickhouse", "clickhouse-today", "iceberg", "delta"])
+@pytest.fixture(
+    params=["duckdb", "postgres", "clickhouse", "clickhouse-today", "snowflake", "iceberg", "delta"]
+)
 def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     """Destinations that take a primary key (Parquet files cannot upsert)."""
     return _destination(request.param, request, tmp_path)
@@ -127,10 +137,16 @@ def test_concurrent_patchers_of_one_table_do_not_collide(dest: Destination) -> N
     assert dest.describe("events") == Table("events", {"a": S, "b": N})
 
 
-def test_a_retried_batch_is_loaded_once(dest: Destination, tmp_path: Path) -> None:
+def test_a_retried_batch_is_loaded_once(
+    dest: Destination, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
     _ensure(dest, EVENTS)
     ts = datetime(2026, 11, 21, 10, 0, 0)
     big = Decimal("-" + "9" * 38)  # INT128: 38 digits, every one kept
+    if request.node.callspec.params["dest"] == "snowflake":
+        # The stand-in (fakesnow) stores NUMBER(38,0) as a 64-bit integer; Snowflake
+        # keeps 38 digits there, untested here (docs/destinations.md says so).
+        big = Decimal(-(2**63 - 1))
     rows = [{"id": "e1", "n": 1, "big": big, "price": 1.5, "ok": True, "_timestamp": ts},
             {"id": "e2", "n": 2, "big": None, "price": None, "ok": False,
              "_timestamp": ts}]  # fmt: skip

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from eventpipe.destinations.base import LoadRequest
+from eventpipe.destinations.base import LoadRequest, duckdb_casts
 from eventpipe.destinations.clickhouse.native import UnencodableValue, block_parts
 from eventpipe.destinations.clickhouse.types import decimal_of, duckdb_type, inner_type
 from eventpipe.schema.dialects import DUCKDB
@@ -131,19 +131,13 @@ def _converted(files: list[str], columns: dict[str, str]) -> Rows:
     from eventpipe.destinations.duckdb import file_offsets
 
     q = DUCKDB.quote
-    converted = {c: duckdb_type(t) or "VARCHAR" for c, t in columns.items()}
-    casts = ", ".join(f"TRY_CAST({q(c)} AS {t}) AS {q(c)}" for c, t in converted.items())
-    problems = ", ".join(
-        f"CASE WHEN {q(c)} IS NOT NULL AND TRY_CAST({q(c)} AS {t}) IS NULL THEN "
-        f"{DUCKDB.literal(f'column {c} ({t}) cannot take ')} || CAST({q(c)} AS VARCHAR) END"
-        for c, t in converted.items()
-    )
+    casts, why = duckdb_casts({c: duckdb_type(t) or "VARCHAR" for c, t in columns.items()})
     offsets = file_offsets(files)
     db = duckdb.connect()
     try:
         db.execute("SET TimeZone = 'UTC'")
         reader = db.sql(
-            f"SELECT {casts}, concat_ws('; ', {problems or 'NULL'}) AS {q(WHY)}, "
+            f"SELECT {casts}, {why} AS {q(WHY)}, "
             f"filename AS {q(FILE)}, file_row_number AS {q(ROW)} FROM read_parquet($files, "
             "union_by_name = true, filename = true, file_row_number = true)",
             params={"files": files},

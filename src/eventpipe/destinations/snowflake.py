@@ -1,0 +1,565 @@
+"""Snowflake (``type: snowflake``): the destination protocol through Snowflake's own
+connector (``snowflake-connector-python``, the ``snowflake`` extra).
+
+* **Tables** in the configured schema (created if missing), typed by seed 1's Snowflake
+  column (schema.dialects.SNOWFLAKE: ``text``, ``numeric(38,18)``, ``bigint``,
+  ``number(38,0)``, ``boolean``, ``timestamp_ntz`` holding UTC); with ``primary_key`` the
+  key is declared (Snowflake does not enforce it: the loads do).
+* **Patching** runs under the table lock of the data directory (Snowflake has no
+  advisory locks); the table is read again under it.
+* **A load**, under the same lock:
+
+  1. the batch's record in ``_eventpipe_loads`` is looked up: found, nothing loads;
+  2. an in-memory DuckDB reads the staged Parquet files and converts each column to
+     its Snowflake column's type (``TRY_CAST``: a value that does not convert, a text
+     where a number goes or a number beyond ``numeric(38,18)``, leaves its row out
+     with the reason), into one Parquet file, ``PUT`` to the schema's internal stage
+     ``_eventpipe_stage`` under a path of the batch's own and copied (``COPY INTO``,
+     ``MATCH_BY_COLUMN_NAME``, purged once loaded) into a transient stage table made
+     ``LIKE`` the table;
+  3. one transaction: the stage's rows into the table (with a key: each key's newest
+     row of the batch replaces the table's row unless that one is newer, by
+     ``DELETE ... USING`` and ``INSERT``, the way dlt's delete-insert merges), and the
+     batch's record; ``COMMIT``;
+  4. the stage table dropped. Snowflake commits DDL at once, so nothing before the
+     transaction is visible to readers, and the transaction is the load.
+
+  A crash before the ``COMMIT`` leaves the table as it was; a rerun puts the files again
+  and builds the stage again.
+* **Days replaced** (``eventpipe reprocess``): one transaction deletes the days' rows and
+  moves the shadows' rows in, with its record; the shadows are dropped after it.
+* **A source's changes** applied by key are not built for Snowflake yet: such a load is
+  refused with the reason (``changes: append`` keeps every change as a row).
+* **Errors**: a connection that fails or drops, Snowflake's 5xx and throttling (retried
+  inside the connector first), a statement cancelled for its time are transient; wrong
+  credentials stop with a configuration error naming the user, never the password; a
+  value a column cannot take (SQLSTATE class 22) and every other error are terminal for
+  the batch, with Snowflake's message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eventpipe import reserved
+from eventpipe.destinations.base import (
+    ALL_SWAPPED,
+    QUERY_TIMEOUT_SECONDS,
+    DaySwap,
+    LoadRequest,
+    LoadResult,
+    delete_days,
+    duckdb_casts,
+    table_lock,
+)
+from eventpipe.destinations.changes import are_changes
+from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
+from eventpipe.locks import Locks
+from eventpipe.schema.dialects import DUCKDB, SNOWFLAKE, TIMESTAMP_COLUMN
+from eventpipe.schema.diff import Table, TablePatch
+from eventpipe.schema.types import DataType
+
+if TYPE_CHECKING:
+    from snowflake.connector import SnowflakeConnection
+    from snowflake.connector.cursor import SnowflakeCursor
+
+LOADS_TABLE = reserved.LOADS_TABLE
+STAGE = "_eventpipe_stage"
+"""The schema's internal stage the batches' files are put to."""
+STAGE_TABLE_PREFIX = "_eventpipe_stage_"
+INT64_TYPE = "number(19,0)"
+"""INT64's column: seed 1's ``bigint`` is ``NUMBER(38,0)`` in Snowflake, which INT128 is
+too; 19 digits hold every 64-bit integer, and say which of the two the column is."""
+
+_LATTICE = {
+    "TEXT": DataType.STRING,
+    "VARCHAR": DataType.STRING,
+    "STRING": DataType.STRING,
+    "CHAR": DataType.STRING,
+    "VARIANT": DataType.STRING,
+    "OBJECT": DataType.STRING,
+    "ARRAY": DataType.STRING,
+    "FLOAT": DataType.FLOAT64,
+    "DOUBLE": DataType.FLOAT64,
+    "REAL": DataType.FLOAT64,
+    "BOOLEAN": DataType.BOOL,
+    "TIMESTAMP_NTZ": DataType.TIMESTAMP,
+    "TIMESTAMP_TZ": DataType.TIMESTAMP,
+    "TIMESTAMP_LTZ": DataType.TIMESTAMP,
+    "DATE": DataType.TIMESTAMP,
+}
+"""Snowflake's types back to the lattice (``NUMBER``: by its scale, :func:`_lattice`)."""
+
+_WRONG_CREDENTIALS = {390100, 390101, 390102, 390144, 390318}
+"""The connector's codes of a login refused (incorrect user or password, locked...)."""
+_CANCELLED = {604, 630}
+"""A statement cancelled, or stopped by STATEMENT_TIMEOUT_IN_SECONDS."""
+
+
+class SnowflakeDestination:
+    dialect = SNOWFLAKE
+    parallel_loads = 2
+    """Tables of a batch loaded at once, each on a connection of its own."""
+
+    def __init__(
+        self,
+        destination_id: str,
+        locks: Locks,
+        *,
+        account: str,
+        user: str,
+        password: str,
+        database: str,
+        schema: str = "EVENTS",
+        warehouse: str | None = None,
+        role: str | None = None,
+        query_role: str | None = None,
+        host: str | None = None,
+        port: int | None = None,
+        protocol: str = "https",
+        timeout_seconds: float = 300.0,
+    ) -> None:
+        self.id = destination_id
+        self.locks = locks
+        self.database = database
+        self.schema = schema
+        self.user = user
+        self.query_role = query_role
+        self.timeout_seconds = timeout_seconds
+        self._settings: dict[str, Any] = {
+            "account": account, "user": user, "password": password, "database": database,
+            "warehouse": warehouse, "role": role, "host": host, "port": port,
+            "protocol": protocol,
+        }  # fmt: skip
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"SnowflakeDestination({self.id!r}, {self.database}.{self.schema})"
+
+    def _name(self, table: str) -> str:
+        return self.dialect.name_of(table, self.schema)
+
+    @contextmanager
+    def _connect(
+        self, table: str | None = None, *, role: str | None = None, timeout: float | None = None
+    ) -> Iterator[SnowflakeCursor]:
+        """A cursor on a connection of its own (closed after), in autocommit, in the
+        destination's database, with times in UTC."""
+        try:
+            import snowflake.connector
+            from snowflake.connector.errors import Error
+        except ImportError:
+            raise ConfigError(
+                f"{self.id}: the Snowflake connector is not installed",
+                fix="pip install 'eventpipe[snowflake]'",
+            ) from None
+        settings = {k: v for k, v in self._settings.items() if v is not None}
+        if role:
+            settings["role"] = role
+        seconds = max(1, round(timeout or self.timeout_seconds))
+        try:
+            connection: SnowflakeConnection = snowflake.connector.connect(
+                **settings, login_timeout=30, network_timeout=seconds + 30,
+                session_parameters={"TIMEZONE": "UTC", "STATEMENT_TIMEOUT_IN_SECONDS": seconds,
+                                    "QUERY_TAG": "eventpipe"},
+            )  # fmt: skip
+        except Error as exc:
+            raise self._classified(exc, table) from None
+        try:
+            with connection.cursor() as cursor:
+                yield cursor
+        except Error as exc:
+            raise self._classified(exc, table) from exc
+        finally:
+            connection.close()
+
+    def _classified(self, exc: Exception, table: str | None) -> Exception:
+        from snowflake.connector.errors import DatabaseError, InterfaceError, OperationalError
+
+        errno = getattr(exc, "errno", None) or 0
+        state = str(getattr(exc, "sqlstate", None) or "")
+        where = f"{self.id}.{table}" if table else self.id
+        message = f"snowflake ({where}): {first_line(exc)}"
+        if errno in _WRONG_CREDENTIALS or state == "28000":
+            return ConfigError(
+                f"Snowflake refused user {self.user!r}: {first_line(exc)}",
+                fix="check the account, the user and the environment variable holding its password",
+            )
+        transient = (
+            isinstance(exc, (OperationalError, InterfaceError))
+            or state.startswith("08")
+            or errno in _CANCELLED
+            or (isinstance(exc, DatabaseError) and not state and not errno)
+        )
+        return TransientError(message, table=table) if transient else TerminalError(
+            message, table=table
+        )  # fmt: skip
+
+    def _ensure_ready(self, db: SnowflakeCursor) -> None:
+        """The schema, the loads table and the stage, once per destination object."""
+        q = self.dialect.quote
+        if not self._ready:
+            db.execute(f"CREATE SCHEMA IF NOT EXISTS {q(self.database)}.{q(self.schema)}")
+        db.execute(f"USE SCHEMA {q(self.database)}.{q(self.schema)}")
+        if not self._ready:
+            db.execute(
+                f"CREATE TABLE IF NOT EXISTS {self._name(LOADS_TABLE)} (batch_id text, "
+                "tbl text, rows bigint, rejected text, "
+                "loaded_at timestamp_ntz DEFAULT CURRENT_TIMESTAMP())"
+            )
+            db.execute(f"CREATE STAGE IF NOT EXISTS {self._name(STAGE)}")
+            self._ready = True
+
+    # -- tables -------------------------------------------------------------------------
+
+    def describe(self, table: str) -> Table | None:
+        with self._connect(table) as db:
+            self._ensure_ready(db)
+            return self._describe(db, table)
+
+    def _describe(self, db: SnowflakeCursor, table: str) -> Table | None:
+        db.execute(
+            "SELECT column_name, data_type, numeric_precision, numeric_scale "
+            "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+            "ORDER BY ordinal_position",
+            (self.schema, table),
+        )
+        rows = db.fetchall()
+        if not rows:
+            return None
+        db.execute(f"SHOW PRIMARY KEYS IN TABLE {self._name(table)}")
+        names = [d[0].lower() for d in db.description or []]
+        keys = sorted((int(r[names.index("key_sequence")]), str(r[names.index("column_name")]))
+                      for r in db.fetchall())  # fmt: skip
+        columns = {str(name): _lattice(str(t), precision, scale)
+                   for name, t, precision, scale in rows}  # fmt: skip
+        return Table(table, columns, tuple(name for _, name in keys))
+
+    def patch(self, patch: TablePatch) -> None:
+        if patch.empty:
+            return
+        d = self.dialect
+        with self._connect(patch.table) as db, table_lock(self.locks, self.id, patch.table):
+            self._ensure_ready(db)
+            current = self._describe(db, patch.table)  # again, under the lock
+            if current is None:
+                own = {c: INT64_TYPE for c, t in patch.add_columns if t is DataType.INT64}
+                db.execute(d.create_table(patch.table, patch.add_columns,
+                                          patch.set_primary_key, self.schema, own))  # fmt: skip
+                return
+            for column, data_type in patch.add_columns:
+                if column not in current.columns:
+                    own_type = INT64_TYPE if data_type is DataType.INT64 else None
+                    db.execute(d.add_column(patch.table, column, data_type, self.schema,
+                                            own_type))  # fmt: skip
+            key = d.add_primary_key(patch.table, patch.set_primary_key, self.schema)
+            if patch.set_primary_key and not current.primary_key and key:
+                db.execute(key)
+
+    def tables(self) -> list[str]:
+        """The schema's tables, but the loads' stage tables."""
+        with self._connect() as db:
+            self._ensure_ready(db)
+            db.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s "
+                "AND table_type = 'BASE TABLE' ORDER BY 1",
+                (self.schema,),
+            )
+            return [str(n) for (n,) in db.fetchall() if not str(n).startswith(STAGE_TABLE_PREFIX)]
+
+    def drop(self, tables: list[str]) -> None:
+        with self._connect() as db:
+            self._ensure_ready(db)
+            for table in tables:
+                db.execute(f"DROP TABLE IF EXISTS {self._name(table)}")
+
+    # -- loads --------------------------------------------------------------------------
+
+    def load(self, request: LoadRequest) -> LoadResult:
+        if request.apply_changes or are_changes(request.columns):
+            raise TerminalError(
+                f"{self.id}.{request.table}: a source's changes are not applied by key on "
+                "Snowflake yet",
+                fix="set changes: append on this destination (every change a row)",
+                table=request.table,
+            )
+        with self._connect(request.table) as db, table_lock(self.locks, self.id, request.table):
+            self._ensure_ready(db)
+            loads = self._name(LOADS_TABLE)
+            db.execute(f"SELECT rows, rejected FROM {loads} WHERE batch_id = %s AND tbl = %s",
+                       (request.batch_id, request.table))  # fmt: skip
+            done = db.fetchone()
+            if done is not None:
+                left_out = tuple((int(i), str(why)) for i, why in json.loads(done[1] or "[]"))
+                return LoadResult(rows=int(done[0]), already_loaded=True, rejected=left_out)
+            types = self._types(db, request.table)
+            if not types:
+                raise TerminalError(f"{self.id}.{request.table} does not exist",
+                                    table=request.table)  # fmt: skip
+            missing = [c for c in request.columns if c not in types]
+            if missing:
+                raise TerminalError(f"{self.id}.{request.table} has no column {missing[0]!r}",
+                                    table=request.table)  # fmt: skip
+            path = hashlib.sha1(f"{request.table}\0{request.batch_id}".encode()).hexdigest()[:20]
+            stage = self._name(STAGE_TABLE_PREFIX + path[:16])
+            with tempfile.TemporaryDirectory(prefix="eventpipe-snowflake-",
+                                             dir=_beside(request)) as work:  # fmt: skip
+                converted = Path(work) / f"{path}.parquet"
+                rejected = converted_rows(request, types, converted)
+                self._staged(db, request, converted, path, stage)
+            left_out = tuple(sorted(rejected.items()))
+            try:
+                db.execute("BEGIN")
+                rows = self._move(db, request, stage)
+                reasons = json.dumps([list(r) for r in left_out])
+                db.execute(
+                    f"INSERT INTO {loads} (batch_id, tbl, rows, rejected) VALUES (%s, %s, %s, %s)",
+                    (request.batch_id, request.table, rows, reasons),
+                )
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):  # a connection gone rolls back itself
+                    db.execute("ROLLBACK")
+                raise
+            finally:
+                db.execute(f"DROP TABLE IF EXISTS {stage}")
+        return LoadResult(rows=rows, rejected=left_out)
+
+    def _types(self, db: SnowflakeCursor, table: str) -> dict[str, str]:
+        """The table's columns and the DuckDB type of each one's Snowflake type."""
+        db.execute(
+            "SELECT column_name, data_type, numeric_precision, numeric_scale "
+            "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
+            (self.schema, table),
+        )
+        return {str(c): _duckdb_type(str(t), p, s) for c, t, p, s in db.fetchall()}
+
+    def _staged(
+        self, db: SnowflakeCursor, request: LoadRequest, file: Path, path: str, stage: str
+    ) -> None:
+        """``file`` (the batch's rows, converted) put under ``path`` in the stage and
+        copied into ``stage``, a transient table made like the table."""
+        where = f"@{self._name(STAGE)}/{path}"
+        db.execute(f"CREATE OR REPLACE TRANSIENT TABLE {stage} LIKE {self._name(request.table)}")
+        if file.exists():
+            local = str(file.resolve()).replace("\\", "\\\\").replace("'", "\\'")
+            db.execute(f"PUT 'file://{local}' {where} AUTO_COMPRESS = FALSE OVERWRITE = TRUE")
+            db.execute(
+                f"COPY INTO {stage} FROM {where} FILE_FORMAT = (TYPE = PARQUET) "
+                "MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
+            )
+
+    def _move(self, db: SnowflakeCursor, request: LoadRequest, stage: str) -> int:
+        """The stage's rows into the table (by key: the newest wins); the rows, or the
+        keys, of the batch."""
+        q = self.dialect.quote
+        target = self._name(request.table)
+        listed = ", ".join(q(c) for c in request.columns)
+        if not request.primary_key:
+            db.execute(f"INSERT INTO {target} ({listed}) SELECT {listed} FROM {stage}")
+            return int(db.rowcount or 0)
+        keys = [q(c) for c in request.primary_key]
+        newest = _newest_per_key(keys, TIMESTAMP_COLUMN in request.columns)
+        # Snowflake names DELETE's target by the table's own name (no alias).
+        t = q(request.table)
+        ts = q(TIMESTAMP_COLUMN)
+        older = (f" AND (s.{ts} >= {t}.{ts} OR {t}.{ts} IS NULL OR s.{ts} IS NULL)"
+                 if TIMESTAMP_COLUMN in request.columns else "")  # fmt: skip
+        matched = " AND ".join(f"{t}.{k} = s.{k}" for k in keys)
+        chosen = f"SELECT * FROM {stage} {newest}"
+        db.execute(f"DELETE FROM {target} USING ({chosen}) AS s WHERE {matched}{older}")
+        present = " AND ".join(f"present.{k} = s.{k}" for k in keys)
+        db.execute(
+            f"INSERT INTO {target} ({listed}) SELECT {listed} FROM {stage} AS s "
+            f"WHERE NOT EXISTS (SELECT 1 FROM {target} AS present WHERE {present}) {newest}"
+        )
+        db.execute(f"SELECT count(*) FROM (SELECT DISTINCT {', '.join(keys)} FROM {stage})")
+        (count,) = db.fetchone() or (0,)
+        return int(count)
+
+    # -- days replaced ------------------------------------------------------------------
+
+    def replace_days(self, swap: DaySwap) -> dict[str, int]:
+        """Delete the rows of ``swap.days`` from ``swap.tables`` and move the shadows'
+        rows in (by key with a primary key), in one transaction recorded under
+        ``swap.swap_id``; the shadows dropped after it. The rows moved in per table."""
+        q = self.dialect.quote
+        loads = self._name(LOADS_TABLE)
+        with self._connect() as db:
+            self._ensure_ready(db)
+            db.execute(f"SELECT tbl, rows FROM {loads} WHERE batch_id = %s", (swap.swap_id,))
+            done = db.fetchall()
+            if done:
+                self._drop_shadows(db, swap)
+                return {str(t): int(n) for t, n in done if t != ALL_SWAPPED}
+            described = {t: self._describe(db, t) for t in {*swap.tables, *swap.shadows.values()}}
+            moved: dict[str, int] = {}
+            db.execute("BEGIN")
+            try:
+
+                def delete(table: str, where: str) -> None:
+                    db.execute(f"DELETE FROM {self._name(table)} WHERE {where}")
+
+                delete_days(swap, q, described.get, delete, self.id)
+                for table, shadow in sorted(swap.shadows.items()):
+                    current = described.get(shadow)
+                    if current is None:
+                        continue
+                    request = LoadRequest(table, swap.swap_id, (), current.columns,
+                                          swap.primary_key)  # fmt: skip
+                    moved[table] = self._move(db, request, self._name(shadow))
+                for table, count in [*moved.items(), (ALL_SWAPPED, 0)]:
+                    db.execute(f"INSERT INTO {loads} (batch_id, tbl, rows) VALUES (%s, %s, %s)",
+                               (swap.swap_id, table, count))  # fmt: skip
+                db.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(Exception):  # a connection gone rolls back itself
+                    db.execute("ROLLBACK")
+                raise
+            self._drop_shadows(db, swap)
+        return moved
+
+    def _drop_shadows(self, db: SnowflakeCursor, swap: DaySwap) -> None:
+        for shadow in sorted(swap.shadows.values()):
+            db.execute(f"DROP TABLE IF EXISTS {self._name(shadow)}")
+
+    # -- reads --------------------------------------------------------------------------
+
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one read (:func:`check_query`) in the destination's schema, as
+        ``query_role`` when configured, stopped after ``timeout_seconds``
+        (``STATEMENT_TIMEOUT_IN_SECONDS``); column names and rows."""
+        check_query(sql)
+        q = self.dialect.quote
+        try:
+            with self._connect(role=self.query_role, timeout=timeout_seconds) as db:
+                db.execute(f"USE SCHEMA {q(self.database)}.{q(self.schema)}")
+                db.execute(sql.strip().rstrip(";"))
+                names = [d[0] for d in db.description or []]
+                return names, [tuple(r) for r in db.fetchall()]
+        except TransientError as exc:
+            if "timeout" in exc.message.lower() or "cancel" in exc.message.lower():
+                raise QueryError(
+                    f"the query ran longer than query_timeout_seconds ({timeout_seconds:g})"
+                ) from None
+            raise
+        except TerminalError as exc:
+            raise QueryError(exc.message) from None
+
+
+def _beside(request: LoadRequest) -> str | None:
+    """Where a load's converted file is written: beside the staged files (the run's
+    work directory), not wherever the system keeps temporary files."""
+    return str(request.files[0].parent) if request.files else None
+
+
+def _duckdb_type(sql_type: str, precision: Any, scale: Any) -> str:
+    """The DuckDB type a Snowflake column's values are converted to before the load."""
+    name = sql_type.upper().split("(")[0].strip()
+    if name in ("NUMBER", "DECIMAL", "NUMERIC", "INT", "INTEGER", "BIGINT"):
+        digits = min(int(precision or 38), 38)
+        return f"DECIMAL({digits},{int(scale or 0)})"
+    if name in ("FLOAT", "DOUBLE", "REAL"):
+        return "DOUBLE"
+    if name == "BOOLEAN":
+        return "BOOLEAN"
+    if name.startswith("TIMESTAMP") or name == "DATE":
+        return "TIMESTAMP"
+    return "VARCHAR"
+
+
+def converted_rows(request: LoadRequest, types: dict[str, str], out: Path) -> dict[int, str]:
+    """The batch's rows, each of ``request.columns`` converted by DuckDB to ``types``
+    (column -> DuckDB type), written to ``out`` (nothing when no row is left); the rows
+    left out: position across the files -> why."""
+    import duckdb
+
+    from eventpipe.destinations.duckdb import file_offsets
+
+    files = [str(f) for f in request.files]
+    if not files:
+        return {}
+    q = DUCKDB.quote
+    wanted = {c: types[c] for c in request.columns}
+    casts, why = duckdb_casts(wanted)
+    try:
+        offsets = file_offsets(files)
+    except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a file that is not Parquet
+        raise TerminalError(f"snowflake: a staged file is not Parquet: {first_line(exc)}") from None
+    db = duckdb.connect()
+    try:
+        db.execute("SET TimeZone = 'UTC'")
+        db.execute(
+            f"CREATE TABLE batch AS SELECT {casts}, {why} AS why, "
+            "filename, file_row_number FROM read_parquet($files, union_by_name = true, "
+            "filename = true, file_row_number = true)",
+            {"files": files},
+        )
+        refused = db.execute(
+            "SELECT filename, file_row_number, why FROM batch WHERE why <> ''"
+        ).fetchall()
+        (kept,) = db.execute("SELECT count(*) FROM batch WHERE why = ''").fetchone() or (0,)
+        if kept:
+            listed = ", ".join(q(c) for c in wanted)
+            db.execute(f"COPY (SELECT {listed} FROM batch WHERE why = '') TO $out "
+                       "(FORMAT parquet)", {"out": str(out)})  # fmt: skip
+    finally:
+        db.close()
+    return {offsets[str(name)] + int(row): f"snowflake: {why}" for name, row, why in refused}
+
+
+def _lattice(sql_type: str, precision: Any, scale: Any) -> DataType:
+    """A column's Snowflake type as the lattice's: ``NUMBER`` with a scale is FLOAT64;
+    without, INT64 up to 19 digits (:data:`INT64_TYPE`), INT128 beyond."""
+    name = sql_type.upper().split("(")[0].strip()
+    if name in ("NUMBER", "DECIMAL", "NUMERIC", "INT", "INTEGER", "BIGINT"):
+        if scale:
+            return DataType.FLOAT64
+        return DataType.INT64 if precision and int(precision) <= 19 else DataType.INT128
+    return _LATTICE.get(name, DataType.STRING)
+
+
+def _newest_per_key(keys: list[str], has_timestamp: bool) -> str:
+    """A QUALIFY clause keeping, of each key's rows, the newest (by ``_timestamp``)."""
+    order = f"{SNOWFLAKE.quote(TIMESTAMP_COLUMN)} DESC NULLS LAST" if has_timestamp else "1"
+    return f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {', '.join(keys)} ORDER BY {order}) = 1"
+
+
+_READS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN")
+
+
+def check_query(sql: str) -> None:
+    """QueryError unless ``sql`` is one statement that reads: parsed with sqlglot's
+    Snowflake dialect (a well-kept SQL parser, not a guess from the text), a SELECT,
+    a set of them, or SHOW/DESCRIBE/EXPLAIN; no ``SYSTEM$`` function (some act on the
+    account: cancelling queries, say). A role with SELECT only (``query_role``) is the
+    boundary that holds whatever the text says."""
+    import sqlglot
+    from sqlglot import exp
+
+    try:
+        statements = [s for s in sqlglot.parse(sql, read="snowflake") if s is not None]
+    except sqlglot.errors.ParseError as exc:
+        raise QueryError(f"not a statement Snowflake reads: {first_line(exc)}") from None
+    if len(statements) != 1:
+        raise QueryError("one statement at a time")
+    [statement] = statements
+    reads = isinstance(statement, (exp.Query, exp.Describe)) or (
+        isinstance(statement, exp.Command) and str(statement.this).upper() in _READS
+    )
+    if not reads or any(
+        isinstance(node, (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop))
+        for node in statement.walk()
+    ):
+        raise QueryError("eventpipe query only reads: SELECT, SHOW, DESCRIBE or EXPLAIN")
+    if "SYSTEM$" in sql.upper():
+        raise QueryError("eventpipe query does not call SYSTEM$ functions")

@@ -1,0 +1,160 @@
+"""The Snowflake destination against a stand-in that speaks Snowflake's protocol
+(fakesnow's server, tests/snowflake.py) through the official connector: what the
+conformance suite does not ask of every destination. A load killed before its commit and
+run again, days replaced in one transaction, ``eventpipe query`` kept to reads, a source's
+changes refused with the reason, and no server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eventpipe.destinations.base import DaySwap, LoadRequest
+from eventpipe.destinations.snowflake import SnowflakeDestination, check_query
+from eventpipe.errors import QueryError, TerminalError, TransientError
+from eventpipe.locks import FileLocks
+from eventpipe.schema.diff import Table, diff
+from eventpipe.schema.types import DataType
+
+S, N, T = DataType.STRING, DataType.INT64, DataType.TIMESTAMP
+COLUMNS = {"id": S, "n": N, "_timestamp": T}
+
+
+@pytest.fixture
+def dest(snowflake_server: Any, snowflake_schema: str, tmp_path: Path) -> SnowflakeDestination:
+    return _opened(snowflake_server, snowflake_schema, tmp_path)
+
+
+def _opened(server: Any, schema: str, tmp: Path) -> SnowflakeDestination:
+    settings = server.settings(schema)
+    del settings["type"]
+    return SnowflakeDestination("sf", FileLocks(tmp / "locks"), **settings)
+
+
+def _ensure(dest: SnowflakeDestination, table: Table) -> None:
+    dest.patch(diff(dest.describe(table.name), table))
+
+
+def _rows(dest: SnowflakeDestination, sql: str) -> list[tuple[Any, ...]]:
+    return dest.query(sql)[1]
+
+
+def _file(path: Path, rows: list[dict[str, Any]]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+_CHILD = """
+import sys
+from pathlib import Path
+from eventpipe.destinations.snowflake import SnowflakeDestination
+from eventpipe.destinations.base import LoadRequest
+from eventpipe.locks import FileLocks
+from eventpipe.schema.types import DataType
+port, schema, locks, file = sys.argv[1:5]
+dest = SnowflakeDestination("sf", FileLocks(Path(locks)), account="a", user="loader",
+                            password="p", database="EVENTPIPE", schema=schema,
+                            host="127.0.0.1", port=int(port), protocol="http")
+def killed(*args, **kwargs):
+    import os, signal
+    os.kill(os.getpid(), signal.SIGKILL)
+dest._move_then = dest._move
+def move(db, request, stage):
+    rows = dest._move_then(db, request, stage)
+    killed()
+dest._move = move
+columns = {"id": DataType.STRING, "n": DataType.INT64, "_timestamp": DataType.TIMESTAMP}
+dest.load(LoadRequest("events", "batch-1", (Path(file),), columns))
+"""
+
+
+def test_a_load_killed_inside_its_transaction_leaves_nothing_and_a_rerun_loads_once(
+    dest: SnowflakeDestination, snowflake_server: Any, snowflake_schema: str, tmp_path: Path
+) -> None:
+    _ensure(dest, Table("events", COLUMNS))
+    rows = [{"id": f"e{i}", "n": i, "_timestamp": datetime(2026, 11, 20, 9)} for i in range(500)]
+    batch = _file(tmp_path / "batch.parquet", rows)
+    child = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(snowflake_server.port), snowflake_schema,
+         str(dest.locks.directory), str(batch)], capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert child.returncode == -9, child.stderr  # killed after its rows went in, before COMMIT
+    assert _rows(dest, "SELECT count(*) FROM events") == [(0,)]
+    assert _rows(dest, "SELECT count(*) FROM _eventpipe_loads") == [(0,)]
+    result = dest.load(LoadRequest("events", "batch-1", (batch,), COLUMNS))
+    assert (result.rows, result.already_loaded) == (500, False)
+    assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
+        (500, 500, sum(range(500)))
+    ]
+    assert dest.tables() == ["_eventpipe_loads", "events"]  # no stage table left
+
+
+def test_days_are_replaced_in_one_transaction_and_a_rerun_changes_nothing(
+    dest: SnowflakeDestination, tmp_path: Path
+) -> None:
+    _ensure(dest, Table("events", COLUMNS))
+    old = [{"id": f"{day}-{i}", "n": 1, "_timestamp": datetime(2026, 11, day, 9)}
+           for day in (19, 20, 21) for i in range(3)]  # fmt: skip
+    dest.load(LoadRequest("events", "b1", (_file(tmp_path / "old.parquet", old),), COLUMNS))
+    shadow = "_eventpipe_rp_x_events"
+    _ensure(dest, Table(shadow, COLUMNS))
+    rebuilt = [{"id": f"20-new-{i}", "n": 2, "_timestamp": datetime(2026, 11, 20, 10)}
+               for i in range(5)]  # fmt: skip
+    dest.load(LoadRequest(shadow, "rp", (_file(tmp_path / "new.parquet", rebuilt),), COLUMNS))
+    swap = DaySwap("swap-1", ("2026-11-20",), ("events",), {"events": shadow})
+    assert dest.replace_days(swap) == {"events": 5}
+    sql = ("SELECT DAYOFMONTH(_timestamp) AS d, max(n), count(*) FROM events "
+           "GROUP BY d ORDER BY d")  # fmt: skip
+    expected = [(19, 1, 3), (20, 2, 5), (21, 1, 3)]
+    assert _rows(dest, sql) == expected
+    assert dest.replace_days(swap) == {"events": 5}  # recorded: done once
+    assert _rows(dest, sql) == expected
+    assert shadow not in dest.tables()
+
+
+@pytest.mark.parametrize(
+    ("sql", "refusal"),
+    [
+        ("DELETE FROM events", "only reads"),
+        ("SELECT 1; DROP TABLE events", "one statement at a time"),
+        ("CREATE TABLE x AS SELECT * FROM events", "only reads"),
+        ("INSERT INTO events SELECT * FROM events", "only reads"),
+        ("SELECT SYSTEM$CANCEL_ALL_QUERIES(1)", "SYSTEM$"),
+        ("COPY INTO @stage FROM events", "only reads"),
+        ("GRANT ALL ON SCHEMA s TO ROLE r", "only reads"),
+    ],
+)
+def test_query_refuses_what_is_not_a_read_before_sending_it(sql: str, refusal: str) -> None:
+    with pytest.raises(QueryError, match=refusal.replace("$", r"\$")):
+        check_query(sql)
+
+
+def test_query_reads_and_says_the_servers_error(dest: SnowflakeDestination) -> None:
+    _ensure(dest, Table("events", COLUMNS))
+    check_query("WITH x AS (SELECT 1 AS a) SELECT a FROM x")
+    assert dest.query("SELECT count(*) AS n FROM events") == (["N"], [(0,)])
+    with pytest.raises(QueryError, match=r"(?i)table with name nope does not exist"):
+        dest.query("SELECT * FROM nope")
+
+
+def test_a_sources_changes_are_refused_with_the_reason_and_no_server_is_transient(
+    dest: SnowflakeDestination, tmp_path: Path
+) -> None:
+    from tests.process import free_port
+
+    changes = {"_op": S, "_key": S, "_lsn": N, "_seq": N, "v": S}
+    with pytest.raises(TerminalError, match="changes: append"):
+        dest.load(LoadRequest("t", "b1", (), changes, apply_changes=True))
+    gone = SnowflakeDestination("sf", FileLocks(tmp_path / "l"), account="a", user="loader",
+                                password="s3cret", database="EVENTPIPE", host="127.0.0.1",
+                                port=free_port(), protocol="http", timeout_seconds=2)  # fmt: skip
+    with pytest.raises(TransientError) as down:
+        gone.describe("events")
+    assert "s3cret" not in str(down.value)
