@@ -500,7 +500,7 @@ def test_reprocess_replaces_day_partitions_of_parquet_tables(
 
 def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
     config = make_config(tmp_path, destinations={"api": {"type": "http", "url": "http://x/"}})
-    with pytest.raises(ConfigError, match="only duckdb, postgres, clickhouse, parquet"):
+    with pytest.raises(ConfigError, match="only duckdb, postgres, clickhouse, snowflake, parquet"):
         rp.replaceable(config, "api")
     for lake in ({"path": "s3a://bucket/lake"}, {"partition_by": "none"}):
         config = make_config(tmp_path, destinations={"lake": {"type": "parquet", **lake}})

@@ -397,3 +397,15 @@ def test_two_destinations_that_would_write_the_same_tables_are_refused() -> None
         {"a": {"type": "iceberg"}, "b": {"type": "iceberg"}},  # a namespace each
     ):  # fmt: skip
         assert parse_config({"destinations": fine}, source="eventpipe.yaml", env={})
+
+
+def test_a_destination_that_cannot_apply_a_sources_changes_says_so_at_config_check() -> None:
+    sf = {"type": "snowflake", "account": "a", "user": "u", "database": "D"}
+    fed = {"sources": {"pg": {"dsn": "postgresql://db/shop"}}}
+    message = _error({"destinations": {"sf": sf}, **fed})
+    assert "destinations.sf: a source's changes are not applied by key on snowflake yet" in (
+        message
+    )
+    parse_config({"destinations": {"sf": {**sf, "changes": "append"}}, **fed}, source="t", env={})
+    parse_config({"destinations": {"sf": {**sf, "only_keys": ["web"]}}, **fed}, source="t", env={})
+    parse_config({"destinations": {"sf": sf}}, source="t", env={})  # no source: nothing to apply

@@ -28,6 +28,8 @@ class DestinationConfig(Section):
     """The modes the type runs in."""
     tables: ClassVar[bool] = True
     """Whether events land in tables (loaded from staged files) or are sent (a sink)."""
+    applies_changes: ClassVar[bool] = True
+    """Whether a source's changes can be applied by key (``changes: apply``)."""
 
     type: str
     """Destination type: ``duckdb``, ``postgres``, ``clickhouse``, ``parquet``,
@@ -232,6 +234,8 @@ class ClickHouseConfig(TableDestinationConfig):
 
 class SnowflakeConfig(TableDestinationConfig):
     """A Snowflake account, through Snowflake's own connector (docs/destinations.md)."""
+
+    applies_changes = False  # not built yet: changes: append
 
     type: Literal["snowflake"] = "snowflake"
     """The type: ``snowflake``."""

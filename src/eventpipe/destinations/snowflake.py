@@ -28,8 +28,9 @@ connector (``snowflake-connector-python``, the ``snowflake`` extra).
   and builds the stage again.
 * **Days replaced** (``eventpipe reprocess``): one transaction deletes the days' rows and
   moves the shadows' rows in, with its record; the shadows are dropped after it.
-* **A source's changes** applied by key are not built for Snowflake yet: such a load is
-  refused with the reason (``changes: append`` keeps every change as a row).
+* **A source's changes** applied by key are not built for Snowflake yet: the config check
+  refuses a Snowflake destination that would take them (``changes: append`` keeps every
+  change as a row), and such a load is refused with the reason.
 * **Errors**: a connection that fails or drops, Snowflake's 5xx and throttling (retried
   inside the connector first), a statement cancelled for its time are transient; wrong
   credentials stop with a configuration error naming the user, never the password; a
