@@ -10,19 +10,18 @@ connector (``snowflake-connector-python``, the ``snowflake`` extra).
 * **A load**, under the same lock:
 
   1. the batch's record in ``_eventpipe_loads`` is looked up: found, nothing loads;
-  2. an in-memory DuckDB reads the staged Parquet files and converts each column to
-     its Snowflake column's type (``TRY_CAST``: a value that does not convert, a text
-     where a number goes or a number beyond ``numeric(38,18)``, leaves its row out
-     with the reason), into one Parquet file, ``PUT`` to the schema's internal stage
-     ``_eventpipe_stage`` under a path of the batch's own and copied (``COPY INTO``,
-     ``MATCH_BY_COLUMN_NAME``, purged once loaded) into a transient stage table made
-     ``LIKE`` the table;
-  3. one transaction: the stage's rows into the table (with a key: each key's newest
-     row of the batch replaces the table's row unless that one is newer, by
-     ``DELETE ... USING`` and ``INSERT``, the way dlt's delete-insert merges), and the
-     batch's record; ``COMMIT``;
-  4. the stage table dropped. Snowflake commits DDL at once, so nothing before the
-     transaction is visible to readers, and the transaction is the load.
+  2. the staged Parquet files are ``PUT`` to the schema's internal stage
+     ``_eventpipe_stage`` under a path of the batch's own: as they are when their types
+     fit the columns (:func:`fits`), otherwise first converted by an in-memory DuckDB to
+     the columns' types (``TRY_CAST``: a value that does not convert, a text where a
+     number goes or a number beyond ``numeric(38,18)``, leaves its row out with the
+     reason) into one file (:func:`converted_rows`);
+  3. one transaction: ``COPY INTO`` the table (``MATCH_BY_COLUMN_NAME``, purged once
+     loaded) and the batch's record; ``COMMIT``. With a key the files go into a
+     transient stage table first (before the transaction: Snowflake commits DDL at
+     once), and the transaction moves each key's newest row in, replacing the table's
+     row unless that one is newer (``DELETE ... USING`` and ``INSERT``, the way dlt's
+     delete-insert merges); the stage table is dropped after.
 
   A crash before the ``COMMIT`` leaves the table as it was; a rerun puts the files again
   and builds the stage again.
@@ -309,16 +308,30 @@ class SnowflakeDestination:
                 raise TerminalError(f"{self.id}.{request.table} has no column {missing[0]!r}",
                                     table=request.table)  # fmt: skip
             path = hashlib.sha1(f"{request.table}\0{request.batch_id}".encode()).hexdigest()[:20]
-            stage = self._name(STAGE_TABLE_PREFIX + path[:16])
             with tempfile.TemporaryDirectory(prefix="eventpipe-snowflake-",
                                              dir=_beside(request)) as work:  # fmt: skip
-                converted = Path(work) / f"{path}.parquet"
-                rejected = converted_rows(request, types, converted)
-                self._staged(db, request, converted, path, stage)
+                rejected: dict[int, str] = {}
+                files = list(request.files)
+                if not fits(files, {c: types[c] for c in request.columns}):
+                    converted = Path(work) / f"{path}.parquet"
+                    rejected = converted_rows(request, types, converted)
+                    files = [converted] if converted.exists() else []
+                where = self._put(db, files, path)
             left_out = tuple(sorted(rejected.items()))
+            # With a key, the rows go through a stage table, the newest per key chosen
+            # there; without, COPY puts them in the table inside the transaction.
+            stage = self._name(STAGE_TABLE_PREFIX + path[:16]) if request.primary_key else None
+            if stage is not None:
+                db.execute(f"CREATE OR REPLACE TRANSIENT TABLE {stage} "
+                           f"LIKE {self._name(request.table)}")  # fmt: skip
+                if where:
+                    self._copy(db, stage, where)
             try:
                 db.execute("BEGIN")
-                rows = self._move(db, request, stage)
+                if stage is not None:
+                    rows = self._move(db, request, stage)
+                else:
+                    rows = self._copy(db, self._name(request.table), where) if where else 0
                 reasons = json.dumps([list(r) for r in left_out])
                 db.execute(
                     f"INSERT INTO {loads} (batch_id, tbl, rows, rejected) VALUES (%s, %s, %s, %s)",
@@ -330,7 +343,8 @@ class SnowflakeDestination:
                     db.execute("ROLLBACK")
                 raise
             finally:
-                db.execute(f"DROP TABLE IF EXISTS {stage}")
+                if stage is not None:
+                    db.execute(f"DROP TABLE IF EXISTS {stage}")
         return LoadResult(rows=rows, rejected=left_out)
 
     def _types(self, db: SnowflakeCursor, table: str) -> dict[str, str]:
@@ -342,20 +356,26 @@ class SnowflakeDestination:
         )
         return {str(c): _duckdb_type(str(t), p, s) for c, t, p, s in db.fetchall()}
 
-    def _staged(
-        self, db: SnowflakeCursor, request: LoadRequest, file: Path, path: str, stage: str
-    ) -> None:
-        """``file`` (the batch's rows, converted) put under ``path`` in the stage and
-        copied into ``stage``, a transient table made like the table."""
+    def _put(self, db: SnowflakeCursor, files: list[Path], path: str) -> str:
+        """``files`` put under ``path`` in the stage, each in a folder of its own (two
+        files of one name stay two); the location COPY reads, empty without files."""
         where = f"@{self._name(STAGE)}/{path}"
-        db.execute(f"CREATE OR REPLACE TRANSIENT TABLE {stage} LIKE {self._name(request.table)}")
-        if file.exists():
+        for number, file in enumerate(files):
             local = str(file.resolve()).replace("\\", "\\\\").replace("'", "\\'")
-            db.execute(f"PUT 'file://{local}' {where} AUTO_COMPRESS = FALSE OVERWRITE = TRUE")
-            db.execute(
-                f"COPY INTO {stage} FROM {where} FILE_FORMAT = (TYPE = PARQUET) "
-                "MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
-            )
+            db.execute(f"PUT 'file://{local}' {where}/{number} AUTO_COMPRESS = FALSE "
+                       "OVERWRITE = TRUE")  # fmt: skip
+        return where if files else ""
+
+    def _copy(self, db: SnowflakeCursor, into: str, where: str) -> int:
+        """The files at ``where`` copied into ``into`` (by column name; purged once
+        loaded); the rows loaded."""
+        db.execute(
+            f"COPY INTO {into} FROM {where} FILE_FORMAT = (TYPE = PARQUET) "
+            "MATCH_BY_COLUMN_NAME = CASE_INSENSITIVE FORCE = TRUE PURGE = TRUE"
+        )
+        names = [d[0].lower() for d in db.description or []]
+        loaded = names.index("rows_loaded") if "rows_loaded" in names else None
+        return sum(int(r[loaded] or 0) for r in db.fetchall()) if loaded is not None else 0
 
     def _move(self, db: SnowflakeCursor, request: LoadRequest, stage: str) -> int:
         """The stage's rows into the table (by key: the newest wins); the rows, or the
@@ -476,6 +496,72 @@ def _duckdb_type(sql_type: str, precision: Any, scale: Any) -> str:
     if name.startswith("TIMESTAMP") or name == "DATE":
         return "TIMESTAMP"
     return "VARCHAR"
+
+
+def fits(files: list[Path], types: dict[str, str]) -> bool:
+    """Whether the staged ``files`` can be copied as they are into columns of ``types``
+    (column -> DuckDB type): each column's Parquet type one its column takes whole (an
+    integer for ``number(19,0)``, a text for ``text``...), and floats finite and within
+    their ``numeric(p,s)``. Otherwise :func:`converted_rows` converts them first."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    for file in files:
+        schema = pq.read_schema(file)
+        bounded = []
+        for field in schema:
+            wanted = types.get(field.name)
+            if wanted is None or not _takes(wanted, field.type):
+                return False
+            if wanted.startswith("DECIMAL") and _is_float(field.type):
+                bounded.append(field.name)
+        if bounded:
+            table = pq.read_table(file, columns=bounded)
+            for name in bounded:
+                precision, scale = _decimal(types[name])
+                values = pc.drop_null(table.column(name))
+                if len(values) and (
+                    not pc.all(pc.is_finite(values)).as_py()
+                    or pc.max(pc.abs(values)).as_py() >= 10 ** (precision - scale)
+                ):
+                    return False
+    return True
+
+
+def _is_float(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_floating(arrow_type))
+
+
+def _decimal(duckdb_type: str) -> tuple[int, int]:
+    precision, scale = duckdb_type[len("DECIMAL(") : -1].split(",")
+    return int(precision), int(scale)
+
+
+def _takes(duckdb_type: str, arrow_type: Any) -> bool:
+    """Whether a column of ``duckdb_type`` takes every value of ``arrow_type`` as it is
+    (floats into a decimal: checked for range by :func:`fits`)."""
+    import pyarrow as pa
+
+    if duckdb_type == "VARCHAR":
+        return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
+    if duckdb_type == "BOOLEAN":
+        return bool(pa.types.is_boolean(arrow_type))
+    if duckdb_type == "TIMESTAMP":
+        return bool(pa.types.is_timestamp(arrow_type))
+    if duckdb_type == "DOUBLE":
+        return bool(pa.types.is_floating(arrow_type))
+    if duckdb_type.startswith("DECIMAL"):
+        precision, scale = _decimal(duckdb_type)
+        if pa.types.is_floating(arrow_type):
+            return scale > 0
+        if pa.types.is_signed_integer(arrow_type):
+            return precision - scale >= 19
+        if pa.types.is_decimal(arrow_type):
+            digits = arrow_type.precision - arrow_type.scale
+            return bool(arrow_type.scale <= scale and digits <= precision - scale)
+    return False
 
 
 def converted_rows(request: LoadRequest, types: dict[str, str], out: Path) -> dict[int, str]:

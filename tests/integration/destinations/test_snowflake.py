@@ -58,37 +58,45 @@ from eventpipe.destinations.snowflake import SnowflakeDestination
 from eventpipe.destinations.base import LoadRequest
 from eventpipe.locks import FileLocks
 from eventpipe.schema.types import DataType
-port, schema, locks, file = sys.argv[1:5]
+port, schema, locks, file, step = sys.argv[1:6]
 dest = SnowflakeDestination("sf", FileLocks(Path(locks)), account="a", user="loader",
                             password="p", database="EVENTPIPE", schema=schema,
                             host="127.0.0.1", port=int(port), protocol="http")
 def killed(*args, **kwargs):
     import os, signal
     os.kill(os.getpid(), signal.SIGKILL)
-dest._move_then = dest._move
-def move(db, request, stage):
-    rows = dest._move_then(db, request, stage)
-    killed()
-dest._move = move
+original = getattr(dest, step)
+def then_killed(db, *args):
+    original(db, *args)
+    killed()  # inside the transaction: the rows in the table, not committed
+setattr(dest, step, then_killed)
 columns = {"id": DataType.STRING, "n": DataType.INT64, "_timestamp": DataType.TIMESTAMP}
-dest.load(LoadRequest("events", "batch-1", (Path(file),), columns))
+key = ("id",) if step == "_move" else ()
+dest.load(LoadRequest("events", "batch-1", (Path(file),), columns, key))
 """
 
 
+@pytest.mark.parametrize("step", ["_copy", "_move"])  # without a key; with one
 def test_a_load_killed_inside_its_transaction_leaves_nothing_and_a_rerun_loads_once(
-    dest: SnowflakeDestination, snowflake_server: Any, snowflake_schema: str, tmp_path: Path
+    dest: SnowflakeDestination,
+    snowflake_server: Any,
+    snowflake_schema: str,
+    tmp_path: Path,
+    step: str,
 ) -> None:
-    _ensure(dest, Table("events", COLUMNS))
+    key = ("id",) if step == "_move" else ()
+    _ensure(dest, Table("events", COLUMNS, key))
     rows = [{"id": f"e{i}", "n": i, "_timestamp": datetime(2026, 11, 20, 9)} for i in range(500)]
     batch = _file(tmp_path / "batch.parquet", rows)
     child = subprocess.run(
         [sys.executable, "-c", _CHILD, str(snowflake_server.port), snowflake_schema,
-         str(dest.locks.directory), str(batch)], capture_output=True, text=True, timeout=120,
+         str(dest.locks.directory), str(batch), step], capture_output=True, text=True,
+        timeout=120,
     )  # fmt: skip
     assert child.returncode == -9, child.stderr  # killed after its rows went in, before COMMIT
     assert _rows(dest, "SELECT count(*) FROM events") == [(0,)]
     assert _rows(dest, "SELECT count(*) FROM _eventpipe_loads") == [(0,)]
-    result = dest.load(LoadRequest("events", "batch-1", (batch,), COLUMNS))
+    result = dest.load(LoadRequest("events", "batch-1", (batch,), COLUMNS, key))
     assert (result.rows, result.already_loaded) == (500, False)
     assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
         (500, 500, sum(range(500)))
@@ -158,3 +166,27 @@ def test_a_sources_changes_are_refused_with_the_reason_and_no_server_is_transien
     with pytest.raises(TransientError) as down:
         gone.describe("events")
     assert "s3cret" not in str(down.value)
+
+
+def test_floats_numeric_38_18_cannot_hold_are_left_out_and_the_rest_copied_as_it_is(
+    dest: SnowflakeDestination, tmp_path: Path
+) -> None:
+    from eventpipe.destinations.snowflake import fits
+
+    columns = {"id": S, "price": DataType.FLOAT64}
+    _ensure(dest, Table("prices", columns))
+    fine = _file(tmp_path / "fine.parquet", [{"id": "a", "price": 1.5}])
+    wild = _file(tmp_path / "wild.parquet", [{"id": "b", "price": 1e25},
+                                             {"id": "c", "price": float("nan")},
+                                             {"id": "d", "price": -2.25}])  # fmt: skip
+    types = {"id": "VARCHAR", "price": "DECIMAL(38,18)"}
+    assert fits([fine], types)
+    assert not fits([fine, wild], types)
+    result = dest.load(LoadRequest("prices", "b1", (fine, wild), columns))
+    assert result.rows == 2
+    assert [p for p, _ in result.rejected] == [1, 2]
+    assert all("column price (DECIMAL(38,18)) cannot take" in why for _, why in result.rejected)
+    assert [(i, float(p)) for i, p in _rows(dest, "SELECT id, price FROM prices ORDER BY id")] == [
+        ("a", 1.5),
+        ("d", -2.25),
+    ]
