@@ -39,10 +39,13 @@ connector (``snowflake-connector-python``, the ``snowflake`` extra).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import json
 import tempfile
+import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -103,6 +106,58 @@ _CANCELLED = {604, 630}
 """A statement cancelled, or stopped by STATEMENT_TIMEOUT_IN_SECONDS."""
 
 
+class Sessions:
+    """Idle Snowflake connections, by their settings, shared by the destination objects
+    of a process: a login costs a round trip or more (about a second against
+    Snowflake), and each run (each stream micro-batch) opens its destinations anew.
+    At most :data:`IDLE_PER_SETTINGS` wait per settings, none longer than
+    :data:`IDLE_SECONDS` (well within the four hours a Snowflake session lives idle);
+    all are closed when the process exits."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[Any, ...], list[tuple[float, SnowflakeConnection]]] = {}
+        self._lock = threading.Lock()
+        atexit.register(self.close)
+
+    def take(self, key: tuple[Any, ...]) -> SnowflakeConnection | None:
+        now = time.monotonic()
+        stale: list[SnowflakeConnection] = []
+        found = None
+        with self._lock:
+            idle = self._idle.get(key, [])
+            while idle and found is None:
+                since, connection = idle.pop()
+                if now - since > IDLE_SECONDS or connection.is_closed():
+                    stale.append(connection)
+                else:
+                    found = connection
+        for connection in stale:
+            with contextlib.suppress(Exception):
+                connection.close()
+        return found
+
+    def give_back(self, key: tuple[Any, ...], connection: SnowflakeConnection) -> None:
+        with self._lock:
+            idle = self._idle.setdefault(key, [])
+            if len(idle) < IDLE_PER_SETTINGS:
+                idle.append((time.monotonic(), connection))
+                return
+        connection.close()
+
+    def close(self) -> None:
+        with self._lock:
+            everything = [c for idle in self._idle.values() for _, c in idle]
+            self._idle.clear()
+        for connection in everything:
+            with contextlib.suppress(Exception):
+                connection.close()
+
+
+IDLE_PER_SETTINGS = 4
+IDLE_SECONDS = 600.0
+SESSIONS = Sessions()
+
+
 class SnowflakeDestination:
     dialect = SNOWFLAKE
     parallel_loads = 2
@@ -150,8 +205,10 @@ class SnowflakeDestination:
     def _connect(
         self, table: str | None = None, *, role: str | None = None, timeout: float | None = None
     ) -> Iterator[SnowflakeCursor]:
-        """A cursor on a connection of its own (closed after), in autocommit, in the
-        destination's database, with times in UTC."""
+        """A cursor on a connection in autocommit, in the destination's database, with
+        times in UTC: one of the pool's (:class:`Sessions`) when an idle one of the same
+        settings is there, a new one otherwise; back to the pool after, closed instead
+        when the work failed (it may have left the session in any state)."""
         try:
             import snowflake.connector
             from snowflake.connector.errors import Error
@@ -164,21 +221,26 @@ class SnowflakeDestination:
         if role:
             settings["role"] = role
         seconds = max(1, round(timeout or self.timeout_seconds))
-        try:
-            connection: SnowflakeConnection = snowflake.connector.connect(
-                **settings, login_timeout=30, network_timeout=seconds + 30,
-                session_parameters={"TIMEZONE": "UTC", "STATEMENT_TIMEOUT_IN_SECONDS": seconds,
-                                    "QUERY_TAG": "eventpipe"},
-            )  # fmt: skip
-        except Error as exc:
-            raise self._classified(exc, table) from None
+        key = (*sorted(settings.items()), seconds)
+        connection = SESSIONS.take(key)
+        if connection is None:
+            try:
+                connection = snowflake.connector.connect(
+                    **settings, login_timeout=30, network_timeout=seconds + 30,
+                    session_parameters={"TIMEZONE": "UTC", "QUERY_TAG": "eventpipe",
+                                        "STATEMENT_TIMEOUT_IN_SECONDS": seconds},
+                )  # fmt: skip
+            except Error as exc:
+                raise self._classified(exc, table) from None
         try:
             with connection.cursor() as cursor:
                 yield cursor
-        except Error as exc:
-            raise self._classified(exc, table) from exc
-        finally:
+        except BaseException as exc:
             connection.close()
+            if isinstance(exc, Error):
+                raise self._classified(exc, table) from exc
+            raise
+        SESSIONS.give_back(key, connection)
 
     def _classified(self, exc: Exception, table: str | None) -> Exception:
         from snowflake.connector.errors import DatabaseError, InterfaceError, OperationalError
@@ -236,8 +298,14 @@ class SnowflakeDestination:
             return None
         db.execute(f"SHOW PRIMARY KEYS IN TABLE {self._name(table)}")
         names = [d[0].lower() for d in db.description or []]
-        keys = sorted((int(r[names.index("key_sequence")]), str(r[names.index("column_name")]))
-                      for r in db.fetchall())  # fmt: skip
+        at = {name: names.index(name) for name in
+              ("schema_name", "table_name", "column_name", "key_sequence")}  # fmt: skip
+        # This table's rows only: the stand-in the tests run answers with a table of the
+        # same name in another schema too.
+        this = (self.schema, table)
+        keys = sorted((int(r[at["key_sequence"]]), str(r[at["column_name"]]))
+                      for r in db.fetchall()
+                      if (r[at["schema_name"]], r[at["table_name"]]) == this)  # fmt: skip
         columns = {str(name): _lattice(str(t), precision, scale)
                    for name, t, precision, scale in rows}  # fmt: skip
         return Table(table, columns, tuple(name for _, name in keys))
