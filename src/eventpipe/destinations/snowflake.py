@@ -59,13 +59,14 @@ from eventpipe.destinations.base import (
     LoadRequest,
     LoadResult,
     delete_days,
-    duckdb_casts,
     table_lock,
 )
 from eventpipe.destinations.changes import are_changes
+from eventpipe.destinations.snowflake_query import check_query
+from eventpipe.destinations.snowflake_rows import beside, converted_rows, duckdb_type, fits
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
-from eventpipe.schema.dialects import DUCKDB, SNOWFLAKE, TIMESTAMP_COLUMN
+from eventpipe.schema.dialects import SNOWFLAKE, TIMESTAMP_COLUMN
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
 
@@ -377,7 +378,7 @@ class SnowflakeDestination:
                                     table=request.table)  # fmt: skip
             path = hashlib.sha1(f"{request.table}\0{request.batch_id}".encode()).hexdigest()[:20]
             with tempfile.TemporaryDirectory(prefix="eventpipe-snowflake-",
-                                             dir=_beside(request)) as work:  # fmt: skip
+                                             dir=beside(request)) as work:  # fmt: skip
                 rejected: dict[int, str] = {}
                 files = list(request.files)
                 if not fits(files, {c: types[c] for c in request.columns}):
@@ -422,7 +423,7 @@ class SnowflakeDestination:
             "FROM information_schema.columns WHERE table_schema = %s AND table_name = %s",
             (self.schema, table),
         )
-        return {str(c): _duckdb_type(str(t), p, s) for c, t, p, s in db.fetchall()}
+        return {str(c): duckdb_type(str(t), p, s) for c, t, p, s in db.fetchall()}
 
     def _put(self, db: SnowflakeCursor, files: list[Path], path: str) -> str:
         """``files`` put under ``path`` in the stage, each in a folder of its own (two
@@ -545,133 +546,6 @@ class SnowflakeDestination:
             raise QueryError(exc.message) from None
 
 
-def _beside(request: LoadRequest) -> str | None:
-    """Where a load's converted file is written: beside the staged files (the run's
-    work directory), not wherever the system keeps temporary files."""
-    return str(request.files[0].parent) if request.files else None
-
-
-def _duckdb_type(sql_type: str, precision: Any, scale: Any) -> str:
-    """The DuckDB type a Snowflake column's values are converted to before the load."""
-    name = sql_type.upper().split("(")[0].strip()
-    if name in ("NUMBER", "DECIMAL", "NUMERIC", "INT", "INTEGER", "BIGINT"):
-        digits = min(int(precision or 38), 38)
-        return f"DECIMAL({digits},{int(scale or 0)})"
-    if name in ("FLOAT", "DOUBLE", "REAL"):
-        return "DOUBLE"
-    if name == "BOOLEAN":
-        return "BOOLEAN"
-    if name.startswith("TIMESTAMP") or name == "DATE":
-        return "TIMESTAMP"
-    return "VARCHAR"
-
-
-def fits(files: list[Path], types: dict[str, str]) -> bool:
-    """Whether the staged ``files`` can be copied as they are into columns of ``types``
-    (column -> DuckDB type): each column's Parquet type one its column takes whole (an
-    integer for ``number(19,0)``, a text for ``text``...), and floats finite and within
-    their ``numeric(p,s)``. Otherwise :func:`converted_rows` converts them first."""
-    import pyarrow.compute as pc
-    import pyarrow.parquet as pq
-
-    for file in files:
-        schema = pq.read_schema(file)
-        bounded = []
-        for field in schema:
-            wanted = types.get(field.name)
-            if wanted is None or not _takes(wanted, field.type):
-                return False
-            if wanted.startswith("DECIMAL") and _is_float(field.type):
-                bounded.append(field.name)
-        if bounded:
-            table = pq.read_table(file, columns=bounded)
-            for name in bounded:
-                precision, scale = _decimal(types[name])
-                values = pc.drop_null(table.column(name))
-                if len(values) and (
-                    not pc.all(pc.is_finite(values)).as_py()
-                    or pc.max(pc.abs(values)).as_py() >= 10 ** (precision - scale)
-                ):
-                    return False
-    return True
-
-
-def _is_float(arrow_type: Any) -> bool:
-    import pyarrow as pa
-
-    return bool(pa.types.is_floating(arrow_type))
-
-
-def _decimal(duckdb_type: str) -> tuple[int, int]:
-    precision, scale = duckdb_type[len("DECIMAL(") : -1].split(",")
-    return int(precision), int(scale)
-
-
-def _takes(duckdb_type: str, arrow_type: Any) -> bool:
-    """Whether a column of ``duckdb_type`` takes every value of ``arrow_type`` as it is
-    (floats into a decimal: checked for range by :func:`fits`)."""
-    import pyarrow as pa
-
-    if duckdb_type == "VARCHAR":
-        return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
-    if duckdb_type == "BOOLEAN":
-        return bool(pa.types.is_boolean(arrow_type))
-    if duckdb_type == "TIMESTAMP":
-        return bool(pa.types.is_timestamp(arrow_type))
-    if duckdb_type == "DOUBLE":
-        return bool(pa.types.is_floating(arrow_type))
-    if duckdb_type.startswith("DECIMAL"):
-        precision, scale = _decimal(duckdb_type)
-        if pa.types.is_floating(arrow_type):
-            return scale > 0
-        if pa.types.is_signed_integer(arrow_type):
-            return precision - scale >= 19
-        if pa.types.is_decimal(arrow_type):
-            digits = arrow_type.precision - arrow_type.scale
-            return bool(arrow_type.scale <= scale and digits <= precision - scale)
-    return False
-
-
-def converted_rows(request: LoadRequest, types: dict[str, str], out: Path) -> dict[int, str]:
-    """The batch's rows, each of ``request.columns`` converted by DuckDB to ``types``
-    (column -> DuckDB type), written to ``out`` (nothing when no row is left); the rows
-    left out: position across the files -> why."""
-    import duckdb
-
-    from eventpipe.destinations.duckdb import file_offsets
-
-    files = [str(f) for f in request.files]
-    if not files:
-        return {}
-    q = DUCKDB.quote
-    wanted = {c: types[c] for c in request.columns}
-    casts, why = duckdb_casts(wanted)
-    try:
-        offsets = file_offsets(files)
-    except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a file that is not Parquet
-        raise TerminalError(f"snowflake: a staged file is not Parquet: {first_line(exc)}") from None
-    db = duckdb.connect()
-    try:
-        db.execute("SET TimeZone = 'UTC'")
-        db.execute(
-            f"CREATE TABLE batch AS SELECT {casts}, {why} AS why, "
-            "filename, file_row_number FROM read_parquet($files, union_by_name = true, "
-            "filename = true, file_row_number = true)",
-            {"files": files},
-        )
-        refused = db.execute(
-            "SELECT filename, file_row_number, why FROM batch WHERE why <> ''"
-        ).fetchall()
-        (kept,) = db.execute("SELECT count(*) FROM batch WHERE why = ''").fetchone() or (0,)
-        if kept:
-            listed = ", ".join(q(c) for c in wanted)
-            db.execute(f"COPY (SELECT {listed} FROM batch WHERE why = '') TO $out "
-                       "(FORMAT parquet)", {"out": str(out)})  # fmt: skip
-    finally:
-        db.close()
-    return {offsets[str(name)] + int(row): f"snowflake: {why}" for name, row, why in refused}
-
-
 def _lattice(sql_type: str, precision: Any, scale: Any) -> DataType:
     """A column's Snowflake type as the lattice's: ``NUMBER`` with a scale is FLOAT64;
     without, INT64 up to 19 digits (:data:`INT64_TYPE`), INT128 beyond."""
@@ -687,34 +561,3 @@ def _newest_per_key(keys: list[str], has_timestamp: bool) -> str:
     """A QUALIFY clause keeping, of each key's rows, the newest (by ``_timestamp``)."""
     order = f"{SNOWFLAKE.quote(TIMESTAMP_COLUMN)} DESC NULLS LAST" if has_timestamp else "1"
     return f"QUALIFY ROW_NUMBER() OVER (PARTITION BY {', '.join(keys)} ORDER BY {order}) = 1"
-
-
-_READS = ("SELECT", "WITH", "SHOW", "DESCRIBE", "DESC", "EXPLAIN")
-
-
-def check_query(sql: str) -> None:
-    """QueryError unless ``sql`` is one statement that reads: parsed with sqlglot's
-    Snowflake dialect (a well-kept SQL parser, not a guess from the text), a SELECT,
-    a set of them, or SHOW/DESCRIBE/EXPLAIN; no ``SYSTEM$`` function (some act on the
-    account: cancelling queries, say). A role with SELECT only (``query_role``) is the
-    boundary that holds whatever the text says."""
-    import sqlglot
-    from sqlglot import exp
-
-    try:
-        statements = [s for s in sqlglot.parse(sql, read="snowflake") if s is not None]
-    except sqlglot.errors.ParseError as exc:
-        raise QueryError(f"not a statement Snowflake reads: {first_line(exc)}") from None
-    if len(statements) != 1:
-        raise QueryError("one statement at a time")
-    [statement] = statements
-    reads = isinstance(statement, (exp.Query, exp.Describe)) or (
-        isinstance(statement, exp.Command) and str(statement.this).upper() in _READS
-    )
-    if not reads or any(
-        isinstance(node, (exp.Insert, exp.Update, exp.Delete, exp.Merge, exp.Create, exp.Drop))
-        for node in statement.walk()
-    ):
-        raise QueryError("eventpipe query only reads: SELECT, SHOW, DESCRIBE or EXPLAIN")
-    if "SYSTEM$" in sql.upper():
-        raise QueryError("eventpipe query does not call SYSTEM$ functions")

@@ -17,7 +17,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from eventpipe.destinations.base import DaySwap, LoadRequest
-from eventpipe.destinations.snowflake import SnowflakeDestination, check_query
+from eventpipe.destinations.snowflake import SnowflakeDestination
+from eventpipe.destinations.snowflake_query import check_query
 from eventpipe.errors import QueryError, TerminalError, TransientError
 from eventpipe.locks import FileLocks
 from eventpipe.schema.diff import Table, diff
@@ -171,7 +172,7 @@ def test_a_sources_changes_are_refused_with_the_reason_and_no_server_is_transien
 def test_floats_numeric_38_18_cannot_hold_are_left_out_and_the_rest_copied_as_it_is(
     dest: SnowflakeDestination, tmp_path: Path
 ) -> None:
-    from eventpipe.destinations.snowflake import fits
+    from eventpipe.destinations.snowflake_rows import fits
 
     columns = {"id": S, "price": DataType.FLOAT64}
     _ensure(dest, Table("prices", columns))
