@@ -261,6 +261,38 @@ def record_peaks() -> None:
         PEAKS[kind] = max(PEAKS.get(kind, 0), peak_rss_mb(proc.pid))
 
 
+def destination_config(work: Path, name: str, destination: dict[str, Any]) -> Any:
+    """A config whose one destination ``name`` loads a copy of ``work/source``'s sealed
+    segments (under ``work/name``), a table per event type, with the implicit browser
+    lookups off: the benchmarks that use it compare loading, not enrichment."""
+    from eventpipe.config import parse_config
+
+    data = work / name
+    shutil.copytree(work / "source", data / "incoming")
+    return parse_config(
+        {"data_dir": str(data), "enrichment": {"browser_rules": False},
+         "destinations": {name: {**destination, "table_name_template": "{{ event_type }}"}}},
+        source="bench",
+    )  # fmt: skip
+
+
+def exported_tables(database: Path, tables: list[Any], out: Path) -> list[tuple[Any, Path]]:
+    """Each of ``tables`` (a name and its columns) read from a DuckDB run's file into a
+    Parquet file of its own in ``out``: a table's rows as the run stages them."""
+    import duckdb
+
+    out.mkdir(parents=True, exist_ok=True)
+    files = []
+    with duckdb.connect(str(database), read_only=True) as db:
+        for table in tables:
+            path = out / f"{table.name}.parquet"
+            listed = ", ".join(f'"{c}"' for c in table.columns)
+            db.execute(f"COPY (SELECT {listed} FROM \"{table.name}\") TO $path (FORMAT parquet)",
+                       {"path": str(path)})  # fmt: skip
+            files.append((table, path))
+    return files
+
+
 def timed(label: str, results: dict[str, float], fn: Any) -> Any:
     started = time.perf_counter()
     value = fn()

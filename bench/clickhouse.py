@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -76,7 +74,7 @@ def main() -> None:
 
     from tests.clickhouse import ClickHouseServer
 
-    from batch import generate, timed
+    from batch import destination_config, exported_tables, generate, timed
     from eventpipe.config import parse_config
     from eventpipe.destinations.base import LoadRequest
     from eventpipe.destinations.clickhouse import ClickHouseDestination
@@ -95,19 +93,11 @@ def main() -> None:
             size = generate(work / "source", args.events)
             print(f"{args.events:,} events, {size / 1e6:.0f} MB of JSON lines", flush=True)
 
-            def config(name: str, destination: dict[str, object]) -> object:
-                data = work / name
-                shutil.copytree(work / "source", data / "incoming")
-                return parse_config(
-                    {"data_dir": str(data), "enrichment": {"browser_rules": False},
-                     "destinations": {name: {**destination,
-                                             "table_name_template": "{{ event_type }}"}}},
-                    source="bench",
-                )  # fmt: skip
-
-            ch = config("ch", {"type": "clickhouse", "url": server.url, "database": "ep",
-                               "password": server.password})  # fmt: skip
-            duck = config("duck", {"type": "duckdb"})
+            ch = destination_config(work, "ch", {
+                "type": "clickhouse", "url": server.url, "database": "ep",
+                "password": server.password,
+            })  # fmt: skip
+            duck = destination_config(work, "duck", {"type": "duckdb"})
             spark = start_session(ch.spark.settings)  # type: ignore[attr-defined]
             # A first run warms the JVM and the Python workers for both timed runs.
             generate(work / "warm" / "incoming", 10_000)
@@ -157,7 +147,11 @@ def main() -> None:
             for table in made:
                 assert table is not None
                 destination.patch(diff(None, table))
-            alone = _staged_again(work, [t for t in made if t is not None])
+            alone = exported_tables(
+                work / "duck" / "warehouse.duckdb",
+                [t for t in made if t is not None],
+                work / "alone",
+            )
 
             def eventpipe_alone() -> None:
                 for table, path in alone:
@@ -188,22 +182,6 @@ def main() -> None:
     print(f"eventpipe -> clickhouse / eventpipe -> duckdb: {ep / duck_s:.2f}x the time")
     alone_s = results["eventpipe's destination loads alone"]
     print(f"eventpipe's loads alone / clickhouse-client: {alone_s / floor_s:.2f}x the time")
-
-
-def _staged_again(work: Path, tables: list[Any]) -> list[tuple[Any, Path]]:
-    """Each table's rows from the DuckDB run, its ClickHouse columns, as a Parquet file
-    per table (as the run stages them)."""
-    import duckdb
-
-    files = []
-    with duckdb.connect(str(work / "duck" / "warehouse.duckdb"), read_only=True) as db:
-        for table in tables:
-            path = work / "alone" / f"{table.name}.parquet"
-            path.parent.mkdir(exist_ok=True)
-            listed = ", ".join(f'"{c}"' for c in table.columns)
-            db.execute(f"COPY (SELECT {listed} FROM \"{table.name}\") TO '{path}' (FORMAT parquet)")
-            files.append((table, path))
-    return files
 
 
 if __name__ == "__main__":

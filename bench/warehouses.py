@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import shutil
 import sys
 import tempfile
 import time
@@ -54,7 +53,7 @@ def main() -> None:
 
     from tests.snowflake import SnowflakeServer
 
-    from batch import generate, timed
+    from batch import destination_config, exported_tables, generate, timed
     from eventpipe.config import parse_config
     from eventpipe.destinations.base import LoadRequest
     from eventpipe.destinations.snowflake import SnowflakeDestination
@@ -72,18 +71,8 @@ def main() -> None:
             size = generate(work / "source", args.events)
             print(f"{args.events:,} events, {size / 1e6:.0f} MB of JSON lines", flush=True)
 
-            def config(name: str, destination: dict[str, object]) -> Any:
-                data = work / name
-                shutil.copytree(work / "source", data / "incoming")
-                return parse_config(
-                    {"data_dir": str(data), "enrichment": {"browser_rules": False},
-                     "destinations": {name: {**destination,
-                                             "table_name_template": "{{ event_type }}"}}},
-                    source="bench",
-                )  # fmt: skip
-
-            duck = config("duck", {"type": "duckdb"})
-            sf = config("sf", server.settings("EP"))
+            duck = destination_config(work, "duck", {"type": "duckdb"})
+            sf = destination_config(work, "sf", server.settings("EP"))
             spark = start_session(duck.spark.settings)
             generate(work / "warm" / "incoming", 10_000)
             process_once(parse_config({"data_dir": str(work / "warm")}, source="bench"), spark)
@@ -102,7 +91,11 @@ def main() -> None:
                 return SnowflakeDestination(schema, FileLocks(work / "locks"), **settings)
 
             made = [opened("EP").describe(table) for table in tables]
-            files = _exported(work, [t for t in made if t is not None])
+            files = exported_tables(
+                work / "duck" / "warehouse.duckdb",
+                [t for t in made if t is not None],
+                work / "exported",
+            )
             floor, alone = opened("FLOOR"), opened("ALONE")
             for table in made:
                 assert table is not None
@@ -133,22 +126,6 @@ def main() -> None:
     print(f"eventpipe table loads in the run / PUT + COPY INTO: "
           f"{results['eventpipe table loads (wall)'] / floor_s:.2f}x the time")  # fmt: skip
     print(f"eventpipe -> snowflake / eventpipe -> duckdb: {ep / duck_s:.2f}x the time")
-
-
-def _exported(work: Path, tables: list[Any]) -> list[tuple[Any, Path]]:
-    """Each table's rows from the DuckDB run, its columns, as a Parquet file per table."""
-    import duckdb
-
-    out = work / "exported"
-    out.mkdir()
-    files = []
-    with duckdb.connect(str(work / "duck" / "warehouse.duckdb"), read_only=True) as db:
-        for table in tables:
-            path = out / f"{table.name}.parquet"
-            listed = ", ".join(f'"{c}"' for c in table.columns)
-            db.execute(f"COPY (SELECT {listed} FROM \"{table.name}\") TO '{path}' (FORMAT parquet)")
-            files.append((table, path))
-    return files
 
 
 def _copy_into(server: Any, files: list[tuple[Any, Path]]) -> None:
