@@ -150,7 +150,8 @@ def commits(rows: int, work: Path) -> dict[str, float]:
         loaded = dest.load(LoadRequest("t", "b1", tuple(files), columns))
         results[label] = time.perf_counter() - started
         assert loaded.rows == rows
-        written = len(list(dest.root.rglob("*.parquet")))
+        root = Path(dest.location.uri) if hasattr(dest, "location") else dest.root
+        written = len(list(root.rglob("*.parquet")))
         print(f"  {label}: {results[label]:.1f} s, {written} data files", flush=True)
         if label != "parquet files (DuckDB COPY)":  # the conversion's share, alone
             described = dest.describe("t")

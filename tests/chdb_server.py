@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qsl, urlsplit
 
-from tests.process import free_port, wait_answering
+from tests.process import free_port, stop, wait_answering
 
 STATUS_OF_CODE = {
     194: 401,  # REQUIRED_PASSWORD
@@ -158,9 +158,7 @@ class ChdbServer:
                        self.root / "server.log", timeout)  # fmt: skip
 
     def remove(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            self._process.wait(timeout=30)
+        stop(self._process)
         shutil.rmtree(self.root, ignore_errors=True)
 
 

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests.process import free_port, wait_answering
+from tests.process import free_port, stop, wait_answering
 
 SERVER = "/usr/sbin/clickhouse-server"
 
@@ -88,13 +88,7 @@ class ClickHouseServer:
                        self.root / "server.log", timeout)  # fmt: skip
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop(self._process)
         self._process = None
 
     def remove(self) -> None:

@@ -281,6 +281,25 @@ def snowflake_server() -> Iterator[Any]:
         server.remove()
 
 
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[Any]:
+    """A stand-in for S3 (moto's server mode) for the whole run (tests/s3.py)."""
+    from tests.s3 import S3Server
+
+    server = S3Server()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def s3_bucket(s3_server: Any) -> str:
+    """A new, empty bucket of the run's S3 stand-in."""
+    return str(s3_server.bucket())
+
+
 @pytest.fixture
 def snowflake_schema() -> str:
     """A schema name of one test's own (eventpipe creates it)."""

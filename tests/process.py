@@ -97,6 +97,18 @@ def wait_answering(
     raise RuntimeError(f"{what} did not answer {url} in {timeout} s")
 
 
+def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 30) -> None:
+    """Stop a server the tests started: SIGTERM, then SIGKILL after ``timeout`` s."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def _env() -> dict[str, str]:
     src = str(Path(__file__).resolve().parents[1] / "src")
     return {**os.environ, "PYTHONPATH": src + os.pathsep + os.environ.get("PYTHONPATH", "")}

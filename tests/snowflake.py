@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from tests.process import free_port
+from tests.process import free_port, stop
 
 DATABASE = "EVENTPIPE"
 
@@ -63,11 +63,5 @@ class SnowflakeServer:
     def remove(self) -> None:
         import shutil
 
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
+        stop(self._process, timeout=10)
         shutil.rmtree(self.root, ignore_errors=True)

@@ -1,6 +1,6 @@
 """Iceberg and Delta tables through the pipeline: the same events give the same rows and
 types as in DuckDB, read back with each format's own library; new columns arrive in
-later batches; a reprocess replaces exactly a day's rows."""
+later batches; a reprocess replaces exactly a day's rows; the same on S3 (moto's server)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,12 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
 from eventpipe.config import Config
 from eventpipe.destinations.lakehouse import lattice_type
 from eventpipe.destinations.registry import iceberg_catalog
+from eventpipe.errors import ConfigError
 from eventpipe.processing.batch.job import process_once, process_pending
 from eventpipe.processing.modes import reprocess as rp
 from eventpipe.processing.runtime.pipeline import Runtime
@@ -114,6 +116,20 @@ def test_lakehouse_tables_hold_what_duckdb_holds(start_collector: Any, spark: An
         assert opened.query("SELECT count(*) FROM _eventpipe_loads")[1] == [(3,)]
 
 
+def _reprocess_the_20th(spark: Any, after: Config, dest_id: str) -> Any:
+    """Reprocess 2026-11-20 of _three_days into ``dest_id``, its rows checked; the
+    destination, opened."""
+    _, results = rp.reprocess(spark, after, dest_id, date(2026, 11, 20), date(2026, 11, 20))
+    assert results[0].rows == {"page": 2, "click": 2}
+    opened = Runtime(after).open_destination(dest_id)
+    for table, rows in REBUILT_20TH.items():
+        _, found = opened.query(
+            f"SELECT eventn_ctx_event_id, strftime(_timestamp, '%Y-%m-%d'), number, n FROM {table}"
+        )
+        assert sorted(found) == rows, (dest_id, table)
+    return opened
+
+
 def test_a_reprocess_replaces_a_days_rows_in_lakehouse_tables(tmp_path: Path, spark: Any) -> None:
     data = tmp_path / "data"
     _three_days(data)
@@ -121,15 +137,7 @@ def test_a_reprocess_replaces_a_days_rows_in_lakehouse_tables(tmp_path: Path, sp
     after = make_config(data, destinations={d: {**lake, "mappings": MOVE_N}
                                             for d, lake in LAKES.items()})  # fmt: skip
     for dest_id in LAKES:
-        _, results = rp.reprocess(spark, after, dest_id, date(2026, 11, 20), date(2026, 11, 20))
-        assert results[0].rows == {"page": 2, "click": 2}
-        opened = Runtime(after).open_destination(dest_id)
-        for table, rows in REBUILT_20TH.items():
-            _, found = opened.query(
-                "SELECT eventn_ctx_event_id, strftime(_timestamp, '%Y-%m-%d'), number, n "
-                f"FROM {table}"
-            )
-            assert sorted(found) == rows, (dest_id, table)
+        opened = _reprocess_the_20th(spark, after, dest_id)
         assert opened.tables() == ["click", "page"]  # the shadows went with the swap
         _, again = rp.reprocess(spark, after, dest_id, date(2026, 11, 20), date(2026, 11, 20))
         assert again == []
@@ -153,3 +161,45 @@ def test_a_reprocess_replaces_a_days_rows_in_lakehouse_tables(tmp_path: Path, sp
     unknown = run("lake", "compact", "-c", str(config_file))
     assert unknown.returncode != 0
     assert "no iceberg or delta destination (configured: ice, lake)" in unknown.stderr
+
+
+def test_lakes_on_s3_hold_what_duckdb_holds_and_a_reprocess_replaces_a_day_there(
+    tmp_path: Path, spark: Any, s3_server: Any, s3_bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parquet, Iceberg and Delta on S3 (moto's server) through the pipeline, the
+    credentials from the environment only: what DuckDB holds, then a day rebuilt."""
+    from tests.s3 import ACCESS_KEY, REGION, SECRET_KEY
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+    monkeypatch.setenv("AWS_REGION", REGION)
+    store = {"endpoint": s3_server.url}
+    kinds = {**LAKES, "files": {"type": "parquet", **TEMPLATE}}
+    lakes = {d: {**lake, "path": f"s3://{s3_bucket}/{d}", "s3": store} for d, lake in kinds.items()}
+    data = tmp_path / "data"
+    _three_days(data)
+    config = make_config(data, destinations={"warehouse": {"type": "duckdb", **TEMPLATE}, **lakes})
+    process_pending(config, spark)
+    for table in ("page", "click"):
+        _, expected = _duckdb(config, table)
+        for dest_id in lakes:
+            names, rows = (
+                Runtime(config)
+                .open_destination(dest_id)
+                .query(f"SELECT eventn_ctx_event_id, n, _timestamp FROM {table}")
+            )
+            found = [dict(zip(names, row, strict=True)) for row in rows]
+            assert sorted(map(_naive, found), key=str) == sorted(
+                ({k: r[k] for k in names} for r in map(_naive, expected)), key=str
+            ), (dest_id, table)
+    assert any(k.endswith(".parquet") for k in s3_server.keys(s3_bucket, "files/page/"))
+    after = make_config(data, destinations={d: {**lake, "mappings": MOVE_N}
+                                            for d, lake in lakes.items()})  # fmt: skip
+    for dest_id in LAKES:
+        opened = _reprocess_the_20th(spark, after, dest_id)
+        assert opened.tables() == ["click", "page"]  # the shadows went, from the bucket too
+    with pytest.raises(ConfigError, match="an object store has no rename"):
+        rp.replaceable(after, "files")
+    # The credentials were handed to the libraries, never written.
+    for path in (p for p in data.rglob("*") if p.is_file()):
+        assert SECRET_KEY.encode() not in path.read_bytes(), path

@@ -249,12 +249,60 @@ def test_lakehouse_destinations_take_a_local_path_a_catalog_and_no_metering() ->
     assert "which table formats cannot; meter into a duckdb or postgres" in _error(
         {"destinations": {"d": {"type": "delta", "metering": {"table": "usage"}}}}
     )
-    assert "object stores are not supported yet" in _error(
-        {"destinations": {"d": {"type": "delta", "path": "s3://bucket/lake"}}}
+    assert "a local directory or s3://bucket/prefix" in _error(
+        {"destinations": {"d": {"type": "delta", "path": "abfss://c@acct/lake"}}}
     )
     assert "mode stream: delta takes batch" in _error(
         {"destinations": {"d": {"type": "delta", "mode": "stream"}}}
     )
+
+
+def test_a_lake_on_s3_takes_its_store_from_s3_keys_or_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from eventpipe.destinations.registry import _lake_root
+
+    store = {"endpoint": "http://minio.internal:9000", "region": "eu-west-1",
+             "access_key_id": "${KEY}", "secret_access_key": "${SECRET}"}  # fmt: skip
+    lakes = {
+        "delta": {"type": "delta", "path": "s3://bucket/lake/delta", "s3": store},
+        "ice": {"type": "iceberg", "path": "s3://bucket/lake/ice/"},
+        "files": {"type": "parquet", "path": "s3://bucket/lake/files", "s3": store},
+    }
+    env = {"KEY": "AKIA-TEST", "SECRET": "hush-1234"}
+    config = parse_config({"destinations": lakes}, source="t", env=env)
+    assert "hush-1234" not in repr(config)  # never in a log line
+    where = _lake_root(config.destinations["delta"], config)  # type: ignore[arg-type]
+    assert (where.uri, where.remote) == ("s3://bucket/lake/delta", True)
+    assert where.delta_options() == {
+        "AWS_ENDPOINT_URL": "http://minio.internal:9000", "AWS_ALLOW_HTTP": "true",
+        "AWS_REGION": "eu-west-1", "AWS_ACCESS_KEY_ID": "AKIA-TEST",
+        "AWS_SECRET_ACCESS_KEY": "hush-1234",
+    }  # fmt: skip
+    # No s3: keys: the environment's standard AWS variables, read when the lake opens.
+    monkeypatch.setenv("AWS_ENDPOINT_URL", "https://r2.example")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "from-env")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "env-secret")
+    ice = _lake_root(config.destinations["ice"], config)  # type: ignore[arg-type]
+    assert ice.uri == "s3://bucket/lake/ice"
+    assert ice.s3 is not None
+    properties = ice.s3.iceberg_properties()
+    assert (properties["s3.endpoint"], properties["s3.access-key-id"]) == (
+        "https://r2.example", "from-env")  # fmt: skip
+    assert "s3: says how an s3:// path is reached" in _error(
+        {"destinations": {"d": {"type": "delta", "s3": {"region": "eu-west-1"}}}}
+    )
+    assert "write s3://bucket or s3://bucket/prefix" in _error(
+        {"destinations": {"d": {"type": "parquet", "path": "s3://bucket/../x"}}}
+    )
+    assert "endpoint 'minio:9000': write http(s)://host:port" in _error(
+        {"destinations": {"d": {**lakes["ice"], "s3": {"endpoint": "minio:9000"}}}}
+    )
+    # Not a Spark path: a Spark Connect client writes it as well.
+    spark = {"remote": "sc://spark:15002"}
+    remote = parse_config({"spark": spark, "destinations": {"files": lakes["files"]}},
+                          source="t", env=env)  # fmt: skip
+    assert remote.destinations["files"].path == "s3://bucket/lake/files"
 
 
 def test_a_source_needs_a_dsn_an_id_of_its_own_and_a_regular_expression() -> None:

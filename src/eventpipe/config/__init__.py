@@ -21,6 +21,7 @@ Nothing here imports Spark or a destination's driver: the collector validates th
 file (a test keeps it so).
 """
 
+from eventpipe.config.base import S3Config
 from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
 from eventpipe.config.destinations import (
     TYPES,
@@ -97,6 +98,7 @@ __all__ = [
     "PostgresConfig",
     "PostgresSourceConfig",
     "ProcessingConfig",
+    "S3Config",
     "ServerConfig",
     "SinkConfig",
     "SnowflakeConfig",

@@ -1,19 +1,22 @@
 """What every section of the configuration shares: the model's rules (unknown keys are
 errors, values frozen, field docstrings are the documentation) and the checked kinds of
 text that several sections take (ids, origins, networks, pointers, type names, field
-paths, SQL names)."""
+paths, SQL names) and how an object store is reached."""
 
 from __future__ import annotations
 
 import ipaddress
 import re
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from eventpipe.errors import ConfigError
 from eventpipe.origins import parse_origin
 from eventpipe.paths import check_safe_id
+
+if TYPE_CHECKING:
+    from eventpipe.objectstore import S3Settings
 
 
 class Section(BaseModel):
@@ -105,3 +108,36 @@ Network = Annotated[str, AfterValidator(_network)]
 Pointer = Annotated[str, AfterValidator(_pointer)]
 TypeName = Annotated[str, AfterValidator(_type_name)]
 FieldPath = Annotated[str, AfterValidator(_field_path)]
+
+
+class S3Config(Section):
+    """How a lake on ``s3://bucket/prefix`` is reached (AWS S3 or an S3-compatible store:
+    MinIO, R2, Ceph). Each key absent here comes from the standard AWS environment
+    variable (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``), then from the libraries' own
+    defaults (profiles, instance metadata)."""
+
+    endpoint: str | None = None
+    """The store's ``http(s)://host:port``, for one other than AWS S3 (path-style
+    requests)."""
+    region: str | None = None
+    """The bucket's region (``us-east-1``...)."""
+    access_key_id: str | None = Field(default=None, repr=False)
+    """The access key: ``${AWS_ACCESS_KEY_ID}`` (never logged, never written)."""
+    secret_access_key: str | None = Field(default=None, repr=False)
+    """Its secret: ``${AWS_SECRET_ACCESS_KEY}`` (never logged, never written)."""
+    session_token: str | None = Field(default=None, repr=False)
+    """A temporary credential's token: ``${AWS_SESSION_TOKEN}``."""
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"endpoint {value!r}: write http(s)://host:port")
+        return value
+
+    def settings(self) -> S3Settings:
+        from eventpipe.objectstore import S3Settings
+
+        return S3Settings(self.endpoint, self.region, self.access_key_id,
+                          self.secret_access_key, self.session_token)  # fmt: skip

@@ -14,9 +14,17 @@ from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
 
-from eventpipe.config.base import FieldPath, SafeKeyId, Section, regular_expression, sql_name
+from eventpipe.config.base import (
+    FieldPath,
+    S3Config,
+    SafeKeyId,
+    Section,
+    regular_expression,
+    sql_name,
+)
 from eventpipe.config.rules import EnrichmentRule, MappingConfig, MeteringConfig, TransformStep
 from eventpipe.errors import ConfigError
+from eventpipe.objectstore import check_s3_uri, is_s3
 from eventpipe.paths import is_uri
 
 
@@ -284,10 +292,24 @@ class ParquetConfig(TableDestinationConfig):
     changes: Literal["append"] = "append"  # files are written, never updated
     """A source's changes: every change a row (``append`` only)."""
     path: str | None = None
-    """The directory of the tables (default ``<data_dir>/parquet``), or a
-    Hadoop-compatible URI Spark writes (``s3a://bucket/lake``, ``hdfs://nn/lake``)."""
+    """The directory of the tables (default ``<data_dir>/parquet``); ``s3://bucket/prefix``
+    (an S3-compatible store, reached as ``s3`` says); or another Hadoop-compatible URI
+    Spark writes (``hdfs://nn/lake``, ``s3a://bucket/lake`` with Spark's S3 jars)."""
     partition_by: Literal["day", "none"] = "day"
     """``day`` (of ``_timestamp``, Hive-style ``day=YYYY-MM-DD``) or ``none``."""
+    s3: S3Config | None = None
+    """An ``s3://`` path: the store's endpoint, region and credentials (absent: the
+    environment's AWS variables)."""
+
+    @field_validator("path")
+    @classmethod
+    def _bucket_named(cls, value: str | None) -> str | None:
+        return check_s3_uri(value) if value is not None and is_s3(value) else value
+
+    @model_validator(mode="after")
+    def _s3_for_s3(self) -> ParquetConfig:
+        _s3_only_for_s3(self.path, self.s3)
+        return self
 
 
 class LakehouseConfig(TableDestinationConfig):
@@ -298,9 +320,13 @@ class LakehouseConfig(TableDestinationConfig):
 
     path: str | None = None
     """The directory the tables live under, a table per ``table_name_template`` result
-    (default ``<data_dir>/<type>``)."""
+    (default ``<data_dir>/<type>``), or ``s3://bucket/prefix`` (an S3-compatible store,
+    reached as ``s3`` says)."""
     partition_by: Literal["day", "none"] = "day"
     """``day``: partitioned by the day of ``_timestamp`` (UTC); ``none``: not partitioned."""
+    s3: S3Config | None = None
+    """An ``s3://`` path: the store's endpoint, region and credentials (absent: the
+    environment's AWS variables)."""
 
     @model_validator(mode="before")
     @classmethod
@@ -315,13 +341,25 @@ class LakehouseConfig(TableDestinationConfig):
 
     @field_validator("path", mode="before")
     @classmethod
-    def _local(cls, value: Any) -> Any:
+    def _local_or_s3(cls, value: Any) -> Any:
+        if isinstance(value, str) and is_s3(value):
+            return check_s3_uri(value)
         if isinstance(value, str) and is_uri(value):
             raise ValueError(
-                "a local directory (object stores are not supported yet: eventpipe's tests "
-                "cannot reach one)"
+                "a local directory or s3://bucket/prefix (the formats' libraries write "
+                "the tables; other URIs would need Spark's connector jars)"
             )
         return value
+
+    @model_validator(mode="after")
+    def _s3_for_s3(self) -> LakehouseConfig:
+        _s3_only_for_s3(self.path, self.s3)
+        return self
+
+
+def _s3_only_for_s3(path: str | None, s3: S3Config | None) -> None:
+    if s3 is not None and not (path and is_s3(path)):
+        raise ValueError("s3: says how an s3:// path is reached; path is not one")
 
 
 class IcebergCatalogConfig(Section):

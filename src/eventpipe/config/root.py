@@ -28,6 +28,7 @@ from eventpipe.config.pipeline import (
 )
 from eventpipe.config.sources import AnySource
 from eventpipe.errors import ConfigError, redacted
+from eventpipe.objectstore import is_s3
 from eventpipe.paths import DataLayout, is_uri
 
 GLOB_CHARACTERS = "*?[]{}\\"
@@ -149,7 +150,8 @@ class Config(Section):
                     f"destination {dest_id!r}: mode stream needs a classic Spark session "
                     "(its micro-batches run in this process's driver), not spark.remote"
                 )
-            if isinstance(dest, ParquetConfig) and dest.path and is_uri(dest.path):
+            if (isinstance(dest, ParquetConfig) and dest.path and is_uri(dest.path)
+                    and not is_s3(dest.path)):  # fmt: skip
                 raise ValueError(
                     f"destination {dest_id!r}: a parquet path that is a URI is written "
                     "through this process's JVM, which a Spark Connect client has not"

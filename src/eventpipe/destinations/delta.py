@@ -1,8 +1,11 @@
 """Delta Lake tables (``type: delta``), committed through delta-rs (``deltalake``).
 
 A table per ``table_name_template`` result, in ``<path>/<table>`` (its ``_delta_log``
-beside its data files). What the open table formats share (conversion, idempotence,
-reprocess) is in destinations/lakehouse.py; this module is Delta's commits:
+beside its data files), a local directory or an S3 prefix: on S3, delta-rs commits a
+version by putting its log entry only if absent (S3's conditional writes), so a commit
+still happens once or not at all, with no lock table. What the open table formats share
+(conversion, idempotence, reprocess) is in destinations/lakehouse.py; this module is
+Delta's commits:
 
 * a load is one ``WRITE`` (append) or ``MERGE`` (primary key) commit carrying an
   application transaction ``eventpipe-<batch key>`` (Delta's own idempotent-write
@@ -39,16 +42,23 @@ TABLE_PROPERTIES = {"delta.setTransactionRetentionDuration": "interval 30 days"}
 
 
 class DeltaDestination(LakehouseDestination):
-    """Delta tables in a local directory."""
+    """Delta tables in a local directory or under an S3 prefix."""
 
-    def _path(self, table: str) -> Path:
-        return self.root / table
+    def _path(self, table: str) -> str:
+        return self.location.join(table)
+
+    @property
+    def _options(self) -> dict[str, str] | None:
+        """delta-rs's storage options (an S3 location's endpoint and credentials)."""
+        return self.location.delta_options()
 
     def _open(self, table: str) -> DeltaTable | None:
         path = self._path(table)
-        if not (path / "_delta_log").is_dir() or not DeltaTable.is_deltatable(str(path)):
+        if not self.location.remote and not Path(path, "_delta_log").is_dir():
             return None
-        return DeltaTable(str(path))
+        if not DeltaTable.is_deltatable(path, storage_options=self._options):
+            return None
+        return DeltaTable(path, storage_options=self._options)
 
     def _schema(self, table: str) -> tuple[pa.Schema, tuple[str, ...]] | None:
         import pyarrow as pa
@@ -78,10 +88,12 @@ class DeltaDestination(LakehouseDestination):
         if self.partitioned(schema.names):
             fields.append(pa.field(DAY, pa.date32()))
             partition = [DAY]
-        self._path(table).mkdir(parents=True, exist_ok=True)
-        DeltaTable.create(str(self._path(table)), schema=pa.schema(fields),
+        if not self.location.remote:
+            Path(self._path(table)).mkdir(parents=True, exist_ok=True)
+        DeltaTable.create(self._path(table), schema=pa.schema(fields),
                           partition_by=partition or None, mode="ignore",
-                          configuration=TABLE_PROPERTIES)  # fmt: skip
+                          configuration=TABLE_PROPERTIES,
+                          storage_options=self._options)  # fmt: skip
 
     def _has_days(self, table: str) -> bool:
         found = self._open(table)
@@ -124,8 +136,8 @@ class DeltaDestination(LakehouseDestination):
     def _append(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
         from deltalake import write_deltalake
 
-        write_deltalake(str(self._path(table)), self._fit(table, rows), mode="append",
-                        schema_mode="merge" if add else None,
+        write_deltalake(self._path(table), self._fit(table, rows), mode="append",
+                        schema_mode="merge" if add else None, storage_options=self._options,
                         commit_properties=self._properties(commit))  # fmt: skip
 
     def _fit(self, table: str, rows: pa.Table) -> pa.Table:
@@ -159,8 +171,8 @@ class DeltaDestination(LakehouseDestination):
     def _overwrite(self, table: str, rows: pa.Table, commit: Commit, add: pa.Schema | None) -> None:
         from deltalake import write_deltalake
 
-        write_deltalake(str(self._path(table)), self._fit(table, rows), mode="overwrite",
-                        schema_mode="merge" if add else None,
+        write_deltalake(self._path(table), self._fit(table, rows), mode="overwrite",
+                        schema_mode="merge" if add else None, storage_options=self._options,
                         commit_properties=self._properties(commit))  # fmt: skip
 
     def _replace(
@@ -173,8 +185,9 @@ class DeltaDestination(LakehouseDestination):
             f"({ts} >= '{a.isoformat()}' AND {ts} < '{b.isoformat()}')" for a, b in day_bounds(days)
         )
         write_deltalake(
-            str(self._path(table)), self._fit(table, rows), mode="overwrite",
+            self._path(table), self._fit(table, rows), mode="overwrite",
             predicate=predicate, schema_mode="merge" if add else None,
+            storage_options=self._options,
             commit_properties=self._properties(commit),
         )  # fmt: skip
 
@@ -183,7 +196,8 @@ class DeltaDestination(LakehouseDestination):
         assert found is not None
         before = len(found.file_uris())
         found.optimize.compact()
-        return before, len(DeltaTable(str(self._path(table))).file_uris())
+        after = DeltaTable(self._path(table), storage_options=self._options)
+        return before, len(after.file_uris())
 
     def _expire(self, table: str, before: datetime) -> tuple[int, int]:
         """Vacuum (``full``: also files no version ever named, such as those of a commit
@@ -208,12 +222,24 @@ class DeltaDestination(LakehouseDestination):
         return found.to_pyarrow_dataset()
 
     def tables(self) -> list[str]:
-        if not self.root.is_dir():
-            return []
-        return sorted(p.parent.name for p in self.root.glob("*/_delta_log"))
+        import pyarrow.fs as pafs
+
+        fs, root = self.location.filesystem(), self.location.fs_path(self.location.uri)
+        entries = fs.get_file_info(pafs.FileSelector(root, allow_not_found=True))
+        found = [e.base_name for e in entries if e.type == pafs.FileType.Directory]
+        logs = fs.get_file_info([f"{root}/{name}/_delta_log" for name in found])
+        return sorted(name for name, log in zip(found, logs, strict=True)
+                      if log.type == pafs.FileType.Directory)  # fmt: skip
 
     def _drop(self, table: str) -> None:
-        shutil.rmtree(self._path(table), ignore_errors=True)
+        if not self.location.remote:
+            shutil.rmtree(self._path(table), ignore_errors=True)
+            return
+        import pyarrow.fs as pafs
+
+        fs, path = self.location.filesystem(), self.location.fs_path(self._path(table))
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
 
 
 def _app(batch_id: str) -> str:

@@ -3,7 +3,9 @@
 The tables are registered in a catalog (config ``catalog:``): pyiceberg's SQL catalog
 on SQLite by default (``<data_dir>/iceberg_catalog.db``), on PostgreSQL to share it
 between hosts, or a REST catalog. A table per ``table_name_template`` result, in the
-catalog's namespace (default: the destination's id), its files in ``<path>/<table>``.
+catalog's namespace (default: the destination's id), its files in ``<path>/<table>``, a
+local directory or an S3 prefix (pyiceberg's pyarrow FileIO; a commit is one new
+metadata file swapped in by the catalog, so no rename is needed).
 What the formats share is in destinations/lakehouse.py; this module is Iceberg's
 commits:
 
@@ -21,7 +23,6 @@ commits:
 from __future__ import annotations
 
 import json
-import shutil
 from collections.abc import Iterator, Sequence
 from datetime import date, datetime, timedelta
 from functools import cached_property
@@ -30,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventpipe.destinations.lakehouse import Commit, LakehouseDestination, batch_key, day_bounds
 from eventpipe.locks import Locks
+from eventpipe.objectstore import Location
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -47,12 +49,12 @@ setting), not one per batch forever."""
 
 
 class IcebergDestination(LakehouseDestination):
-    """Iceberg tables in a local directory, registered in ``catalog``."""
+    """Iceberg tables in a local directory or under an S3 prefix, registered in ``catalog``."""
 
     def __init__(
         self,
         destination_id: str,
-        root: Path,
+        root: Path | Location,
         locks: Locks,
         catalog: dict[str, str],
         namespace: str,
@@ -62,12 +64,18 @@ class IcebergDestination(LakehouseDestination):
         self.catalog_properties = catalog
         self.namespace = namespace
 
+    @property
+    def _file_io(self) -> dict[str, str]:
+        """pyiceberg's FileIO properties: how an S3 location is reached (kept in memory,
+        never in the catalog)."""
+        return self.location.s3.iceberg_properties() if self.location.s3 is not None else {}
+
     @cached_property
     def catalog(self) -> Catalog:
         from pyiceberg.catalog import load_catalog
 
-        catalog = load_catalog(self.id, **{"warehouse": self.root.as_uri(),
-                                           **self.catalog_properties})  # fmt: skip
+        catalog = load_catalog(self.id, **{"warehouse": self.location.as_uri(),
+                                           **self._file_io, **self.catalog_properties})  # fmt: skip
         engine = getattr(catalog, "engine", None)
         if engine is not None:  # the SQL catalog: no connection kept between operations
             from sqlalchemy import create_engine
@@ -99,11 +107,12 @@ class IcebergDestination(LakehouseDestination):
     def _create(self, table: str, schema: pa.Schema, primary_key: tuple[str, ...]) -> None:
         from pyiceberg.transforms import DayTransform
 
-        self.root.mkdir(parents=True, exist_ok=True)
+        if not self.location.remote:
+            Path(self.location.uri).mkdir(parents=True, exist_ok=True)
         create = self.catalog.create_table_transaction(
             (self.namespace, table),
             schema=schema,
-            location=(self.root / table).as_uri(),
+            location=self.location.as_uri(table),
             properties={
                 **TABLE_PROPERTIES,
                 **({KEY_PROPERTY: json.dumps(list(primary_key))} if primary_key else {}),
@@ -258,20 +267,25 @@ class IcebergDestination(LakehouseDestination):
             found.maintenance.expire_snapshots().by_ids(old).commit()
         found = self._open(table)
         assert found is not None
+        import pyarrow.fs as pafs
+
+        at = self.location.fs_path
         named = {
-            *(
-                p.removeprefix("file://")
-                for p in found.inspect.all_files()["file_path"].to_pylist()
-            ),
-            *(p.removeprefix("file://") for p in found.inspect.all_manifests()["path"].to_pylist()),
-            *(s.manifest_list.removeprefix("file://") for s in found.metadata.snapshots),
+            *(at(p) for p in found.inspect.all_files()["file_path"].to_pylist()),
+            *(at(p) for p in found.inspect.all_manifests()["path"].to_pylist()),
+            *(at(s.manifest_list) for s in found.metadata.snapshots),
         }
-        root = Path(found.location().removeprefix("file://"))
+        fs, root = self.location.filesystem(), at(found.location())
         deleted = 0
-        for path in [*root.glob("data/**/*.parquet"), *root.glob("metadata/*.avro")]:
-            if str(path) not in named and path.stat().st_mtime < before.timestamp():
-                path.unlink()
-                deleted += 1
+        for directory, suffix in (("data", ".parquet"), ("metadata", ".avro")):
+            selector = pafs.FileSelector(f"{root}/{directory}", recursive=True,
+                                         allow_not_found=True)  # fmt: skip
+            for entry in fs.get_file_info(selector):
+                if (entry.type == pafs.FileType.File and entry.path.endswith(suffix)
+                        and entry.path not in named and entry.mtime is not None
+                        and entry.mtime.timestamp() < before.timestamp()):  # fmt: skip
+                    fs.delete_file(entry.path)
+                    deleted += 1
         return len(old), deleted
 
     def _read(self, table: str) -> Any:
@@ -285,10 +299,11 @@ class IcebergDestination(LakehouseDestination):
         tasks = list(found.scan().plan_files())
         if any(task.delete_files for task in tasks):
             return found.scan().to_arrow()
-        paths = [task.file.file_path.removeprefix("file://") for task in tasks]
+        paths = [self.location.fs_path(task.file.file_path) for task in tasks]
         if not paths:
             return schema.empty_table()
-        return ds.dataset(paths, schema=schema, format="parquet")
+        return ds.dataset(paths, schema=schema, format="parquet",
+                          filesystem=self.location.filesystem())  # fmt: skip
 
     def tables(self) -> list[str]:
         from pyiceberg.exceptions import NoSuchNamespaceError
@@ -302,8 +317,12 @@ class IcebergDestination(LakehouseDestination):
         found = self._open(table)
         if found is None:
             return
+        import pyarrow.fs as pafs
+
         self.catalog.drop_table((self.namespace, table))
-        shutil.rmtree(Path(found.location().removeprefix("file://")), ignore_errors=True)
+        fs, path = self.location.filesystem(), self.location.fs_path(found.location())
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
 
 
 def _widened(rows: pa.Table, schema: pa.Schema) -> pa.Table:

@@ -68,6 +68,7 @@ from eventpipe.destinations.base import (
 from eventpipe.destinations.duckdb import read_only_query, rows_of, unconvertible_rows
 from eventpipe.errors import EventpipeError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
+from eventpipe.objectstore import Location
 from eventpipe.reserved import LOADS_TABLE, SHADOW_PREFIX
 from eventpipe.schema.dialects import DUCKDB
 from eventpipe.schema.diff import Table, TablePatch
@@ -151,10 +152,11 @@ class LakehouseDestination(ABC):
     parallel_loads = 2
 
     def __init__(
-        self, destination_id: str, root: Path, locks: Locks, partition_by: str = "day"
+        self, destination_id: str, root: Path | Location, locks: Locks, partition_by: str = "day"
     ) -> None:
         self.id = destination_id
-        self.root = root
+        self.location = root if isinstance(root, Location) else Location.of(root)
+        """Where the tables live: a local directory or an S3 prefix (eventpipe.objectstore)."""
         self.locks = locks
         self.partition_by = partition_by
         self._pending: dict[str, dict[str, DataType]] = {}

@@ -140,8 +140,7 @@ class ParquetDestination:
         storage = self.storage
         table_dir = join(storage.root, request.table)
         record = self._meta(request.table, "loads", f"{key}.json")
-        # Outside every table directory, so that no reader's glob finds half a batch.
-        staging = join(storage.root, ".staging", f"{request.table}-{key}")
+        staging = self._staging(request.table, key)
         with table_lock(self.locks, self.id, request.table):
             done = storage.read_text(record)
             if done is not None:
@@ -149,7 +148,7 @@ class ParquetDestination:
                 rejected = tuple((int(i), str(why)) for i, why in loaded["rejected"])
                 return LoadResult(rows=loaded["rows"], already_loaded=True, rejected=rejected)
             # A crashed attempt of this batch may have left files: remove them first.
-            storage.delete(staging)
+            self._clear(staging)
             for leftover in storage.files(table_dir, ".parquet"):
                 if posixpath.basename(leftover).startswith(f"part-{key}-"):
                     storage.delete(join(table_dir, leftover))
@@ -158,17 +157,31 @@ class ParquetDestination:
             # The table's types (as patched) win, as a database table's columns do.
             types = {c: known.get(c, t) for c, t in request.columns.items()}
             rows, rejected = self._write(request, types, staging)
-            for n, written in enumerate(storage.files(staging, ".parquet")):
-                partition = posixpath.dirname(written)
-                name = f"part-{key}-{n}.parquet"
-                storage.move(join(staging, written), join(table_dir, partition, name))
-            storage.delete(staging)
+            self._publish(staging, table_dir, key)
             storage.create_text(
                 record,
                 json.dumps({"batch_id": request.batch_id, "rows": rows,
                             "rejected": [list(r) for r in rejected]}),
             )  # fmt: skip
         return LoadResult(rows=rows, rejected=rejected)
+
+    def _staging(self, table: str, key: str) -> str:
+        """Where a batch's files are written before they are moved into the table: outside
+        every table directory, so that no reader's glob finds half a batch."""
+        return join(self.storage.root, ".staging", f"{table}-{key}")
+
+    def _clear(self, staging: str) -> None:
+        self.storage.delete(staging)
+
+    def _publish(self, staging: str, table_dir: str, key: str) -> None:
+        """Move the batch's files from ``staging`` into their partitions of the table,
+        each named by the batch's key (one by one: each appears whole)."""
+        storage = self.storage
+        for n, written in enumerate(storage.files(staging, ".parquet")):
+            partition = posixpath.dirname(written)
+            name = f"part-{key}-{n}.parquet"
+            storage.move(join(staging, written), join(table_dir, partition, name))
+        storage.delete(staging)
 
     def _partitioned(self, request: LoadRequest) -> bool:
         return self.partition_by == "day" and "_timestamp" in request.columns

@@ -29,10 +29,12 @@ from eventpipe.config import (
     IcebergConfig,
     ParquetConfig,
     PostgresConfig,
+    S3Config,
     SnowflakeConfig,
     TableDestinationConfig,
 )
 from eventpipe.locks import Locks
+from eventpipe.objectstore import Location, is_s3
 from eventpipe.paths import is_uri
 
 if TYPE_CHECKING:
@@ -152,6 +154,13 @@ def _open_snowflake(dest_id: str, dest: SnowflakeConfig, config: Config, lent: R
 def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
+    if dest.path is not None and is_s3(dest.path):  # eventpipe's own S3 client
+        from eventpipe.destinations.parquet_s3 import S3ParquetDestination
+
+        return S3ParquetDestination(
+            dest_id, _location(dest.path, dest.s3), lent.locks, config.layout.tmp,
+            partition_by=dest.partition_by,
+        )  # fmt: skip
     if dest.path is not None and is_uri(dest.path):  # written by Spark's Hadoop client
         return SparkParquetDestination(
             dest_id, dest.path, lent.locks, lent.spark, partition_by=dest.partition_by
@@ -160,9 +169,15 @@ def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resou
     return ParquetDestination(dest_id, root, lent.locks, dest.partition_by)
 
 
-def _lake_root(dest: IcebergConfig | DeltaConfig, config: Config) -> Path:
+def _location(path: str, s3: S3Config | None) -> Location:
+    return Location.of(path, (s3 or S3Config()).settings())
+
+
+def _lake_root(dest: IcebergConfig | DeltaConfig, config: Config) -> Location:
     """Absolute: Iceberg records its tables' locations as URIs in the catalog."""
-    return (Path(dest.path) if dest.path else config.layout.root / dest.type).absolute()
+    if dest.path is not None and is_s3(dest.path):
+        return _location(dest.path, dest.s3)
+    return Location.of(Path(dest.path) if dest.path else config.layout.root / dest.type)
 
 
 def iceberg_catalog(dest: IcebergConfig, config: Config) -> dict[str, str]:
@@ -209,7 +224,8 @@ def _always(dest: DestinationConfig) -> bool:
 
 
 def _local_day_partitions(dest: ParquetConfig) -> bool:
-    """Day partitions replaced by renaming directories: a local lake partitioned by day."""
+    """Day partitions replaced by renaming directories: a local lake partitioned by day
+    (an object store has no rename, Spark's Hadoop client no journal of its moves)."""
     return dest.partition_by == "day" and not is_uri(dest.path or "")
 
 

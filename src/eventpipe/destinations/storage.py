@@ -1,6 +1,8 @@
-"""Where file destinations keep their files: a local directory, or any Hadoop-compatible
-URI (``hdfs://``, ``s3a://``, ``abfss://``, ``gs://``, ``file://``) through the Hadoop
-FileSystem of the Spark session, with whatever credentials ``spark.hadoop.*`` gives it.
+"""Where file destinations keep their files: a local directory; an S3 prefix
+(``s3://``) through pyarrow's S3 filesystem (eventpipe.objectstore); or any
+Hadoop-compatible URI (``hdfs://``, ``s3a://``, ``abfss://``, ``gs://``, ``file://``)
+through the Hadoop FileSystem of the Spark session, with whatever credentials
+``spark.hadoop.*`` gives it.
 
 Paths are ``/``-joined text under the root. The operations are the few a file destination
 needs to move a batch into place atomically: new files are written whole under a hidden
@@ -16,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from eventpipe.files import move, write_file
+from eventpipe.objectstore import Location
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -156,3 +159,74 @@ class HadoopStorage:
 
     def delete(self, path: str) -> None:
         self._fs.delete(self._path(path), True)
+
+
+class ObjectStorage:
+    """Objects under an S3 prefix, through pyarrow's S3 filesystem. Each object is written
+    by one PUT, so it appears whole; there is no rename: a move is a copy then a delete
+    (of each object under a prefix, one by one), so callers never rely on a move being
+    atomic. Paths are ``s3://bucket/key`` text."""
+
+    def __init__(self, location: Location) -> None:
+        self.root = location.uri
+        self._location = location
+        self._fs: Any = location.filesystem()
+
+    def _at(self, path: str) -> str:
+        return self._location.fs_path(path)
+
+    def read_text(self, path: str) -> str | None:
+        try:
+            with self._fs.open_input_stream(self._at(path)) as stream:
+                return bytes(stream.read()).decode("utf-8")
+        except FileNotFoundError:
+            return None
+
+    def create_text(self, path: str, text: str) -> None:
+        with self._fs.open_output_stream(self._at(path)) as out:
+            out.write(text.encode("utf-8"))
+
+    def upload(self, local: Path, path: str) -> None:
+        """A local file as the object ``path`` (one PUT, or a multipart upload that
+        completes at once)."""
+        import pyarrow.fs as pafs
+
+        pafs.copy_files(str(local), self._at(path), destination_filesystem=self._fs)
+
+    def _entries(self, directory: str, recursive: bool) -> list[Any]:
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self._at(directory), recursive=recursive,
+                                     allow_not_found=True)  # fmt: skip
+        return list(self._fs.get_file_info(selector))
+
+    def names(self, directory: str) -> list[str]:
+        return sorted(e.base_name for e in self._entries(directory, recursive=False))
+
+    def files(self, directory: str, suffix: str) -> list[str]:
+        import pyarrow.fs as pafs
+
+        base = self._at(directory).rstrip("/") + "/"
+        return sorted(
+            e.path.removeprefix(base)
+            for e in self._entries(directory, recursive=True)
+            if e.type == pafs.FileType.File and e.path.endswith(suffix)
+        )
+
+    def move(self, source: str, target: str) -> None:
+        import pyarrow.fs as pafs
+
+        if self._fs.get_file_info(self._at(source)).type == pafs.FileType.File:
+            self._fs.move(self._at(source), self._at(target))  # copy, then delete
+            return
+        for name in self.files(source, ""):
+            self._fs.move(self._at(join(source, name)), self._at(join(target, name)))
+
+    def delete(self, path: str) -> None:
+        import pyarrow.fs as pafs
+
+        kind = self._fs.get_file_info(self._at(path)).type
+        if kind == pafs.FileType.File:
+            self._fs.delete_file(self._at(path))
+        elif kind == pafs.FileType.Directory:
+            self._fs.delete_dir(self._at(path))

@@ -1,6 +1,7 @@
 """One conformance suite for every destination: the same cases against real DuckDB files,
 a real PostgreSQL server (tests/postgres.py), Debian's ClickHouse server
-(tests/clickhouse.py), today's ClickHouse engine (tests/chdb_server.py) and the lakes:
+(tests/clickhouse.py), today's ClickHouse engine (tests/chdb_server.py) and the lakes,
+local and on S3 (moto's server, tests/s3.py):
 patch, concurrent patchers, atomic and idempotent loads, upserts, values a column cannot
 take."""
 
@@ -46,6 +47,8 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
                                   catalog, "warehouse")  # fmt: skip
     if kind == "delta":
         return DeltaDestination("warehouse", tmp_path / "delta", FileLocks(tmp_path / "locks"))
+    if kind.endswith("-s3"):  # the lakes on moto's S3 server, through eventpipe's own client
+        return _on_s3(kind.removesuffix("-s3"), request, tmp_path)
     if kind == "parquet-uri":  # Spark's writer through the Hadoop FileSystem (file://)
         spark = request.getfixturevalue("spark")
         return SparkParquetDestination(
@@ -68,6 +71,16 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
     return PostgresDestination("warehouse", dsn, request.getfixturevalue("postgres_schema"))
 
 
+def _on_s3(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
+    from eventpipe.objectstore import Location, S3Settings
+    from tests.s3 import open_lake
+
+    server = request.getfixturevalue("s3_server")
+    where = Location.of(f"s3://{request.getfixturevalue('s3_bucket')}/lake",
+                        S3Settings(**server.settings()))  # fmt: skip
+    return open_lake(kind, where, tmp_path, "warehouse")
+
+
 @pytest.fixture(
     params=[
         "duckdb",
@@ -77,8 +90,11 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
         "snowflake",
         "parquet",
         "parquet-uri",
+        "parquet-s3",
         "iceberg",
+        "iceberg-s3",
         "delta",
+        "delta-s3",
     ]
 )
 def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
@@ -86,7 +102,17 @@ def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
 
 
 @pytest.fixture(
-    params=["duckdb", "postgres", "clickhouse", "clickhouse-today", "snowflake", "iceberg", "delta"]
+    params=[
+        "duckdb",
+        "postgres",
+        "clickhouse",
+        "clickhouse-today",
+        "snowflake",
+        "iceberg",
+        "iceberg-s3",
+        "delta",
+        "delta-s3",
+    ]
 )
 def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     """Destinations that take a primary key (Parquet files cannot upsert)."""

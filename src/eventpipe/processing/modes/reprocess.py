@@ -234,8 +234,10 @@ def replaceable(config: Config, destination_id: str) -> None:
     if not kind(dest).can_replace_days(dest):
         raise ConfigError(
             f"parquet destination {destination_id!r}: reprocess replaces day partitions "
-            "by renaming directories, which needs a local path and partition_by: day",
-            fix="reprocess a local parquet destination partitioned by day",
+            "by renaming directories, which needs a local path (an object store has no "
+            "rename) and partition_by: day",
+            fix="reprocess a local parquet destination partitioned by day, or keep the lake "
+            "on S3 as iceberg or delta (a day replaced in one commit)",
         )
     if dest.metered is not None:
         raise ConfigError(
