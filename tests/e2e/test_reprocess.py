@@ -1,7 +1,8 @@
 """`eventpipe reprocess`: days rebuilt from the archive after a mapping change replace
 exactly that destination's rows of those days; late events belong to their own day;
 a second reprocess changes nothing; a reprocess that dies anywhere and runs again gives
-the same tables; a changed archive file is re-ingested; a pruned day is refused."""
+the same tables; a changed archive file is re-ingested; a pruned day is refused; an
+archive the disk lost is restored from its copy on S3 first."""
 
 from __future__ import annotations
 
@@ -340,6 +341,24 @@ def _digest(tables: dict[str, list[tuple[Any, ...]]]) -> str:
 
 
 @pytest.mark.slow
+def test_a_reprocess_restores_from_the_archive_copy_what_the_disk_lost(
+    tmp_path: Path, spark: Any, s3_server: Any, s3_bucket: str
+) -> None:
+    data = tmp_path / "data"
+    _three_days(data)
+    copy = {"remote": f"s3://{s3_bucket}/archive", "s3": s3_server.settings()}
+    process_pending(make_config(data, destinations=_config(data).destinations, archive=copy),
+                    spark)  # fmt: skip
+    uploaded = [k for k in s3_server.keys(s3_bucket, "archive/") if k.endswith(".log.lz4")]
+    assert len(uploaded) == 2  # each run's archived segments, copied after it
+    shutil.rmtree(data / "archive")  # the disk lost the archive
+    after = make_config(data, destinations=_config(data, MOVE_N).destinations, archive=copy)
+    _, results = rp.reprocess(spark, after, "warehouse", DAY("2026-11-20"), DAY("2026-11-20"))
+    assert results[0].rows == {"page": 2, "click": 2}  # e8, archived the next day, too
+    assert _rows(after.layout.warehouse) == REBUILT_20TH
+    assert len(list((data / "archive").rglob("*.log.lz4"))) == 2  # restored on disk
+
+
 def test_a_reprocess_killed_anywhere_then_run_again_gives_the_same_tables(
     tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -47,7 +47,7 @@ def test_help_lists_the_commands_that_exist() -> None:
 
 def test_archive_and_log_list_their_subcommands() -> None:
     for group, expected in (
-        ("archive", {"cat", "verify"}),
+        ("archive", {"cat", "restore", "verify"}),
         ("log", {"ack", "compact", "fill", "segments", "show", "status", "step"}),
     ):
         result = run(group, "--help")

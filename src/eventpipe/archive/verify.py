@@ -27,6 +27,7 @@ from eventpipe.archive.files import (
     segments_of_day,
     split_lines,
 )
+from eventpipe.archive.remote import RemoteArchive
 from eventpipe.archive.write import Digest, digest
 from eventpipe.paths import DataLayout
 
@@ -80,6 +81,37 @@ def verify(
             owner = _owner(path)
             if owner is not None and owner not in archived:
                 report.problems.append(Problem(path, f"{owner.name} is missing"))
+    return report
+
+
+def verify_remote(
+    layout: DataLayout, remote: RemoteArchive, first: date | None = None, last: date | None = None
+) -> VerifyReport:
+    """Verify the archive's remote copy of ``first``..``last`` as :func:`verify` does the
+    disk (each day downloaded to a temporary directory under ``tmp/``), and name the
+    segments on disk that the copy lacks."""
+    import tempfile
+
+    report = VerifyReport()
+    layout.tmp.mkdir(parents=True, exist_ok=True)
+    held: dict[str, set[str]] = {}
+    for day in remote.days(first, last):
+        with tempfile.TemporaryDirectory(prefix="archive-verify-", dir=layout.tmp) as tmp:
+            copy = DataLayout(Path(tmp))
+            remote.download_day(day, copy.archive)
+            held[day] = {s.data.name for s in segments_of_day(copy.archive / day)}
+            one = verify(copy, date.fromisoformat(day), date.fromisoformat(day))
+        report.days += one.days
+        report.files += one.files
+        report.frames += one.frames
+        report.events += one.events
+        report.compressed_bytes += one.compressed_bytes
+        report.problems += one.problems
+    for on_disk in day_dirs(layout, first, last):
+        for segment in segments_of_day(on_disk):
+            if segment.data.name not in held.get(on_disk.name, set()):
+                report.problems.append(Problem(segment.data, f"not on {remote.location} "
+                                               "(uploaded after the next run)"))  # fmt: skip
     return report
 
 

@@ -1,4 +1,4 @@
-"""``eventpipe archive``: ``verify`` and ``cat``."""
+"""``eventpipe archive``: ``verify``, ``cat`` and ``restore``."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from eventpipe.cli.common import DAY, cli, config_option, load
-from eventpipe.errors import EventpipeError, TerminalError
+from eventpipe.errors import ConfigError, EventpipeError, TerminalError
 
 
 @cli.group("archive")
@@ -22,19 +22,24 @@ def archive_group() -> None:
 @config_option
 @click.option("--from", "first", type=DAY, default=None, help="First day (YYYY-MM-DD).")
 @click.option("--to", "last", type=DAY, default=None, help="Last day (included).")
-def archive_verify(config_path: Path | None, first: Any, last: Any) -> None:
+@click.option("--remote", is_flag=True,
+              help="Verify the copy on archive.remote instead (each day downloaded to a "
+              "temporary directory), and that every segment on disk is there.")  # fmt: skip
+def archive_verify(config_path: Path | None, first: Any, last: Any, remote: bool) -> None:
     """Recompute every size and checksum of the archive (all days, or --from/--to) and
     name each file and frame that does not match. Exits 65 (a data error) if one does
     not."""
-    from eventpipe.archive.verify import verify
+    from eventpipe.archive.verify import verify, verify_remote
 
-    layout = load(config_path).config.layout
-    report = verify(
-        layout,
-        first.date() if first else None,
-        last.date() if last else None,
-        progress=lambda path: logging.getLogger("eventpipe.archive").debug("verify %s", path),
-    )
+    config = load(config_path).config
+    first_day, last_day = (first.date() if first else None), (last.date() if last else None)
+    if remote:
+        report = verify_remote(config.layout, _remote(config), first_day, last_day)
+    else:
+        report = verify(
+            config.layout, first_day, last_day,
+            progress=lambda path: logging.getLogger("eventpipe.archive").debug("verify %s", path),
+        )  # fmt: skip
     for problem in report.problems:
         click.echo(f"MISMATCH {problem}")
     summary = (
@@ -61,8 +66,11 @@ def archive_cat(config_path: Path | None, day: Any, event_id: str | None) -> Non
     from eventpipe.archive.read import find, lines
     from eventpipe.log.inspect import segment_id
 
-    layout = load(config_path).config.layout
+    config = load(config_path).config
+    layout = config.layout
     directory = layout.archive / day.date().isoformat()
+    if config.archive.remote is not None:  # the disk may lack some of the day's segments
+        _remote(config).restore(layout, day.date(), day.date())
     if not directory.is_dir():
         raise EventpipeError(f"the archive has no day {directory.name}",
                              fix="`eventpipe status` shows the days it has")  # fmt: skip
@@ -79,3 +87,38 @@ def archive_cat(config_path: Path | None, day: Any, event_id: str | None) -> Non
         out.write(match.event + b"\n")
     if not found:
         raise EventpipeError(f"no event {event_id!r} in archive/{directory.name}")
+
+
+@archive_group.command("restore")
+@config_option
+@click.option("--from", "first", type=DAY, default=None, help="First day (YYYY-MM-DD).")
+@click.option("--to", "last", type=DAY, default=None, help="Last day (included).")
+def archive_restore(config_path: Path | None, first: Any, last: Any) -> None:
+    """Bring back from archive.remote the segments of the days (all, or --from/--to)
+    that the disk lacks (after max_bytes deleted them, or a lost disk), each checked
+    against its manifest before it takes its place. Exits 65 if one does not match."""
+    from eventpipe.archive.files import ArchiveFormatError
+
+    config = load(config_path).config
+    try:
+        restored = _remote(config).restore(
+            config.layout, first.date() if first else None, last.date() if last else None
+        )
+    except ArchiveFormatError as exc:
+        raise TerminalError(str(exc), fix="`eventpipe archive verify --remote` names every "
+                            "damaged file; docs/archive.md") from None  # fmt: skip
+    for name in restored:
+        click.echo(f"restored {name}")
+    click.echo(f"{len(restored)} segment(s) restored from {config.archive.remote}")
+
+
+def _remote(config: Any) -> Any:
+    from eventpipe.archive.remote import remote_of
+
+    remote = remote_of(config.archive)
+    if remote is None:
+        raise ConfigError(
+            "archive.remote is not set: the archive is on this disk only",
+            fix="set archive.remote: s3://bucket/prefix (docs/archive.md)",
+        )
+    return remote

@@ -240,11 +240,18 @@ def _archive_line(config: Any) -> str:
     )
     kept = config.archive.retention_days
     bound = config.archive.max_bytes
+    copy = ""
+    if config.archive.remote is not None:
+        from eventpipe.archive.remote import pending
+
+        waiting = pending(config.layout)
+        copy = (f"; copied to {config.archive.remote}"
+                + (f" ({len(waiting)} day(s) waiting to upload)" if waiting else ""))  # fmt: skip
     return (
         f"archive: {len(days)} day(s){span}, {held.files} file(s), {held.events:,} event(s), "
         f"{held.disk_bytes / 1e6:.1f} MB{ratio}; "
         f"{'kept forever' if kept is None else f'kept {kept} day(s)'}, "
-        f"{'no size bound' if bound is None else f'at most {bound / 1e6:.1f} MB'}"
+        f"{'no size bound' if bound is None else f'at most {bound / 1e6:.1f} MB'}{copy}"
     )
 
 

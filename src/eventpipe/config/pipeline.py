@@ -9,7 +9,8 @@ from typing import Literal
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from eventpipe.config.base import Section, sql_name
+from eventpipe.config.base import S3Config, Section, sql_name
+from eventpipe.objectstore import check_s3_uri, is_s3
 from eventpipe.paths import is_uri
 
 _SPARK_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
@@ -80,11 +81,34 @@ class ArchiveConfig(Section):
 
     retention_days: int | None = Field(default=None, ge=1)
     """Days ``archive/`` keeps (by the day segments were sealed), with the replayed
-    failed files of those days; older days are deleted after each run. Absent: forever.
-    Segments not yet handled by every destination are never in the archive."""
+    failed files of those days; older days are deleted after each run (from ``remote``
+    too). Absent: forever. Segments not yet handled by every destination are never in
+    the archive."""
     max_bytes: int | None = Field(default=None, ge=1)
     """A bound on the archive's size on disk: after each run, the oldest days are
-    deleted while it is larger (never the newest day). Absent: no bound."""
+    deleted while it is larger (never the newest day; with ``remote``, only days
+    already there, which keeps them). Absent: no bound."""
+    remote: str | None = None
+    """``s3://bucket/prefix``: a copy of the archive on an S3-compatible store, each
+    segment uploaded after the run that archived it (docs/archive.md); ``eventpipe
+    archive restore`` brings days back. Absent: the archive is on this disk only."""
+    s3: S3Config | None = None
+    """How ``remote`` is reached: endpoint, region, credentials (absent: the
+    environment's AWS variables), as for a lake on S3."""
+
+    @field_validator("remote")
+    @classmethod
+    def _s3_uri(cls, value: str | None) -> str | None:
+        if value is not None and not is_s3(value):
+            raise ValueError(f"remote {value!r}: write s3://bucket/prefix")
+        return None if value is None else check_s3_uri(value)
+
+    @model_validator(mode="after")
+    def _s3_for_remote(self) -> ArchiveConfig:
+        if self.s3 is not None and self.remote is None:
+            raise ValueError("s3: says how the archive's remote is reached; there is none")
+        return self
+
     frame_events: int = Field(default=1000, ge=1, le=1_000_000)
     """Events per LZ4 frame at most: reading one event decompresses one frame."""
     frame_max_bytes: int = Field(default=1 << 20, ge=1024)

@@ -34,6 +34,7 @@ from typing import Any
 
 from eventpipe.archive.files import ArchivedSegment, day_dirs, segments_of_day
 from eventpipe.archive.read import lines
+from eventpipe.archive.remote import remote_of
 from eventpipe.archive.write import write_segment
 from eventpipe.config import Config
 from eventpipe.files import fsync_directory
@@ -117,6 +118,7 @@ def compact(config: Config, source_id: str) -> Compacted | None:
             path.unlink(missing_ok=True)
         fsync_directory(segment.data.parent)
     staging.unlink()
+    _forget_remotely(config, segments)
     result = Compacted(source_id, len(segments), kept.read, kept.written,
                        bytes_in, target.data.stat().st_size, name)  # fmt: skip
     log.info("source %s: %d segment(s) compacted into %s: %d of %d events kept",
@@ -125,6 +127,20 @@ def compact(config: Config, source_id: str) -> Compacted | None:
 
 
 Position = tuple[int, int]
+
+
+def _forget_remotely(config: Config, segments: list[ArchivedSegment]) -> None:
+    """The replaced segments out of the archive's remote copy too. Left there (the store
+    failed), a restore brings them back beside the compacted one, which a fill applies
+    alike, as after a crash between the two steps here."""
+    remote = remote_of(config.archive)
+    if remote is None or not segments:
+        return
+    try:
+        remote.forget(segments)
+    except OSError as exc:
+        log.warning("archive: the segments compaction replaced stay on %s: %s",
+                    config.archive.remote, exc)  # fmt: skip
 
 
 class Kept:

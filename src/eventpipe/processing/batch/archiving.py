@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eventpipe.archive.files import SUFFIX
+from eventpipe.archive.remote import pending, remote_of
 from eventpipe.archive.write import ahead_of, archive_segment, prepare_segment
 from eventpipe.config import Config
 from eventpipe.errors import first_line
@@ -173,16 +174,33 @@ def archive_segments(config: Config, names: Sequence[str]) -> list[Path]:
     layout = config.layout
     streams = stream_ids(config)
     ready = [n for n in names if consumed(layout, streams, layout.incoming / n)]
-    if not ready:
-        return []
-    # LZ4 and the checksums release the GIL, the id scan does not: two threads archive
-    # 1.2x faster than one (bench/archive.py).
-    pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
-    with step(f"archive {len(ready)} segment(s)"), pool:
-        archived = list(pool.map(lambda n: archive_segment(layout, n, config.archive), ready))
-    _drop_stale_ahead(layout)
-    segment_schemas.forget_gone(layout)
+    archived: list[Path] = []
+    if ready:
+        # LZ4 and the checksums release the GIL, the id scan does not: two threads
+        # archive 1.2x faster than one (bench/archive.py).
+        pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1)
+        with step(f"archive {len(ready)} segment(s)"), pool:
+            archived = list(pool.map(lambda n: archive_segment(layout, n, config.archive),
+                                     ready))  # fmt: skip
+        _drop_stale_ahead(layout)
+        segment_schemas.forget_gone(layout)
+    upload_archived(config, archived)
     return archived
+
+
+def upload_archived(config: Config, archived: Sequence[Path]) -> None:
+    """Upload the days of ``archived`` to the archive's remote copy, with the days an
+    earlier upload left pending (a store that fails delays the copy, never the run)."""
+    remote = remote_of(config.archive)
+    if remote is None:
+        return
+    days = {path.parent.name for path in archived}
+    if not days and not pending(config.layout):
+        return
+    with step(f"upload the archive's day(s) to {config.archive.remote}"):
+        synced = remote.sync(config.layout, days)
+    log.info("archive: %d segment(s) uploaded to %s%s", synced.uploaded, config.archive.remote,
+             f"; pending: {', '.join(synced.pending)}" if synced.pending else "")  # fmt: skip
 
 
 def _drop_stale_ahead(layout: DataLayout) -> None:

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, cast
 from pyspark.sql import functions as F
 
 from eventpipe.archive import retention
+from eventpipe.archive.remote import remote_of
 from eventpipe.config import Config
 from eventpipe.destinations.base import Destination
 from eventpipe.errors import TransientError
@@ -208,7 +209,8 @@ def _run_pending(runtime: Runtime, trigger: str, ahead: ArchiveAhead) -> list[Ru
     if reports:
         reports[-1].archived = archived
     if config.archive.retention_days is not None or config.archive.max_bytes is not None:
-        retention.prune(layout, config.archive.retention_days, config.archive.max_bytes)
+        retention.prune(layout, config.archive.retention_days, config.archive.max_bytes,
+                        remote=remote_of(config.archive))  # fmt: skip
     for source_id in config.sources:  # sources whose archive grew past compaction_bytes
         if compaction.due(config, source_id):
             with step(f"compacting source {source_id}'s archived segments"):
