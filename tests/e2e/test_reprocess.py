@@ -521,9 +521,11 @@ def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
     config = make_config(tmp_path, destinations={"api": {"type": "http", "url": "http://x/"}})
     with pytest.raises(ConfigError, match="only duckdb, postgres, clickhouse, snowflake, parquet"):
         rp.replaceable(config, "api")
-    for lake in ({"path": "s3a://bucket/lake"}, {"partition_by": "none"}):
+    for lake in ({"path": "s3a://bucket/lake"}, {"path": "s3://bucket/lake"},
+                 {"partition_by": "none"}):  # fmt: skip
         config = make_config(tmp_path, destinations={"lake": {"type": "parquet", **lake}})
-        with pytest.raises(ConfigError, match="needs a local path and partition_by: day"):
+        with pytest.raises(ConfigError, match=r"needs a local path \(an object store has no "
+                           r"rename\) and partition_by: day"):  # fmt: skip
             rp.replaceable(config, "lake")
     config = make_config(tmp_path, destinations={"live": {"type": "duckdb", "mode": "stream"}})
     with pytest.raises(ConfigError, match="in mode stream"):
