@@ -62,6 +62,7 @@ bench: $(STAMP) java
 	$(BIN)/python bench/postgres.py
 	$(BIN)/python bench/clickhouse.py
 	$(BIN)/python bench/warehouses.py
+	$(BIN)/python bench/object_storage.py
 	$(BIN)/python bench/stream.py --destination duckdb
 	$(BIN)/python bench/stream.py --destination postgres
 	$(BIN)/python bench/http_sink.py
