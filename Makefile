@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed-stamp
 # SDKs' Python packages). The tests' install ($(STAMP)) is a superset and counts for it.
 RUN_STAMP := $(VENV)/.installed-run-stamp
 
-.PHONY: sdks browser run test test-fast soak lint bench setup java spark-archive postgres clickhouse tools clean
+.PHONY: sdks browser bigquery run test test-fast soak lint bench setup java spark-archive postgres clickhouse tools clean
 
 # eventpipe run builds the class-data archive in the background when it is missing (the
 # first start answers at once; later ones start Spark in half the time).
@@ -24,7 +24,7 @@ TEST_WORKERS ?= 2
 # The sources are compiled to bytecode first: where PYTHONDONTWRITEBYTECODE is set (this
 # machine sets it), each of the suite's many Python processes (commands, collectors,
 # Spark's Python workers) compiled them again when it imported them, 0.1-0.2 s of CPU.
-test: $(STAMP) java spark-archive postgres clickhouse tools sdks browser lint
+test: $(STAMP) java spark-archive postgres clickhouse bigquery tools sdks browser lint
 	$(BIN)/python -m compileall -q src tests
 	$(BIN)/pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
@@ -103,6 +103,17 @@ clickhouse:
 tools:
 	@scripts/ensure-apt.sh lz4 curl
 
+# The BigQuery destination's tests talk to bqemulator (BigQuery's REST API, DuckDB behind
+# it), in a virtualenv of its own: it pins a sqlglot and a FastAPI that eventpipe's test
+# tools do not take (tests/bigquery.py).
+BIGQUERY_VENV := .venv-bigquery
+bigquery: $(BIGQUERY_VENV)/.installed
+
+$(BIGQUERY_VENV)/.installed: tests/bigquery-requirements.txt
+	$(PYTHON) -m venv $(BIGQUERY_VENV)
+	$(BIGQUERY_VENV)/bin/pip install --quiet -r tests/bigquery-requirements.txt
+	@touch $@
+
 # A real browser for tests/e2e/test_browser.py: Debian's Chromium and its driver.
 browser:
 	@scripts/ensure-apt.sh chromium chromium-driver
@@ -126,4 +137,4 @@ $(RUN_STAMP): pyproject.toml scripts/setup-venv.sh
 	@touch $@
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(BIGQUERY_VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -282,6 +282,26 @@ def snowflake_server() -> Iterator[Any]:
 
 
 @pytest.fixture(scope="session")
+def bigquery_server() -> Iterator[Any]:
+    """A stand-in for BigQuery (bqemulator) for the whole run (tests/bigquery.py)."""
+    from tests.bigquery import BigQueryServer
+
+    server = BigQueryServer()
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
+@pytest.fixture
+def bigquery_dataset(bigquery_server: Any) -> str:
+    """A dataset of the test's own on the run's BigQuery stand-in (made by the
+    destination)."""
+    return str(bigquery_server.dataset())
+
+
+@pytest.fixture(scope="session")
 def s3_server() -> Iterator[Any]:
     """A stand-in for S3 (moto's server mode) for the whole run (tests/s3.py)."""
     from tests.s3 import S3Server

@@ -519,7 +519,8 @@ def test_reprocess_replaces_day_partitions_of_parquet_tables(
 
 def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
     config = make_config(tmp_path, destinations={"api": {"type": "http", "url": "http://x/"}})
-    with pytest.raises(ConfigError, match="only duckdb, postgres, clickhouse, snowflake, parquet"):
+    kinds = "only duckdb, postgres, clickhouse, snowflake, bigquery, parquet"
+    with pytest.raises(ConfigError, match=kinds):
         rp.replaceable(config, "api")
     for lake in ({"path": "s3a://bucket/lake"}, {"path": "s3://bucket/lake"},
                  {"partition_by": "none"}):  # fmt: skip

@@ -354,15 +354,15 @@ def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_k
         "destinations.ch.metering: unknown key (metering is for type duckdb or postgres)":
             {"ch": {"type": "clickhouse", "url": "http://ch:8123", "metering": {}}},
         "destinations.api.primary_key: unknown key (primary_key is for type duckdb, "
-        "postgres, clickhouse, snowflake, parquet, iceberg or delta)":
+        "postgres, clickhouse, snowflake, bigquery, parquet, iceberg or delta)":
             {"api": {"type": "http", "url": "https://a.example", "primary_key": ["id"]}},
         "destinations.w.partiton_by: unknown key (did you mean 'partition_by'?)":
             {"w": {"type": "parquet", "partiton_by": "day"}},
         "destinations.w.type: required key is missing (duckdb, postgres, clickhouse, "
-        "snowflake, parquet, iceberg, delta, http or ga4)":
+        "snowflake, bigquery, parquet, iceberg, delta, http or ga4)":
             {"w": {"path": "x.duckdb"}},
-        "destinations.w.type: expected duckdb, postgres, clickhouse, snowflake, parquet, "
-        "iceberg, delta, http or ga4, got 'mysql'":
+        "destinations.w.type: expected duckdb, postgres, clickhouse, snowflake, bigquery, "
+        "parquet, iceberg, delta, http or ga4, got 'mysql'":
             {"w": {"type": "mysql"}},
         "destinations.w.transforms[0].fliter: unknown key (did you mean 'filter'?)":
             {"w": {"type": "duckdb", "transforms": [{"fliter": "true"}]}},
@@ -457,3 +457,11 @@ def test_a_destination_that_cannot_apply_a_sources_changes_says_so_at_config_che
     parse_config({"destinations": {"sf": {**sf, "changes": "append"}}, **fed}, source="t", env={})
     parse_config({"destinations": {"sf": {**sf, "only_keys": ["web"]}}, **fed}, source="t", env={})
     parse_config({"destinations": {"sf": sf}}, source="t", env={})  # no source: nothing to apply
+    bq = {"type": "bigquery", "project": "p", "dataset": "events"}
+    assert "destinations.bq: a source's changes are not applied by key on bigquery yet" in (
+        _error({"destinations": {"bq": bq}, **fed})
+    )
+    assert (
+        "string should match pattern"
+        in _error({"destinations": {"bq": {**bq, "dataset": "my-events"}}}).lower()
+    )

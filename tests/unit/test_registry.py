@@ -44,17 +44,21 @@ def test_what_each_type_can_do() -> None:
     sink = HttpConfig(url="https://api.example.com/events")
     lake = ParquetConfig(partition_by="day")
     remote = ParquetConfig(path="s3a://bucket/lake", partition_by="day")
+    on_s3 = ParquetConfig(path="s3://bucket/lake", partition_by="day")
     assert not kind(sink).tables
-    tables = ("duckdb", "postgres", "clickhouse", "snowflake", "parquet", "iceberg", "delta")
+    tables = ("duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "parquet", "iceberg",
+              "delta")  # fmt: skip
     assert all(KINDS[t].tables for t in tables)
     assert kind(lake).can_replace_days(lake)
     assert not kind(remote).can_replace_days(remote)  # renames need a local file system
+    assert not kind(on_s3).can_replace_days(on_s3)
     assert not kind(sink).can_replace_days(sink)
     assert set(REPLACES_DAYS) == set(tables)
     streams = {t for t, k in KINDS.items() if "stream" in k.modes}
-    assert streams == {"duckdb", "postgres", "clickhouse", "snowflake", "http", "ga4"}
+    assert streams == {"duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "http", "ga4"}
     upserts = {t for t, k in KINDS.items() if k.upserts}
-    assert upserts == {"duckdb", "postgres", "clickhouse", "snowflake", "iceberg", "delta"}
+    assert upserts == {"duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "iceberg",
+                       "delta"}  # fmt: skip
     assert {t for t, k in KINDS.items() if k.meters} == {"duckdb", "postgres"}
 
 

@@ -26,6 +26,7 @@ from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
 from eventpipe.config.destinations import (
     TYPES,
     AnyDestination,
+    BigQueryConfig,
     ClickHouseConfig,
     DatabaseConfig,
     DeltaConfig,
@@ -75,6 +76,7 @@ __all__ = [
     "AnySource",
     "ApiKey",
     "ArchiveConfig",
+    "BigQueryConfig",
     "ClickHouseConfig",
     "Config",
     "DatabaseConfig",

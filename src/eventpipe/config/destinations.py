@@ -40,9 +40,9 @@ class DestinationConfig(Section):
     """Whether a source's changes can be applied by key (``changes: apply``)."""
 
     type: str
-    """Destination type: ``duckdb``, ``postgres``, ``clickhouse``, ``parquet``,
-    ``iceberg``, ``delta`` or ``http`` (an ingestion API such as DataSet's addEvents,
-    docs/http.md)."""
+    """Destination type: ``duckdb``, ``postgres``, ``clickhouse``, ``snowflake``,
+    ``bigquery``, ``parquet``, ``iceberg``, ``delta``, ``http`` (an ingestion API such as
+    DataSet's addEvents, docs/http.md) or ``ga4``."""
     mode: Literal["batch", "stream"] = "batch"
     """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
     (duckdb, postgres, clickhouse, http): loaded within seconds, the log read as it is written."""
@@ -281,6 +281,33 @@ class SnowflakeConfig(TableDestinationConfig):
         return self
 
 
+class BigQueryConfig(TableDestinationConfig):
+    """A BigQuery dataset, through Google's own client (docs/destinations.md)."""
+
+    applies_changes = False  # not built yet: changes: append
+
+    type: Literal["bigquery"] = "bigquery"
+    """The type: ``bigquery``."""
+    project: str = Field(min_length=1, max_length=64)
+    """The Google Cloud project the dataset and the jobs belong to."""
+    dataset: str = Field(min_length=1, max_length=1024, pattern=r"^[A-Za-z0-9_]+$")
+    """The dataset eventpipe creates its tables in (created if missing)."""
+    location: str = "US"
+    """Where the dataset is made (``US``, ``EU``, ``europe-west3``...), and its jobs run."""
+    credentials_file: str | None = None
+    """A service account's JSON key file. Absent: Google's application default
+    credentials (``GOOGLE_APPLICATION_CREDENTIALS``, the metadata server)."""
+    query_credentials_file: str | None = None
+    """The service account ``eventpipe query`` runs as: one granted only
+    ``roles/bigquery.dataViewer`` and ``jobUser`` (docs/destinations.md). Absent: the
+    loads' credentials, with statements other than reads refused."""
+    endpoint: str | None = None
+    """BigQuery's API at another address (a private endpoint, or a stand-in in tests:
+    without credentials it is then called anonymously)."""
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    """How long one job (a load, a merge) may take before the run stops to retry it."""
+
+
 class ParquetConfig(TableDestinationConfig):
     """A lake of Parquet files, a directory per table."""
 
@@ -508,6 +535,7 @@ AnyDestination = Annotated[
     | PostgresConfig
     | ClickHouseConfig
     | SnowflakeConfig
+    | BigQueryConfig
     | ParquetConfig
     | IcebergConfig
     | DeltaConfig

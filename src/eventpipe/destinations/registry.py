@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import (
     TYPES,
+    BigQueryConfig,
     ClickHouseConfig,
     Config,
     DatabaseConfig,
@@ -151,6 +152,17 @@ def _open_snowflake(dest_id: str, dest: SnowflakeConfig, config: Config, lent: R
     )  # fmt: skip
 
 
+def _open_bigquery(dest_id: str, dest: BigQueryConfig, config: Config, lent: Resources) -> Opened:
+    from eventpipe.destinations.bigquery import BigQueryDestination
+
+    return BigQueryDestination(
+        dest_id, lent.locks, project=dest.project, dataset=dest.dataset,
+        location=dest.location, credentials_file=dest.credentials_file,
+        query_credentials_file=dest.query_credentials_file, endpoint=dest.endpoint,
+        timeout_seconds=dest.timeout_seconds,
+    )  # fmt: skip
+
+
 def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
@@ -234,6 +246,7 @@ KINDS: dict[str, Kind] = {
     "postgres": Kind(PostgresConfig, _open_postgres, _always),
     "clickhouse": Kind(ClickHouseConfig, _open_clickhouse, _always),
     "snowflake": Kind(SnowflakeConfig, _open_snowflake, _always),
+    "bigquery": Kind(BigQueryConfig, _open_bigquery, _always),
     "parquet": Kind(ParquetConfig, _open_parquet, _local_day_partitions),
     "iceberg": Kind(IcebergConfig, _open_iceberg, _always),
     "delta": Kind(DeltaConfig, _open_delta, _always),

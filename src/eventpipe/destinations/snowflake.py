@@ -62,8 +62,9 @@ from eventpipe.destinations.base import (
     table_lock,
 )
 from eventpipe.destinations.changes import are_changes
+from eventpipe.destinations.converted import beside, converted_rows
 from eventpipe.destinations.snowflake_query import check_query
-from eventpipe.destinations.snowflake_rows import beside, converted_rows, duckdb_type, fits
+from eventpipe.destinations.snowflake_rows import duckdb_type, fits
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
 from eventpipe.schema.dialects import SNOWFLAKE, TIMESTAMP_COLUMN
@@ -383,7 +384,7 @@ class SnowflakeDestination:
                 files = list(request.files)
                 if not fits(files, {c: types[c] for c in request.columns}):
                     converted = Path(work) / f"{path}.parquet"
-                    rejected = converted_rows(request, types, converted)
+                    rejected = converted_rows(request, types, converted, "snowflake")
                     files = [converted] if converted.exists() else []
                 where = self._put(db, files, path)
             left_out = tuple(sorted(rejected.items()))

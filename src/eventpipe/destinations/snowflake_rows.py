@@ -1,22 +1,12 @@
 """A Snowflake load's files: the staged Parquet files as they are when their types fit
 the table's columns (:func:`fits`), otherwise converted by an in-memory DuckDB to the
-columns' types, the rows whose values do not convert left out with the reason
-(:func:`converted_rows`)."""
+columns' types (destinations/converted.py), the rows whose values do not convert left
+out with the reason."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-
-from eventpipe.destinations.base import LoadRequest, duckdb_casts
-from eventpipe.errors import TerminalError, first_line
-from eventpipe.schema.dialects import DUCKDB
-
-
-def beside(request: LoadRequest) -> str | None:
-    """Where a load's converted file is written: beside the staged files (the run's
-    work directory), not wherever the system keeps temporary files."""
-    return str(request.files[0].parent) if request.files else None
 
 
 def duckdb_type(sql_type: str, precision: Any, scale: Any) -> str:
@@ -98,43 +88,3 @@ def _takes(duckdb_type: str, arrow_type: Any) -> bool:
             digits = arrow_type.precision - arrow_type.scale
             return bool(arrow_type.scale <= scale and digits <= precision - scale)
     return False
-
-
-def converted_rows(request: LoadRequest, types: dict[str, str], out: Path) -> dict[int, str]:
-    """The batch's rows, each of ``request.columns`` converted by DuckDB to ``types``
-    (column -> DuckDB type), written to ``out`` (nothing when no row is left); the rows
-    left out: position across the files -> why."""
-    import duckdb
-
-    from eventpipe.destinations.duckdb import file_offsets
-
-    files = [str(f) for f in request.files]
-    if not files:
-        return {}
-    q = DUCKDB.quote
-    wanted = {c: types[c] for c in request.columns}
-    casts, why = duckdb_casts(wanted)
-    try:
-        offsets = file_offsets(files)
-    except Exception as exc:  # noqa: BLE001 - pyarrow's errors for a file that is not Parquet
-        raise TerminalError(f"snowflake: a staged file is not Parquet: {first_line(exc)}") from None
-    db = duckdb.connect()
-    try:
-        db.execute("SET TimeZone = 'UTC'")
-        db.execute(
-            f"CREATE TABLE batch AS SELECT {casts}, {why} AS why, "
-            "filename, file_row_number FROM read_parquet($files, union_by_name = true, "
-            "filename = true, file_row_number = true)",
-            {"files": files},
-        )
-        refused = db.execute(
-            "SELECT filename, file_row_number, why FROM batch WHERE why <> ''"
-        ).fetchall()
-        (kept,) = db.execute("SELECT count(*) FROM batch WHERE why = ''").fetchone() or (0,)
-        if kept:
-            listed = ", ".join(q(c) for c in wanted)
-            db.execute(f"COPY (SELECT {listed} FROM batch WHERE why = '') TO $out "
-                       "(FORMAT parquet)", {"out": str(out)})  # fmt: skip
-    finally:
-        db.close()
-    return {offsets[str(name)] + int(row): f"snowflake: {why}" for name, row, why in refused}

@@ -47,6 +47,13 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
                                   catalog, "warehouse")  # fmt: skip
     if kind == "delta":
         return DeltaDestination("warehouse", tmp_path / "delta", FileLocks(tmp_path / "locks"))
+    if kind == "bigquery":  # bqemulator, through Google's own client
+        from eventpipe.destinations.bigquery import BigQueryDestination
+
+        server = request.getfixturevalue("bigquery_server")
+        settings = server.settings(request.getfixturevalue("bigquery_dataset"))
+        del settings["type"]
+        return BigQueryDestination("warehouse", FileLocks(tmp_path / "locks"), **settings)
     if kind.endswith("-s3"):  # the lakes on moto's S3 server, through eventpipe's own client
         return _on_s3(kind.removesuffix("-s3"), request, tmp_path)
     if kind == "parquet-uri":  # Spark's writer through the Hadoop FileSystem (file://)
@@ -88,6 +95,7 @@ def _on_s3(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Destina
         "clickhouse",
         "clickhouse-today",
         "snowflake",
+        "bigquery",
         "parquet",
         "parquet-uri",
         "parquet-s3",
@@ -108,6 +116,7 @@ def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
         "clickhouse",
         "clickhouse-today",
         "snowflake",
+        "bigquery",
         "iceberg",
         "iceberg-s3",
         "delta",

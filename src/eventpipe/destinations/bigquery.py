@@ -1,0 +1,540 @@
+"""BigQuery (``type: bigquery``): the destination protocol through Google's own client
+(``google-cloud-bigquery``, the ``bigquery`` extra).
+
+* **Tables** in the configured dataset (created if missing, in ``location``), typed by
+  seed 1's BigQuery column (schema.dialects.BIGQUERY: ``STRING``, ``FLOAT``,
+  ``INTEGER``, ``BIGNUMERIC`` for integers beyond 64 bits, ``BOOLEAN``, ``TIMESTAMP``),
+  partitioned by the day of ``_timestamp`` when they have it. With ``primary_key`` the
+  table is clustered by the key, the key is declared (BigQuery does not enforce it: the
+  loads do), and each key column's description says its place in the key, which is what
+  :meth:`describe` reads back.
+* **Patching** adds columns by a schema update (BigQuery's own, never a rewrite), under
+  the table lock of the data directory.
+* **A load**, under the same lock:
+
+  1. the batch's record in ``_eventpipe_loads`` is looked up: found, nothing loads;
+  2. an in-memory DuckDB converts the staged rows to the columns' types into one Parquet
+     file (destinations/converted.py: a row with a value that does not convert is left
+     out with the reason);
+  3. a load job puts the file in a stage table of the batch's own
+     (``_eventpipe_stage_<key>``, replaced whole: a retried job writes the same table);
+  4. one multi-statement transaction moves the stage's rows into the table (with a key,
+     each key's newest row by ``MERGE``, a row already newer kept) and writes the
+     batch's record; then the stage table is dropped.
+
+  A crash before the ``COMMIT`` leaves the table as it was; a rerun loads the stage again.
+* **Days replaced** (``eventpipe reprocess``): one transaction deletes the days' rows and
+  moves the shadows' rows in, with its record; the shadows are dropped after it.
+* **A source's changes** applied by key are not built for BigQuery yet: refused at the
+  config check, as for Snowflake.
+* **Errors**: BigQuery's 5xx, throttling (429, ``rateLimitExceeded``,
+  ``quotaExceeded``), a job past ``timeout_seconds`` and a network that fails are
+  transient (the client retries within the request's deadline first); credentials
+  refused stop with a configuration error; every other error is terminal for the batch,
+  with BigQuery's message.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import tempfile
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from eventpipe import reserved
+from eventpipe.destinations.base import (
+    ALL_SWAPPED,
+    QUERY_TIMEOUT_SECONDS,
+    DaySwap,
+    LoadRequest,
+    LoadResult,
+    delete_days,
+    table_lock,
+)
+from eventpipe.destinations.changes import are_changes
+from eventpipe.destinations.converted import beside, converted_rows
+from eventpipe.destinations.snowflake_query import check_query
+from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
+from eventpipe.locks import Locks
+from eventpipe.schema.dialects import BIGQUERY, TIMESTAMP_COLUMN
+from eventpipe.schema.diff import Table, TablePatch
+from eventpipe.schema.types import DataType
+
+if TYPE_CHECKING:
+    from google.cloud import bigquery
+
+LOADS_TABLE = reserved.LOADS_TABLE
+STAGE_TABLE_PREFIX = "_eventpipe_stage_"
+RETRY_SECONDS = 60.0
+"""How long one API call retries (5xx, throttling, a connection refused) before the
+destination calls the error transient: the run then resumes with its own backoff."""
+KEY_DESCRIPTION = "eventpipe primary key, column {} of {}"
+"""A key column's description: its place in the key (from 1) and the key's length."""
+
+_TYPES = {
+    DataType.STRING: "STRING",
+    DataType.FLOAT64: "FLOAT",
+    DataType.INT64: "INTEGER",
+    DataType.INT128: "BIGNUMERIC",
+    DataType.BOOL: "BOOLEAN",
+    DataType.TIMESTAMP: "TIMESTAMP",
+}
+_LATTICE = {
+    "STRING": DataType.STRING, "JSON": DataType.STRING, "BYTES": DataType.STRING,
+    "FLOAT": DataType.FLOAT64, "FLOAT64": DataType.FLOAT64, "NUMERIC": DataType.FLOAT64,
+    "INTEGER": DataType.INT64, "INT64": DataType.INT64,
+    "BIGNUMERIC": DataType.INT128, "BIGDECIMAL": DataType.INT128,
+    "BOOLEAN": DataType.BOOL, "BOOL": DataType.BOOL,
+    "TIMESTAMP": DataType.TIMESTAMP, "DATETIME": DataType.TIMESTAMP, "DATE": DataType.TIMESTAMP,
+}  # fmt: skip
+"""BigQuery's types back to the lattice (what someone else made is read as its nearest)."""
+_DUCKDB = {
+    DataType.STRING: "VARCHAR",
+    DataType.FLOAT64: "DOUBLE",
+    DataType.INT64: "BIGINT",
+    DataType.INT128: "DECIMAL(38,0)",
+    DataType.BOOL: "BOOLEAN",
+    DataType.TIMESTAMP: "TIMESTAMPTZ",  # Parquet's instant in UTC: BigQuery's TIMESTAMP
+}
+"""The DuckDB type each column's values are converted to before the load."""
+_THROTTLED = {"rateLimitExceeded", "quotaExceeded", "backendError", "internalError",
+              "jobBackendError", "jobInternalError"}  # fmt: skip
+
+
+class BigQueryDestination:
+    dialect = BIGQUERY
+    parallel_loads = 2
+    """Tables of a batch loaded at once (the client is shared: it is thread-safe)."""
+
+    def __init__(
+        self,
+        destination_id: str,
+        locks: Locks,
+        *,
+        project: str,
+        dataset: str,
+        location: str = "US",
+        credentials_file: str | None = None,
+        query_credentials_file: str | None = None,
+        endpoint: str | None = None,
+        timeout_seconds: float = 300.0,
+    ) -> None:
+        self.id = destination_id
+        self.locks = locks
+        self.project = project
+        self.dataset = dataset
+        self.location = location
+        self.credentials_file = credentials_file
+        self.query_credentials_file = query_credentials_file
+        self.endpoint = endpoint
+        self.timeout_seconds = timeout_seconds
+        self._clients: dict[str | None, bigquery.Client] = {}
+        self._call: dict[str, Any] = {"timeout": timeout_seconds}
+        """Each API call's deadline and retries (set with the client: the library's own
+        retry waits up to 10 minutes for a server that does not answer)."""
+        self._job_retry: Any = None
+        self._lock = threading.Lock()
+        self._ready = False
+
+    def __repr__(self) -> str:
+        return f"BigQueryDestination({self.id!r}, {self.project}.{self.dataset})"
+
+    # -- the client ---------------------------------------------------------------------
+
+    def _client(self, credentials_file: str | None = None) -> bigquery.Client:
+        """The client (one per credentials, made once): the credentials file's service
+        account, Google's application default credentials, or none for an ``endpoint``
+        without credentials (a stand-in)."""
+        import os
+
+        try:
+            from google.api_core.client_options import ClientOptions
+            from google.cloud import bigquery
+        except ImportError:
+            raise ConfigError(
+                f"{self.id}: Google's BigQuery client is not installed",
+                fix="pip install 'eventpipe[bigquery]'",
+            ) from None
+        key = credentials_file or self.credentials_file
+        with self._lock:
+            if key in self._clients:
+                return self._clients[key]
+            credentials: Any = None
+            if key is not None:
+                from google.oauth2 import service_account
+
+                try:
+                    credentials = service_account.Credentials.from_service_account_file(key)  # type: ignore[no-untyped-call]
+                except (OSError, ValueError) as exc:
+                    raise ConfigError(
+                        f"{self.id}: the credentials file {key} cannot be read: {first_line(exc)}",
+                        fix="name a service account's JSON key file",
+                    ) from None
+            elif self.endpoint and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
+                from google.auth.credentials import AnonymousCredentials
+
+                credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
+            from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY
+
+            self._call["retry"] = DEFAULT_RETRY.with_timeout(RETRY_SECONDS)
+            self._job_retry = DEFAULT_JOB_RETRY.with_timeout(self.timeout_seconds)
+            options = ClientOptions(api_endpoint=self.endpoint) if self.endpoint else None
+            client = bigquery.Client(project=self.project, credentials=credentials,
+                                     location=self.location, client_options=options)  # fmt: skip
+            self._clients[key] = client
+            return client
+
+    @contextmanager
+    def _errors(self, table: str | None = None) -> Iterator[None]:
+        """Google's errors as eventpipe's: transient, configuration or terminal."""
+        from google.api_core import exceptions as google
+        from google.auth import exceptions as auth
+
+        where = f"{self.id}.{table}" if table else self.id
+        try:
+            yield
+        except (google.Unauthorized, auth.GoogleAuthError) as exc:
+            raise ConfigError(
+                f"BigQuery refused {where}'s credentials: {first_line(exc)}",
+                fix="check credentials_file (or GOOGLE_APPLICATION_CREDENTIALS) and its roles",
+            ) from None
+        except google.GoogleAPICallError as exc:
+            reasons = {str(e.get("reason")) for e in getattr(exc, "errors", None) or []}
+            code = int(exc.code or 0) if isinstance(exc.code, int) else 0
+            message = f"bigquery ({where}): {first_line(exc)}"
+            if code == 429 or code >= 500 or reasons & _THROTTLED:
+                raise TransientError(message, table=table) from exc
+            if code == 403 and "accessDenied" in reasons:
+                raise ConfigError(message, fix="grant the service account the roles "
+                                  "docs/destinations.md lists") from None  # fmt: skip
+            raise TerminalError(message, table=table) from exc
+        except (google.RetryError, ConnectionError, TimeoutError) as exc:
+            raise TransientError(f"bigquery ({where}): {first_line(exc)}", table=table) from exc
+        except OSError as exc:  # requests' connection errors are OSErrors
+            raise TransientError(f"bigquery ({where}): {first_line(exc)}", table=table) from exc
+
+    def _ref(self, table: str) -> str:
+        return f"{self.project}.{self.dataset}.{table}"
+
+    def _name(self, table: str) -> str:
+        """A table's name in SQL (quoted)."""
+        return self.dialect.quote(self._ref(table))
+
+    def _run(self, sql: str, table: str | None = None, **parameters: Any) -> Any:
+        """Run ``sql`` (a script, maybe) as one query job within ``timeout_seconds``; its
+        rows. Parameters are named (``@name``), typed from their Python values."""
+        from google.cloud import bigquery
+
+        config = bigquery.QueryJobConfig(
+            default_dataset=f"{self.project}.{self.dataset}",
+            query_parameters=[_parameter(bigquery, n, v) for n, v in parameters.items()],
+        )
+        with self._errors(table):
+            job = self._client().query(sql, job_config=config, **self._call,
+                                       job_retry=self._job_retry)  # fmt: skip
+            return job.result(**self._call)
+
+    def _ensure_ready(self) -> None:
+        """The dataset and the loads table, once per destination object."""
+        if self._ready:
+            return
+        from google.cloud import bigquery
+
+        client = self._client()
+        with self._errors():
+            dataset = bigquery.Dataset(f"{self.project}.{self.dataset}")
+            dataset.location = self.location
+            client.create_dataset(dataset, exists_ok=True, **self._call)
+            loads = bigquery.Table(self._ref(LOADS_TABLE), schema=[
+                bigquery.SchemaField("batch_id", "STRING"),
+                bigquery.SchemaField("tbl", "STRING"),
+                bigquery.SchemaField("rows", "INTEGER"),
+                bigquery.SchemaField("rejected", "STRING"),
+                bigquery.SchemaField("loaded_at", "TIMESTAMP"),
+            ])  # fmt: skip
+            client.create_table(loads, exists_ok=True, **self._call)
+        self._ready = True
+
+    # -- tables -------------------------------------------------------------------------
+
+    def describe(self, table: str) -> Table | None:
+        self._ensure_ready()
+        return self._describe(table)
+
+    def _get(self, table: str) -> Any:
+        from google.api_core.exceptions import NotFound
+
+        with self._errors(table):
+            try:
+                return self._client().get_table(self._ref(table), **self._call)
+            except NotFound:
+                return None
+
+    def _describe(self, table: str) -> Table | None:
+        found = self._get(table)
+        if found is None:
+            return None
+        columns = {f.name: _LATTICE.get(f.field_type.upper(), DataType.STRING)
+                   for f in found.schema}  # fmt: skip
+        return Table(table, columns, _key_of(found.schema))
+
+    def patch(self, patch: TablePatch) -> None:
+        if patch.empty:
+            return
+        from google.cloud import bigquery
+
+        self._ensure_ready()
+        with table_lock(self.locks, self.id, patch.table):
+            current = self._get(patch.table)  # again, under the lock
+            client = self._client()
+            if current is None:
+                key = patch.set_primary_key
+                made = bigquery.Table(self._ref(patch.table), schema=[
+                    _field(bigquery, c, t, key) for c, t in patch.add_columns
+                ])  # fmt: skip
+                if any(c == TIMESTAMP_COLUMN for c, _ in patch.add_columns):
+                    made.time_partitioning = bigquery.TimePartitioning(field=TIMESTAMP_COLUMN)
+                if key:
+                    from google.cloud.bigquery.table import PrimaryKey, TableConstraints
+
+                    made.clustering_fields = list(key[:4])  # BigQuery clusters by four
+                    made.table_constraints = TableConstraints(
+                        primary_key=PrimaryKey(columns=list(key)), foreign_keys=None
+                    )
+                with self._errors(patch.table):
+                    client.create_table(made, exists_ok=True, **self._call)
+                return
+            present = {f.name for f in current.schema}
+            new = [_field(bigquery, c, t, ()) for c, t in patch.add_columns if c not in present]
+            if new:
+                current.schema = [*current.schema, *new]
+                with self._errors(patch.table):
+                    client.update_table(current, ["schema"], **self._call)
+
+    def tables(self) -> list[str]:
+        """The dataset's tables, but eventpipe's own and the loads' stage tables."""
+        self._ensure_ready()
+        with self._errors():
+            listed = self._client().list_tables(f"{self.project}.{self.dataset}",
+                                                **self._call)  # fmt: skip
+            names = sorted(t.table_id for t in listed)
+        return [n for n in names if not n.startswith(STAGE_TABLE_PREFIX) and n != LOADS_TABLE]
+
+    def drop(self, tables: list[str]) -> None:
+        self._ensure_ready()
+        for table in tables:
+            with self._errors(table):
+                self._client().delete_table(self._ref(table), not_found_ok=True,
+                                            **self._call)  # fmt: skip
+
+    # -- loads --------------------------------------------------------------------------
+
+    def load(self, request: LoadRequest) -> LoadResult:
+        if request.apply_changes or are_changes(request.columns):
+            raise TerminalError(
+                f"{self.id}.{request.table}: a source's changes are not applied by key on "
+                "BigQuery yet",
+                fix="set changes: append on this destination (every change a row)",
+                table=request.table,
+            )
+        self._ensure_ready()
+        with table_lock(self.locks, self.id, request.table):
+            done = list(self._run(
+                f"SELECT rows, rejected FROM {self._name(LOADS_TABLE)} "
+                "WHERE batch_id = @batch AND tbl = @tbl",
+                request.table, batch=request.batch_id, tbl=request.table,
+            ))  # fmt: skip
+            if done:
+                rows, reasons = done[0]
+                left_out = tuple((int(i), str(why)) for i, why in json.loads(reasons or "[]"))
+                return LoadResult(rows=int(rows), already_loaded=True, rejected=left_out)
+            current = self._describe(request.table)
+            if current is None:
+                raise TerminalError(f"{self.id}.{request.table} does not exist",
+                                    table=request.table)  # fmt: skip
+            missing = [c for c in request.columns if c not in current.columns]
+            if missing:
+                raise TerminalError(f"{self.id}.{request.table} has no column {missing[0]!r}",
+                                    table=request.table)  # fmt: skip
+            key = hashlib.sha1(f"{request.table}\0{request.batch_id}".encode()).hexdigest()[:16]
+            stage = STAGE_TABLE_PREFIX + key
+            types = {c: _DUCKDB[current.columns[c]] for c in request.columns}
+            with tempfile.TemporaryDirectory(prefix="eventpipe-bigquery-",
+                                             dir=beside(request)) as work:  # fmt: skip
+                converted = Path(work) / "rows.parquet"
+                rejected = converted_rows(request, types, converted, "bigquery")
+                self._stage(stage, current, request, converted if converted.exists() else None)
+            left_out = tuple(sorted(rejected.items()))
+            try:
+                rows = self._commit(request, stage, left_out)
+            finally:
+                self.drop([stage])
+        return LoadResult(rows=rows, rejected=left_out)
+
+    def _stage(self, stage: str, table: Table, request: LoadRequest, file: Path | None) -> None:
+        """The batch's converted rows as the table ``stage`` (replaced whole), in the
+        request's columns with the table's types; empty without a file."""
+        from google.cloud import bigquery
+
+        client = self._client()
+        schema = [_field(bigquery, c, table.columns[c], ()) for c in request.columns]
+        with self._errors(request.table):
+            client.delete_table(self._ref(stage), not_found_ok=True, **self._call)
+            client.create_table(bigquery.Table(self._ref(stage), schema=schema),
+                                **self._call)  # fmt: skip
+            if file is None:
+                return
+            config = bigquery.LoadJobConfig(
+                source_format=bigquery.SourceFormat.PARQUET, schema=schema,
+                write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
+            )  # fmt: skip
+            with file.open("rb") as data:
+                job = client.load_table_from_file(data, self._ref(stage), job_config=config,
+                                                  timeout=self.timeout_seconds)  # fmt: skip
+            job.result(**self._call)
+
+    def _commit(self, request: LoadRequest, stage: str, left_out: tuple[Any, ...]) -> int:
+        """One transaction: the stage's rows into the table (by key: ``MERGE``, the newest
+        wins) and the batch's record; the rows (or keys) the batch brought."""
+        (count,) = next(iter(self._run(_count(self._name(stage), request), request.table)))
+        move = _move(self.dialect.quote, self._name(request.table), self._name(stage), request)
+        reasons = json.dumps([list(r) for r in left_out])
+        # Literals, not parameters: a script's statements take none in every server.
+        self._run(
+            f"BEGIN TRANSACTION; {move}; INSERT INTO {self._name(LOADS_TABLE)} "
+            "(batch_id, tbl, rows, rejected, loaded_at) VALUES ("
+            f"{_text(request.batch_id)}, {_text(request.table)}, {int(count)}, "
+            f"{_text(reasons)}, CURRENT_TIMESTAMP()); COMMIT TRANSACTION;",
+            request.table,
+        )  # fmt: skip
+        return int(count)
+
+    # -- days replaced ------------------------------------------------------------------
+
+    def replace_days(self, swap: DaySwap) -> dict[str, int]:
+        """Delete the rows of ``swap.days`` from ``swap.tables`` and move the shadows'
+        rows in (by key with a primary key), in one transaction recorded under
+        ``swap.swap_id``; the shadows dropped after it. The rows moved in per table."""
+        self._ensure_ready()
+        loads = self._name(LOADS_TABLE)
+        done = list(self._run(f"SELECT tbl, rows FROM {loads} WHERE batch_id = @swap",
+                              swap=swap.swap_id))  # fmt: skip
+        if done:
+            self.drop(sorted(swap.shadows.values()))
+            return {str(t): int(n) for t, n in done if t != ALL_SWAPPED}
+        described = {t: self._describe(t) for t in {*swap.tables, *swap.shadows.values()}}
+        statements: list[str] = []
+        q = self.dialect.quote
+
+        def delete(table: str, where: str) -> None:
+            statements.append(f"DELETE FROM {self._name(table)} WHERE {where}")
+
+        delete_days(swap, q, described.get, delete, self.id)
+        moved: dict[str, int] = {}
+        for table, shadow in sorted(swap.shadows.items()):
+            current = described.get(shadow)
+            if current is None:
+                continue
+            request = LoadRequest(table, swap.swap_id, (), current.columns, swap.primary_key)
+            (count,) = next(iter(self._run(_count(self._name(shadow), request), table)))
+            moved[table] = int(count)
+            statements.append(_move(q, self._name(table), self._name(shadow), request))
+        for table, count in [*moved.items(), (ALL_SWAPPED, 0)]:
+            statements.append(
+                f"INSERT INTO {loads} (batch_id, tbl, rows, loaded_at) VALUES "
+                f"({_text(swap.swap_id)}, {_text(table)}, {count}, CURRENT_TIMESTAMP())"
+            )
+        self._run("BEGIN TRANSACTION; " + "; ".join(statements) + "; COMMIT TRANSACTION;")
+        self.drop(sorted(swap.shadows.values()))
+        return moved
+
+    # -- reads --------------------------------------------------------------------------
+
+    def query(
+        self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
+    ) -> tuple[list[str], list[tuple[Any, ...]]]:
+        """Run one read (parsed with sqlglot's BigQuery dialect) with the dataset as the
+        default, as ``query_credentials_file``'s account when configured, stopped after
+        ``timeout_seconds``; column names and rows."""
+        from google.cloud import bigquery
+
+        check_query(sql, "bigquery")
+        config = bigquery.QueryJobConfig(default_dataset=f"{self.project}.{self.dataset}")
+        client = self._client(self.query_credentials_file)
+        try:
+            with self._errors():
+                job = client.query(sql.strip().rstrip(";"), job_config=config,
+                                   timeout=timeout_seconds, retry=self._call["retry"])  # fmt: skip
+                try:
+                    result = job.result(timeout=timeout_seconds)
+                except TimeoutError:
+                    job.cancel()
+                    raise QueryError(f"the query ran longer than query_timeout_seconds "
+                                     f"({timeout_seconds:g})") from None  # fmt: skip
+                names = [f.name for f in result.schema]
+                return names, [tuple(row.values()) for row in result]
+        except (TerminalError, TransientError) as exc:
+            raise QueryError(exc.message) from None
+
+
+def _field(bigquery: Any, column: str, data_type: DataType, key: tuple[str, ...]) -> Any:
+    """A column's schema field; a key column's description says its place in the key."""
+    description = None
+    if column in key:
+        description = KEY_DESCRIPTION.format(key.index(column) + 1, len(key))
+    return bigquery.SchemaField(column, _TYPES[data_type], description=description)
+
+
+def _key_of(schema: Any) -> tuple[str, ...]:
+    """The primary key the columns' descriptions say (:data:`KEY_DESCRIPTION`)."""
+    import re
+
+    pattern = re.compile(r"^eventpipe primary key, column (\d+) of (\d+)$")
+    found = sorted((int(m[1]), f.name) for f in schema if (m := pattern.match(f.description or "")))
+    return tuple(name for _, name in found)
+
+
+def _count(source: str, request: LoadRequest) -> str:
+    """SQL counting what a batch brings: its rows, or its keys."""
+    if not request.primary_key:
+        return f"SELECT count(*) FROM {source}"
+    keys = ", ".join(BIGQUERY.quote(c) for c in request.primary_key)
+    return f"SELECT count(*) FROM (SELECT DISTINCT {keys} FROM {source})"
+
+
+def _move(q: Any, target: str, source: str, request: LoadRequest) -> str:
+    """SQL moving ``source``'s rows into ``target``: an insert; with a key, a ``MERGE``
+    of each key's newest row that keeps a row already newer."""
+    columns = [q(c) for c in request.columns]
+    listed = ", ".join(columns)
+    if not request.primary_key:
+        return f"INSERT INTO {target} ({listed}) SELECT {listed} FROM {source}"
+    keys = [q(c) for c in request.primary_key]
+    ts = q(TIMESTAMP_COLUMN)
+    has_ts = TIMESTAMP_COLUMN in request.columns
+    order = f"{ts} DESC NULLS LAST" if has_ts else "1"
+    newest = (f"SELECT * FROM {source} WHERE true QUALIFY ROW_NUMBER() OVER "
+              f"(PARTITION BY {', '.join(keys)} ORDER BY {order}) = 1")  # fmt: skip
+    on = " AND ".join(f"t.{k} = s.{k}" for k in keys)
+    newer = f" AND (s.{ts} >= t.{ts} OR t.{ts} IS NULL OR s.{ts} IS NULL)" if has_ts else ""
+    update = ", ".join(f"{c} = s.{c}" for c in columns)
+    values = ", ".join(f"s.{c}" for c in columns)
+    return (
+        f"MERGE {target} AS t USING ({newest}) AS s ON {on} "
+        f"WHEN MATCHED{newer} THEN UPDATE SET {update} "
+        f"WHEN NOT MATCHED THEN INSERT ({listed}) VALUES ({values})"
+    )
+
+
+def _parameter(bigquery: Any, name: str, value: Any) -> Any:
+    kind = "INT64" if isinstance(value, int) else "STRING"
+    return bigquery.ScalarQueryParameter(name, kind, value)
+
+
+def _text(value: str) -> str:
+    """A BigQuery string literal (raw strings cannot end in a backslash: escaped instead)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

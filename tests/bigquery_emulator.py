@@ -1,0 +1,55 @@
+"""bqemulator as the BigQuery tests start it (run by .venv-bigquery's Python:
+tests/bigquery.py), with two changes to the emulator, both for what DuckDB cannot do:
+
+* no spatial extension: bqemulator loads it at start for GEOGRAPHY, and it cannot be
+  downloaded here (eventpipe writes no GEOGRAPHY column);
+* BIGNUMERIC as DECIMAL(38, 0): bqemulator maps it to DECIMAL(76, 38), which no DuckDB
+  release takes (38 digits at most); eventpipe's BIGNUMERIC columns hold integers of
+  at most 38 digits (INT128);
+* a table's schema updated through the API (``tables.patch``/``update``, how eventpipe
+  adds columns, as BigQuery's clients do) gets its new columns in storage too, as in
+  BigQuery: bqemulator changed its catalog only, and a load into the new column failed.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from bqemulator.api.routes.tables import _field_to_rest
+from bqemulator.catalog.duckdb_repository import DuckDBCatalogRepository
+from bqemulator.catalog.memory_repository import MemoryCatalogRepository
+from bqemulator.cli import main
+from bqemulator.storage import engine, type_map
+from bqemulator.storage.sql_identifiers import quoted_table_ref
+from bqemulator.storage.type_map import bq_schema_to_duckdb_columns
+
+
+def _no_spatial(self: object) -> None:
+    return None
+
+
+def _altering(update: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def update_table(self: Any, table: Any) -> Any:
+        before = self.get_table(table.project_id, table.dataset_id, table.table_id)
+        result = update(self, table)
+        storage = getattr(self, "_engine", None)
+        if before is not None and storage is not None:
+            present = {f.name for f in before.schema_.fields}
+            added = [_field_to_rest(f) for f in table.schema_.fields if f.name not in present]
+            where = quoted_table_ref(table.project_id, table.dataset_id, table.table_id)
+            for name, kind in bq_schema_to_duckdb_columns(added) if added else []:
+                storage.execute(f'ALTER TABLE {where} ADD COLUMN "{name}" {kind}')
+        return result
+
+    return update_table
+
+
+engine.DuckDBEngine._load_spatial = _no_spatial  # type: ignore[method-assign]
+type_map._BQ_TO_DUCKDB["BIGNUMERIC"] = "DECIMAL(38, 0)"
+for repository in (DuckDBCatalogRepository, MemoryCatalogRepository):
+    repository.update_table = _altering(repository.update_table)  # type: ignore[method-assign]
+
+if __name__ == "__main__":
+    sys.exit(main(["start", *sys.argv[1:]]))

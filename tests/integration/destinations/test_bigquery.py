@@ -1,0 +1,182 @@
+"""The BigQuery destination against a stand-in that answers BigQuery's REST API
+(bqemulator, tests/bigquery.py) through Google's own client: what the conformance suite
+does not ask of every destination. A load whose transaction fails after its rows went in
+leaves nothing and runs again once; days replaced in one transaction; tables partitioned
+by day and clustered by their key; ``eventpipe query`` kept to reads; Google's errors
+classified; no server."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from eventpipe.destinations.base import DaySwap, LoadRequest
+from eventpipe.destinations.bigquery import BigQueryDestination
+from eventpipe.destinations.snowflake_query import check_query
+from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError
+from eventpipe.locks import FileLocks
+from eventpipe.schema.diff import Table, diff
+from eventpipe.schema.types import DataType
+
+S, N, T = DataType.STRING, DataType.INT64, DataType.TIMESTAMP
+COLUMNS = {"id": S, "n": N, "_timestamp": T}
+
+
+@pytest.fixture
+def dest(bigquery_server: Any, bigquery_dataset: str, tmp_path: Path) -> BigQueryDestination:
+    settings = bigquery_server.settings(bigquery_dataset)
+    del settings["type"]
+    return BigQueryDestination("bq", FileLocks(tmp_path / "locks"), **settings)
+
+
+def _ensure(dest: BigQueryDestination, table: Table) -> None:
+    dest.patch(diff(dest.describe(table.name), table))
+
+
+def _rows(dest: BigQueryDestination, sql: str) -> list[tuple[Any, ...]]:
+    return dest.query(sql)[1]
+
+
+def _file(path: Path, rows: list[dict[str, Any]]) -> Path:
+    pq.write_table(pa.Table.from_pylist(rows), path)
+    return path
+
+
+@pytest.mark.parametrize("key", [(), ("id",)])
+def test_a_transaction_that_fails_after_its_rows_leaves_nothing_and_a_rerun_loads_once(
+    dest: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+    key: tuple[str, ...],
+) -> None:  # fmt: skip
+    from eventpipe.destinations import bigquery
+
+    _ensure(dest, Table("events", COLUMNS, key))
+    at = datetime(2026, 11, 21, 10)
+    rows = [{"id": f"e{i}", "n": i, "_timestamp": at} for i in range(500)]
+    request = LoadRequest("events", "b1", (_file(tmp_path / "a.parquet", rows),), COLUMNS, key)
+    moved = bigquery._move
+
+    def then_failing(*args: Any) -> str:  # the rows in, then an error: before the COMMIT
+        return moved(*args) + "; SELECT ERROR('cut inside the transaction')"
+
+    monkeypatch.setattr(bigquery, "_move", then_failing)
+    with pytest.raises(TerminalError, match="cut inside the transaction"):
+        dest.load(request)
+    monkeypatch.undo()
+    assert _rows(dest, "SELECT count(*) FROM events") == [(0,)]
+    assert _rows(dest, "SELECT count(*) FROM _eventpipe_loads") == [(0,)]
+    assert dest.tables() == ["events"]  # the stage table went with the attempt
+    assert dest.load(request).rows == 500
+    again = dest.load(request)
+    assert (again.rows, again.already_loaded) == (500, True)
+    assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
+        (500, 500, 500 * 499 // 2)
+    ]
+
+
+def test_a_keyed_table_is_partitioned_by_day_clustered_by_its_key_and_merged(
+    dest: BigQueryDestination, tmp_path: Path, bigquery_server: Any
+) -> None:
+    _ensure(dest, Table("users", {**COLUMNS, "plan": S}, ("id",)))
+    found = dest._client().get_table(dest._ref("users"))
+    assert (found.time_partitioning.field, found.clustering_fields) == ("_timestamp", ["id"])
+    first = _file(tmp_path / "1.parquet", [
+        {"id": "u1", "n": 1, "_timestamp": datetime(2026, 11, 20, 9), "plan": "free"},
+        {"id": "u2", "n": 2, "_timestamp": datetime(2026, 11, 20, 9), "plan": "free"},
+    ])  # fmt: skip
+    dest.load(LoadRequest("users", "b1", (first,), {**COLUMNS, "plan": S}, ("id",)))
+    second = _file(tmp_path / "2.parquet", [
+        {"id": "u1", "n": 10, "_timestamp": datetime(2026, 11, 21, 9), "plan": "pro"},
+        {"id": "u1", "n": 11, "_timestamp": datetime(2026, 11, 21, 8), "plan": "older"},
+        {"id": "u2", "n": 20, "_timestamp": datetime(2026, 11, 19, 9), "plan": "stale"},
+    ])  # fmt: skip
+    result = dest.load(LoadRequest("users", "b2", (second,), {**COLUMNS, "plan": S}, ("id",)))
+    assert result.rows == 2  # the keys the batch brought
+    assert _rows(dest, "SELECT id, n, plan FROM users ORDER BY id") == [
+        ("u1", 10, "pro"), ("u2", 2, "free")]  # fmt: skip
+
+
+def test_days_are_replaced_in_one_transaction_and_a_rerun_changes_nothing(
+    dest: BigQueryDestination, tmp_path: Path
+) -> None:
+    _ensure(dest, Table("events", COLUMNS))
+    days = [datetime(2026, 11, d, 12) for d in (20, 21, 22)]
+    rows = [{"id": f"e{i}", "n": i, "_timestamp": days[i % 3]} for i in range(30)]
+    dest.load(LoadRequest("events", "b1", (_file(tmp_path / "a.parquet", rows),), COLUMNS))
+    _ensure(dest, Table("_eventpipe_rp_1", COLUMNS))
+    rebuilt = [{"id": f"r{i}", "n": 100 + i, "_timestamp": days[1]} for i in range(4)]
+    dest.load(LoadRequest("_eventpipe_rp_1", "r1", (_file(tmp_path / "r.parquet", rebuilt),),
+                          COLUMNS))  # fmt: skip
+    swap = DaySwap("swap-1", ("2026-11-21",), ("events",), {"events": "_eventpipe_rp_1"})
+    assert dest.replace_days(swap) == {"events": 4}
+    assert dest.replace_days(swap) == {"events": 4}  # recorded: done once
+    assert _rows(dest, "SELECT count(*), countif(n >= 100) FROM events") == [(24, 4)]
+    assert dest.tables() == ["events"]
+
+
+@pytest.mark.parametrize(
+    ("sql", "refusal"),
+    [
+        ("DELETE FROM events WHERE true", "only reads"),
+        ("SELECT 1; DROP TABLE events", "one statement at a time"),
+        ("BEGIN TRANSACTION", "only reads"),
+        ("SELEC 1 FROM", "not a statement bigquery reads"),
+    ],
+)
+def test_query_refuses_what_is_not_a_read_before_sending_it(sql: str, refusal: str) -> None:
+    with pytest.raises(QueryError, match=refusal):
+        check_query(sql, "bigquery")
+
+
+def test_query_reads_and_says_the_servers_error(dest: BigQueryDestination) -> None:
+    _ensure(dest, Table("events", COLUMNS))
+    assert dest.query("SELECT count(*) AS n FROM events") == (["n"], [(0,)])
+    with pytest.raises(QueryError, match="bigquery"):
+        dest.query("SELECT nope FROM events")
+
+
+def test_googles_errors_are_transient_terminal_or_configuration(
+    dest: BigQueryDestination,
+) -> None:
+    from google.api_core import exceptions as google
+
+    def raised(exc: Exception) -> Exception:
+        try:
+            with dest._errors("events"):
+                raise exc
+        except Exception as found:  # noqa: BLE001 - the classification is the point
+            return found
+        raise AssertionError("nothing raised")
+
+    throttled = google.Forbidden("quota", errors=[{"reason": "rateLimitExceeded"}])
+    assert isinstance(raised(google.TooManyRequests("slow down")), TransientError)
+    assert isinstance(raised(google.ServiceUnavailable("down")), TransientError)
+    assert isinstance(raised(throttled), TransientError)
+    assert isinstance(raised(google.BadRequest("no such column")), TerminalError)
+    assert isinstance(raised(google.Unauthorized("who")), ConfigError)
+    denied = google.Forbidden("denied", errors=[{"reason": "accessDenied"}])
+    assert isinstance(raised(denied), ConfigError)
+
+
+def test_a_sources_changes_are_refused_and_no_server_is_transient(tmp_path: Path) -> None:
+    from tests.process import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    nowhere = BigQueryDestination("bq", FileLocks(tmp_path / "locks"), project="p",
+                                  dataset="d", endpoint=closed)  # fmt: skip
+    changes = LoadRequest("events", "b1", (), {"id": S, "_op": S}, ("id",), apply_changes=True)
+    with pytest.raises(TerminalError, match="not applied by key on BigQuery yet"):
+        nowhere.load(changes)
+    nowhere._call["timeout"] = 5
+    from eventpipe.destinations import bigquery
+
+    bigquery.RETRY_SECONDS, before = 2.0, bigquery.RETRY_SECONDS
+    try:
+        with pytest.raises(TransientError, match="bigquery"):
+            nowhere.describe("events")
+    finally:
+        bigquery.RETRY_SECONDS = before
