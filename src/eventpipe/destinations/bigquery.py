@@ -16,7 +16,7 @@
   2. an in-memory DuckDB converts the staged rows to the columns' types into one Parquet
      file (destinations/converted.py: a row with a value that does not convert is left
      out with the reason);
-  3. a load job puts the file in a stage table of the batch's own
+  3. a load job makes a stage table of the batch's own from the file
      (``_eventpipe_stage_<key>``, replaced whole: a retried job writes the same table);
   4. one multi-statement transaction moves the stage's rows into the table (with a key,
      each key's newest row by ``MERGE``, a row already newer kept) and writes the
@@ -367,51 +367,54 @@ class BigQueryDestination:
                                              dir=beside(request)) as work:  # fmt: skip
                 converted = Path(work) / "rows.parquet"
                 rejected = converted_rows(request, types, converted, "bigquery")
-                self._stage(stage, current, request, converted if converted.exists() else None)
-            left_out = tuple(sorted(rejected.items()))
+                left_out = tuple(sorted(rejected.items()))
+                if not converted.exists():  # no row to load: the record alone
+                    self._commit(request, None, 0, left_out)
+                    return LoadResult(rows=0, rejected=left_out)
+                count = _brought(converted, request.primary_key)
+                self._stage(stage, current, request, converted)
             try:
-                rows = self._commit(request, stage, left_out)
+                self._commit(request, stage, count, left_out)
             finally:
                 self.drop([stage])
-        return LoadResult(rows=rows, rejected=left_out)
+        return LoadResult(rows=count, rejected=left_out)
 
-    def _stage(self, stage: str, table: Table, request: LoadRequest, file: Path | None) -> None:
-        """The batch's converted rows as the table ``stage`` (replaced whole), in the
-        request's columns with the table's types; empty without a file."""
+    def _stage(self, stage: str, table: Table, request: LoadRequest, file: Path) -> None:
+        """The batch's converted rows as the table ``stage``, in the request's columns
+        with the table's types: one load job that makes it, or replaces it whole (a job
+        retried after a crash writes the same table)."""
         from google.cloud import bigquery
 
-        client = self._client()
         schema = [_field(bigquery, c, table.columns[c], ()) for c in request.columns]
-        with self._errors(request.table):
-            client.delete_table(self._ref(stage), not_found_ok=True, **self._call)
-            client.create_table(bigquery.Table(self._ref(stage), schema=schema),
-                                **self._call)  # fmt: skip
-            if file is None:
-                return
-            config = bigquery.LoadJobConfig(
-                source_format=bigquery.SourceFormat.PARQUET, schema=schema,
-                write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
-            )  # fmt: skip
-            with file.open("rb") as data:
-                job = client.load_table_from_file(data, self._ref(stage), job_config=config,
-                                                  timeout=self.timeout_seconds)  # fmt: skip
+        config = bigquery.LoadJobConfig(
+            source_format=bigquery.SourceFormat.PARQUET, schema=schema,
+            write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
+            create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
+        )  # fmt: skip
+        with self._errors(request.table), file.open("rb") as data:
+            job = self._client().load_table_from_file(
+                data, self._ref(stage), job_config=config, timeout=self.timeout_seconds
+            )
             job.result(**self._call)
 
-    def _commit(self, request: LoadRequest, stage: str, left_out: tuple[Any, ...]) -> int:
+    def _commit(
+        self, request: LoadRequest, stage: str | None, count: int, left_out: tuple[Any, ...]
+    ) -> None:
         """One transaction: the stage's rows into the table (by key: ``MERGE``, the newest
-        wins) and the batch's record; the rows (or keys) the batch brought."""
-        (count,) = next(iter(self._run(_count(self._name(stage), request), request.table)))
-        move = _move(self.dialect.quote, self._name(request.table), self._name(stage), request)
+        wins) and the batch's record, ``count`` the rows (or keys) it brought."""
+        move = ""
+        if stage is not None:
+            move = _move(self.dialect.quote, self._name(request.table), self._name(stage),
+                         request) + "; "  # fmt: skip
         reasons = json.dumps([list(r) for r in left_out])
         # Literals, not parameters: a script's statements take none in every server.
         self._run(
-            f"BEGIN TRANSACTION; {move}; INSERT INTO {self._name(LOADS_TABLE)} "
+            f"BEGIN TRANSACTION; {move}INSERT INTO {self._name(LOADS_TABLE)} "
             "(batch_id, tbl, rows, rejected, loaded_at) VALUES ("
-            f"{_text(request.batch_id)}, {_text(request.table)}, {int(count)}, "
+            f"{_text(request.batch_id)}, {_text(request.table)}, {count}, "
             f"{_text(reasons)}, CURRENT_TIMESTAMP()); COMMIT TRANSACTION;",
             request.table,
         )  # fmt: skip
-        return int(count)
 
     # -- days replaced ------------------------------------------------------------------
 
@@ -496,6 +499,19 @@ def _key_of(schema: Any) -> tuple[str, ...]:
     pattern = re.compile(r"^eventpipe primary key, column (\d+) of (\d+)$")
     found = sorted((int(m[1]), f.name) for f in schema if (m := pattern.match(f.description or "")))
     return tuple(name for _, name in found)
+
+
+def _brought(file: Path, key: tuple[str, ...]) -> int:
+    """The rows of a converted file, or its distinct keys (counted here, not by a query)."""
+    import duckdb
+
+    from eventpipe.schema.dialects import DUCKDB
+
+    keys = ", ".join(DUCKDB.quote(c) for c in key)
+    what = f"(SELECT DISTINCT {keys} FROM read_parquet($f))" if key else "read_parquet($f)"
+    with duckdb.connect() as db:
+        row = db.execute(f"SELECT count(*) FROM {what}", {"f": str(file)}).fetchone()
+    return int(row[0]) if row else 0
 
 
 def _count(source: str, request: LoadRequest) -> str:
