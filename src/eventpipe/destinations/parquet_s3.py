@@ -48,9 +48,12 @@ class S3ParquetDestination(ParquetDestination):
         work_dir: Path,
         partition_by: str = "day",
     ) -> None:
-        super().__init__(destination_id, Path(work_dir), locks, partition_by)
+        self.id = destination_id
+        self.locks = locks
+        self.partition_by = partition_by
         self.location = location
         self.work_dir = Path(work_dir)
+        """Where batches are written before their upload (the run's work directory)."""
 
     @cached_property
     def storage(self) -> ObjectStorage:
