@@ -242,13 +242,21 @@ class BigQueryDestination:
         """The dataset and the loads table, once per destination object."""
         if self._ready:
             return
+        from google.api_core.exceptions import NotFound
         from google.cloud import bigquery
 
         client = self._client()
         with self._errors():
-            dataset = bigquery.Dataset(f"{self.project}.{self.dataset}")
-            dataset.location = self.location
-            client.create_dataset(dataset, exists_ok=True, **self._call)
+            # Looked up first: a loader may read and write a dataset it cannot create.
+            try:
+                client.get_dataset(f"{self.project}.{self.dataset}", **self._call)
+            except NotFound:
+                dataset = bigquery.Dataset(f"{self.project}.{self.dataset}")
+                dataset.location = self.location
+                client.create_dataset(dataset, exists_ok=True, **self._call)
+            if self._get(LOADS_TABLE) is not None:
+                self._ready = True
+                return
             loads = bigquery.Table(self._ref(LOADS_TABLE), schema=[
                 bigquery.SchemaField("batch_id", "STRING"),
                 bigquery.SchemaField("tbl", "STRING"),
