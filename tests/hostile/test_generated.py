@@ -1,5 +1,6 @@
 """Generated hostile events, over HTTP, through the Spark job into DuckDB, PostgreSQL,
-ClickHouse (Debian's 18.16), Iceberg and Delta tables.
+ClickHouse (Debian's 18.16), Iceberg and Delta tables, and the stand-ins of Snowflake
+(fakesnow) and BigQuery (bqemulator).
 
 Hypothesis draws batches of events whose keys and values come from eventpipe's own names,
 SQL reserved words, ``_corrupt_record``, unicode (CJK, RTL, combining marks, emoji), NUL
@@ -115,13 +116,15 @@ def _body(items: list[dict[str, Any]], duplicate: bool) -> bytes:
     return ("[" + ",".join(parts) + "]").encode("utf-8", errors="surrogatepass")
 
 
-DESTINATIONS = ("warehouse", "pg", "ch", "ice", "delta")
+DESTINATIONS = ("warehouse", "pg", "ch", "ice", "delta", "sf", "bq")
 
 
 class Pipeline:
-    """One collector and five destinations for the whole suite; each example is a batch."""
+    """One collector and seven destinations for the whole suite; each example is a batch."""
 
-    def __init__(self, data: Path, dsn: str, schema: str, clickhouse: Any) -> None:
+    def __init__(
+        self, data: Path, dsn: str, schema: str, clickhouse: Any, snowflake: Any, bigquery: Any
+    ) -> None:
         destinations = {
             "warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"},
             "pg": {"type": "postgres", "dsn": dsn, "schema": schema,
@@ -130,6 +133,8 @@ class Pipeline:
                    "database": schema, "table_name_template": "{{ event_type }}"},
             "ice": {"type": "iceberg", "table_name_template": "{{ event_type }}"},
             "delta": {"type": "delta", "table_name_template": "{{ event_type }}"},
+            "sf": {**snowflake.settings(schema.upper()), "table_name_template": "{{ event_type }}"},
+            "bq": {**bigquery.settings(schema), "table_name_template": "{{ event_type }}"},
         }  # fmt: skip
         # Events up to 200 KB: an event of 6,000 keys is about 76 KB.
         config = make_config(data, destinations=destinations, server={"max_event_bytes": 200_000})
@@ -147,16 +152,19 @@ class Pipeline:
 
     def rows(self) -> dict[str, str]:
         """Every row of every table of each destination as text, per destination."""
+        from eventpipe.destinations.bigquery import BigQueryDestination
         from eventpipe.destinations.clickhouse import ClickHouseDestination
         from eventpipe.destinations.lakehouse import LakehouseDestination
+        from eventpipe.destinations.snowflake import SnowflakeDestination
         from eventpipe.processing.runtime.pipeline import Runtime
 
         config = self.collector.config
         found = dict.fromkeys(DESTINATIONS, "")
-        for dest_id in ("warehouse", "ch", "ice", "delta"):
+        for dest_id in ("warehouse", "ch", "ice", "delta", "sf", "bq"):
             opened = Runtime(config).open_destination(dest_id)
             assert isinstance(opened, DuckDBDestination | LakehouseDestination
-                              | ClickHouseDestination)  # fmt: skip
+                              | ClickHouseDestination | SnowflakeDestination
+                              | BigQueryDestination)  # fmt: skip
             for table in opened.tables():
                 name = opened.dialect.quote(table)
                 found[dest_id] += repr(opened.query(f"SELECT * FROM {name}")[1])
@@ -181,12 +189,14 @@ def pipeline(
     postgres_dsn: str,
     spark: Any,
     clickhouse_server: Any,
+    snowflake_server: Any,
+    bigquery_server: Any,
 ) -> Iterator[Pipeline]:
     import uuid
 
     schema = f"hostile_{uuid.uuid4().hex[:8]}"
     running = Pipeline(tmp_path_factory.mktemp("hostile") / "data", postgres_dsn, schema,
-                       clickhouse_server)  # fmt: skip
+                       clickhouse_server, snowflake_server, bigquery_server)  # fmt: skip
     yield running
     running.collector.stop()
     print(f"\nhostile suite: {running.tried}")

@@ -415,12 +415,13 @@ class BigQueryDestination:
             move = _move(self.dialect.quote, self._name(request.table), self._name(stage),
                          request) + "; "  # fmt: skip
         reasons = json.dumps([list(r) for r in left_out])
+        text = self.dialect.literal
         # Literals, not parameters: a script's statements take none in every server.
         self._run(
             f"BEGIN TRANSACTION; {move}INSERT INTO {self._name(LOADS_TABLE)} "
             "(batch_id, tbl, rows, rejected, loaded_at) VALUES ("
-            f"{_text(request.batch_id)}, {_text(request.table)}, {count}, "
-            f"{_text(reasons)}, CURRENT_TIMESTAMP()); COMMIT TRANSACTION;",
+            f"{text(request.batch_id)}, {text(request.table)}, {count}, {text(reasons)}, "
+            "CURRENT_TIMESTAMP()); COMMIT TRANSACTION;",
             request.table,
         )  # fmt: skip
 
@@ -454,10 +455,11 @@ class BigQueryDestination:
             (count,) = next(iter(self._run(_count(self._name(shadow), request), table)))
             moved[table] = int(count)
             statements.append(_move(q, self._name(table), self._name(shadow), request))
+        text = self.dialect.literal
         for table, count in [*moved.items(), (ALL_SWAPPED, 0)]:
             statements.append(
-                f"INSERT INTO {loads} (batch_id, tbl, rows, loaded_at) VALUES "
-                f"({_text(swap.swap_id)}, {_text(table)}, {count}, CURRENT_TIMESTAMP())"
+                f"INSERT INTO {loads} (batch_id, tbl, rows, loaded_at) VALUES ("
+                f"{text(swap.swap_id)}, {text(table)}, {count}, CURRENT_TIMESTAMP())"
             )
         self._run("BEGIN TRANSACTION; " + "; ".join(statements) + "; COMMIT TRANSACTION;")
         self.drop(sorted(swap.shadows.values()))
@@ -557,8 +559,3 @@ def _move(q: Any, target: str, source: str, request: LoadRequest) -> str:
 def _parameter(bigquery: Any, name: str, value: Any) -> Any:
     kind = "INT64" if isinstance(value, int) else "STRING"
     return bigquery.ScalarQueryParameter(name, kind, value)
-
-
-def _text(value: str) -> str:
-    """A BigQuery string literal (raw strings cannot end in a backslash: escaped instead)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -174,7 +174,7 @@ _BACKSLASHED = {
     ord("\t"): "\\t",
     ord("\0"): "\\0",
 }
-"""ClickHouse's escapes in a quoted identifier."""
+"""ClickHouse's and GoogleSQL's (BigQuery's) escapes in a quoted identifier."""
 
 
 def _types(
@@ -211,6 +211,7 @@ BIGQUERY = Dialect(
     _types("string", "float", "integer", "bignumeric", "boolean", "timestamp"),
     quote_char="`",
     primary_key="PRIMARY KEY ({}) NOT ENFORCED",  # BigQuery keys are informational
+    backslash_escapes=True,  # GoogleSQL escapes quotes with a backslash; doubling is not one
 )
 CLICKHOUSE = Dialect(
     "clickhouse",

@@ -64,10 +64,12 @@ def test_dialect_types_follow_seed_1(dialect: str, expected: list[str]) -> None:
     assert d.sql_type(T)  # every dialect types timestamps
 
 
-def test_identifiers_are_quoted_with_quotes_doubled() -> None:
+def test_identifiers_are_quoted_with_quotes_doubled_or_escaped() -> None:
     assert POSTGRES.quote("select") == '"select"'
     assert POSTGRES.quote('a"b') == '"a""b"'
-    assert DIALECTS["bigquery"].quote("a`b") == "`a``b`"
+    # GoogleSQL and ClickHouse escape with a backslash: a doubled quote ends the name there.
+    assert DIALECTS["bigquery"].quote("a`b") == "`a\\`b`"
+    assert DIALECTS["bigquery"].literal("it's") == "'it\\'s'"
 
 
 @pytest.mark.parametrize(
