@@ -159,6 +159,20 @@ class Location:
             return location.removeprefix(SCHEME)
         return location.removeprefix("file://")
 
+    def remove(self, location: str) -> None:
+        """Delete the tree at ``location`` (under this root: a path, ``file://`` or
+        ``s3://``); nothing if it is not there."""
+        if not self.remote:
+            import shutil
+
+            shutil.rmtree(self.fs_path(location), ignore_errors=True)
+            return
+        import pyarrow.fs as pafs
+
+        fs, path = self.filesystem(), self.fs_path(location)
+        if fs.get_file_info(path).type != pafs.FileType.NotFound:
+            fs.delete_dir(path)
+
     def delta_options(self) -> dict[str, str] | None:
         return self.s3.delta_options() if self.s3 is not None else None
 

@@ -20,7 +20,6 @@ Delta's commits:
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -232,14 +231,7 @@ class DeltaDestination(LakehouseDestination):
                       if log.type == pafs.FileType.Directory)  # fmt: skip
 
     def _drop(self, table: str) -> None:
-        if not self.location.remote:
-            shutil.rmtree(self._path(table), ignore_errors=True)
-            return
-        import pyarrow.fs as pafs
-
-        fs, path = self.location.filesystem(), self.location.fs_path(self._path(table))
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            fs.delete_dir(path)
+        self.location.remove(self._path(table))
 
 
 def _app(batch_id: str) -> str:

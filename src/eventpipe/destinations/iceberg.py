@@ -317,12 +317,8 @@ class IcebergDestination(LakehouseDestination):
         found = self._open(table)
         if found is None:
             return
-        import pyarrow.fs as pafs
-
         self.catalog.drop_table((self.namespace, table))
-        fs, path = self.location.filesystem(), self.location.fs_path(found.location())
-        if fs.get_file_info(path).type != pafs.FileType.NotFound:
-            fs.delete_dir(path)
+        self.location.remove(found.location())
 
 
 def _widened(rows: pa.Table, schema: pa.Schema) -> pa.Table:
