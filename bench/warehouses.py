@@ -1,10 +1,12 @@
 """Cloud warehouse benchmark: eventpipe `process --once` into each warehouse eventpipe loads
 that cannot run here, against the stand-in the tests run, beside the warehouse's own bulk
 command on the same server and the same rows, in one run per warehouse: Snowflake
-(fakesnow's server, tests/snowflake.py; its COPY INTO is DuckDB reading the Parquet file)
-and BigQuery (bqemulator, tests/bigquery.py; its load job is DuckDB reading it too).
+(fakesnow's server, tests/snowflake.py; its COPY INTO is DuckDB reading the Parquet file),
+BigQuery (bqemulator, tests/bigquery.py; its load job is DuckDB reading it too) and
+Redshift (PostgreSQL behind the front of tests/redshift.py; its COPY reads the file from
+moto's S3 and copies it into PostgreSQL).
 
-    .venv/bin/python bench/warehouses.py --events 1000000 [--warehouse snowflake|bigquery]
+    .venv/bin/python bench/warehouses.py --events 1000000 [--warehouse snowflake|bigquery|redshift]
 
 1. The benchmark's events (bench/batch.py: 5 event types) are generated as sealed
    segments, twice; a warm-up run starts the JVM and the Python workers.
@@ -14,8 +16,9 @@ and BigQuery (bqemulator, tests/bigquery.py; its load job is DuckDB reading it t
 3. The floor: each table's rows, written by DuckDB from step 2 to a Parquet file (as the
    run stages them), loaded by the warehouse's own bulk path into a table made like
    eventpipe's, one table after the other, through its own client: Snowflake `PUT` and
-   `COPY INTO` (`MATCH_BY_COLUMN_NAME`), BigQuery a load job (`WRITE_APPEND`). No
-   conversion, no transaction, no record.
+   `COPY INTO` (`MATCH_BY_COLUMN_NAME`), BigQuery a load job (`WRITE_APPEND`), Redshift
+   an upload to S3 and `COPY ... FORMAT AS PARQUET` (of the file already in Redshift's
+   types, made before the clock starts). No conversion, no transaction, no record.
 4. eventpipe's loads alone, in the floor's conditions: the same Parquet files through
    the destination's `load` (DuckDB's conversion, the bulk path into a stage, one
    transaction with the record), into tables made like eventpipe's.
@@ -122,7 +125,89 @@ class BigQuery:
             print(f"    floor {table.name}: {time.perf_counter() - started:.2f} s", flush=True)
 
 
-WAREHOUSES = {"snowflake": Snowflake, "bigquery": BigQuery}
+class RedshiftStack:
+    """The Redshift stand-in and what it stands on: a PostgreSQL server, moto's S3 server
+    and the front (tests/redshift.py)."""
+
+    def __init__(self) -> None:
+        from tests.postgres import PostgresServer
+        from tests.s3 import S3Server
+
+        self.postgres = PostgresServer()
+        self.s3 = S3Server()
+        self.front: Any = None
+        self.bucket = ""
+
+    def start(self) -> None:
+        from tests.redshift import RedshiftServer
+
+        self.postgres.start()
+        self.s3.start()
+        self.bucket = self.s3.bucket()
+        self.front = RedshiftServer(self.postgres.dsn, self.s3)
+        self.front.start()
+
+    def remove(self) -> None:
+        if self.front is not None:
+            self.front.remove()
+        self.s3.remove()
+        self.postgres.remove()
+
+
+class Redshift:
+    """PostgreSQL behind the front; the floor: each file uploaded to S3 and COPY."""
+
+    floor = "an upload and COPY per table (the floor)"
+
+    def __init__(self) -> None:
+        self.server = RedshiftStack()
+
+    def settings(self, schema: str) -> dict[str, Any]:
+        return dict(self.server.front.settings(self.server.bucket, schema))
+
+    def opened(self, schema: str, locks: Path) -> Any:
+        from eventpipe.destinations.redshift import RedshiftDestination
+        from eventpipe.locks import FileLocks
+        from eventpipe.objectstore import Location, S3Settings
+
+        settings = self.settings(schema)
+        del settings["type"]
+        staging = Location.of(settings.pop("staging"), S3Settings(**settings.pop("s3")))
+        return RedshiftDestination(schema, FileLocks(locks), staging=staging, **settings)
+
+    def bulk(self, files: list[tuple[Any, Path]]) -> None:
+        """Each file first made the table's row in Redshift's types (as a user's own
+        COPY needs them; not timed), then uploaded and copied."""
+        import psycopg
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        from tests.redshift import IAM_ROLE
+
+        from eventpipe.schema.types import DataType
+
+        typed = []
+        for table, path in files:
+            data = pq.read_table(path)
+            fields = [pa.field(f.name, pa.decimal128(38, 18))
+                      if table.columns[f.name] is DataType.FLOAT64 else f
+                      for f in data.schema]  # fmt: skip
+            out = path.with_suffix(".redshift.parquet")
+            pq.write_table(data.cast(pa.schema(fields)), out)
+            typed.append((table, out))
+        client = self.server.s3.client()
+        with psycopg.connect(self.server.front.dsn, autocommit=True) as db:
+            for table, path in typed:
+                started = time.perf_counter()
+                key = f"floor/{table.name}/part-0.parquet"
+                client.upload_file(str(path), self.server.bucket, key)
+                db.execute(f'COPY "floor"."{table.name}" FROM '
+                           f"'s3://{self.server.bucket}/floor/{table.name}/' "
+                           f"IAM_ROLE '{IAM_ROLE}' FORMAT AS PARQUET")  # fmt: skip
+                print(f"    floor {table.name}: {time.perf_counter() - started:.2f} s",
+                      flush=True)  # fmt: skip
+
+
+WAREHOUSES = {"snowflake": Snowflake, "bigquery": BigQuery, "redshift": Redshift}
 
 
 def main() -> None:

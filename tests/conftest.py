@@ -314,6 +314,20 @@ def s3_server() -> Iterator[Any]:
         server.remove()
 
 
+@pytest.fixture(scope="session")
+def redshift_server(postgres_dsn: str, s3_server: Any) -> Iterator[Any]:
+    """A stand-in for Redshift (the run's PostgreSQL behind a front that copies from the
+    S3 stand-in) for the whole run (tests/redshift.py)."""
+    from tests.redshift import RedshiftServer
+
+    server = RedshiftServer(postgres_dsn, s3_server)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
 @pytest.fixture
 def s3_bucket(s3_server: Any) -> str:
     """A new, empty bucket of the run's S3 stand-in."""

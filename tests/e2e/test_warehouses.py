@@ -1,6 +1,7 @@
 """From an HTTP post to rows in the cloud warehouses' stand-ins, through each one's own
-client: Snowflake (fakesnow's server, tests/snowflake.py) and BigQuery (bqemulator,
-tests/bigquery.py). Two batches through the job, keyed, with a value a column cannot take
+client: Snowflake (fakesnow's server, tests/snowflake.py), BigQuery (bqemulator,
+tests/bigquery.py) and Redshift (PostgreSQL behind a front that copies from moto's S3,
+tests/redshift.py). Two batches through the job, keyed, with a value a column cannot take
 failing alone; a stream; a day reprocessed."""
 
 from __future__ import annotations
@@ -22,13 +23,16 @@ from tests.e2e.test_batch_pipeline import _post, _seal
 from tests.e2e.test_reprocess import MOVE_N, _three_days
 
 
-@pytest.fixture(params=["snowflake", "bigquery"])
+@pytest.fixture(params=["snowflake", "bigquery", "redshift"])
 def warehouse(request: pytest.FixtureRequest) -> dict[str, Any]:
     """A warehouse destination's settings on its stand-in, in a schema or dataset of the
     test's own."""
     if request.param == "snowflake":
         server = request.getfixturevalue("snowflake_server")
         return dict(server.settings(request.getfixturevalue("snowflake_schema")))
+    if request.param == "redshift":
+        server = request.getfixturevalue("redshift_server")
+        return dict(server.settings(request.getfixturevalue("s3_bucket")))
     server = request.getfixturevalue("bigquery_server")
     return dict(server.settings(request.getfixturevalue("bigquery_dataset")))
 
@@ -82,7 +86,7 @@ def test_batches_keyed_and_a_value_its_column_cannot_take_fails_alone(
     failed = orjson.loads(line)
     assert failed["event"]["seats"] == "many"
     assert "column seats (INT64) cannot take many" in failed["error"]
-    with pytest.raises(QueryError, match="only reads"):
+    with pytest.raises(QueryError, match=r"only reads|read-only"):
         _query(c.config, _sql(warehouse, "DELETE FROM {signup} WHERE true"))
 
 

@@ -116,14 +116,21 @@ def _body(items: list[dict[str, Any]], duplicate: bool) -> bytes:
     return ("[" + ",".join(parts) + "]").encode("utf-8", errors="surrogatepass")
 
 
-DESTINATIONS = ("warehouse", "pg", "ch", "ice", "delta", "sf", "bq")
+DESTINATIONS = ("warehouse", "pg", "ch", "ice", "delta", "sf", "bq", "rs")
 
 
 class Pipeline:
-    """One collector and seven destinations for the whole suite; each example is a batch."""
+    """One collector and eight destinations for the whole suite; each example is a batch."""
 
     def __init__(
-        self, data: Path, dsn: str, schema: str, clickhouse: Any, snowflake: Any, bigquery: Any
+        self,
+        data: Path,
+        dsn: str,
+        schema: str,
+        clickhouse: Any,
+        snowflake: Any,
+        bigquery: Any,
+        redshift: Any,
     ) -> None:
         destinations = {
             "warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"},
@@ -135,6 +142,8 @@ class Pipeline:
             "delta": {"type": "delta", "table_name_template": "{{ event_type }}"},
             "sf": {**snowflake.settings(schema.upper()), "table_name_template": "{{ event_type }}"},
             "bq": {**bigquery.settings(schema), "table_name_template": "{{ event_type }}"},
+            "rs": {**redshift.settings(redshift.s3.bucket(), schema),
+                   "table_name_template": "{{ event_type }}"},
         }  # fmt: skip
         # Events up to 200 KB: an event of 6,000 keys is about 76 KB.
         config = make_config(data, destinations=destinations, server={"max_event_bytes": 200_000})
@@ -155,16 +164,17 @@ class Pipeline:
         from eventpipe.destinations.bigquery import BigQueryDestination
         from eventpipe.destinations.clickhouse import ClickHouseDestination
         from eventpipe.destinations.lakehouse import LakehouseDestination
+        from eventpipe.destinations.redshift import RedshiftDestination
         from eventpipe.destinations.snowflake import SnowflakeDestination
         from eventpipe.processing.runtime.pipeline import Runtime
 
         config = self.collector.config
         found = dict.fromkeys(DESTINATIONS, "")
-        for dest_id in ("warehouse", "ch", "ice", "delta", "sf", "bq"):
+        for dest_id in ("warehouse", "ch", "ice", "delta", "sf", "bq", "rs"):
             opened = Runtime(config).open_destination(dest_id)
             assert isinstance(opened, DuckDBDestination | LakehouseDestination
                               | ClickHouseDestination | SnowflakeDestination
-                              | BigQueryDestination)  # fmt: skip
+                              | BigQueryDestination | RedshiftDestination)  # fmt: skip
             for table in opened.tables():
                 name = opened.dialect.quote(table)
                 found[dest_id] += repr(opened.query(f"SELECT * FROM {name}")[1])
@@ -191,12 +201,14 @@ def pipeline(
     clickhouse_server: Any,
     snowflake_server: Any,
     bigquery_server: Any,
+    redshift_server: Any,
 ) -> Iterator[Pipeline]:
     import uuid
 
     schema = f"hostile_{uuid.uuid4().hex[:8]}"
     running = Pipeline(tmp_path_factory.mktemp("hostile") / "data", postgres_dsn, schema,
-                       clickhouse_server, snowflake_server, bigquery_server)  # fmt: skip
+                       clickhouse_server, snowflake_server, bigquery_server,
+                       redshift_server)  # fmt: skip
     yield running
     running.collector.stop()
     print(f"\nhostile suite: {running.tried}")

@@ -347,22 +347,22 @@ def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_k
         "destinations.postgres.path: unknown key (path is for type duckdb, parquet, iceberg "
         "or delta)":
             {"postgres": {**pg, "path": "/tmp/x"}},
-        "destinations.lake.dsn: unknown key (dsn is for type postgres)":
+        "destinations.lake.dsn: unknown key (dsn is for type postgres or redshift)":
             {"lake": {"type": "parquet", "dsn": "postgresql://db/x"}},
         "destinations.api.metering: unknown key (metering is for type duckdb or postgres)":
             {"api": {"type": "http", "url": "https://a.example", "metering": {}}},
         "destinations.ch.metering: unknown key (metering is for type duckdb or postgres)":
             {"ch": {"type": "clickhouse", "url": "http://ch:8123", "metering": {}}},
         "destinations.api.primary_key: unknown key (primary_key is for type duckdb, "
-        "postgres, clickhouse, snowflake, bigquery, parquet, iceberg or delta)":
+        "postgres, clickhouse, snowflake, bigquery, redshift, parquet, iceberg or delta)":
             {"api": {"type": "http", "url": "https://a.example", "primary_key": ["id"]}},
         "destinations.w.partiton_by: unknown key (did you mean 'partition_by'?)":
             {"w": {"type": "parquet", "partiton_by": "day"}},
         "destinations.w.type: required key is missing (duckdb, postgres, clickhouse, "
-        "snowflake, bigquery, parquet, iceberg, delta, http or ga4)":
+        "snowflake, bigquery, redshift, parquet, iceberg, delta, http or ga4)":
             {"w": {"path": "x.duckdb"}},
         "destinations.w.type: expected duckdb, postgres, clickhouse, snowflake, bigquery, "
-        "parquet, iceberg, delta, http or ga4, got 'mysql'":
+        "redshift, parquet, iceberg, delta, http or ga4, got 'mysql'":
             {"w": {"type": "mysql"}},
         "destinations.w.transforms[0].fliter: unknown key (did you mean 'filter'?)":
             {"w": {"type": "duckdb", "transforms": [{"fliter": "true"}]}},
@@ -465,3 +465,24 @@ def test_a_destination_that_cannot_apply_a_sources_changes_says_so_at_config_che
         "string should match pattern"
         in _error({"destinations": {"bq": {**bq, "dataset": "my-events"}}}).lower()
     )
+    role = "arn:aws:iam::123456789012:role/copy"
+    rs = {"type": "redshift", "dsn": "postgresql://u@cluster:5439/dev",
+          "staging": "s3://bucket/staging", "iam_role": role}  # fmt: skip
+    assert "destinations.rs: a source's changes are not applied by key on redshift yet" in (
+        _error({"destinations": {"rs": rs}, **fed})
+    )
+
+
+def test_a_redshift_destination_stages_on_s3_and_names_a_role() -> None:
+    rs = {"type": "redshift", "dsn": "postgresql://u@cluster:5439/dev",
+          "staging": "s3://bucket/staging", "iam_role": "default"}  # fmt: skip
+    parse_config({"destinations": {"rs": rs}}, source="t", env={})
+    assert "Redshift copies from S3" in _error(
+        {"destinations": {"rs": {**rs, "staging": "/var/staging"}}}
+    )
+    assert "should match pattern" in _error(
+        {"destinations": {"rs": {**rs, "iam_role": "copy-role"}}}
+    )
+    assert "at most 1600 columns" in _error({"destinations": {"rs": {**rs, "max_columns": 2000}}})
+    assert "required key is missing" in _error({"destinations": {"rs": {"type": "redshift",
+                                                                        "dsn": "x"}}})  # fmt: skip

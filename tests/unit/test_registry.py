@@ -46,8 +46,8 @@ def test_what_each_type_can_do() -> None:
     remote = ParquetConfig(path="s3a://bucket/lake", partition_by="day")
     on_s3 = ParquetConfig(path="s3://bucket/lake", partition_by="day")
     assert not kind(sink).tables
-    tables = ("duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "parquet", "iceberg",
-              "delta")  # fmt: skip
+    tables = ("duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "redshift", "parquet",
+              "iceberg", "delta")  # fmt: skip
     assert all(KINDS[t].tables for t in tables)
     assert kind(lake).can_replace_days(lake)
     assert not kind(remote).can_replace_days(remote)  # renames need a local file system
@@ -55,10 +55,11 @@ def test_what_each_type_can_do() -> None:
     assert not kind(sink).can_replace_days(sink)
     assert set(REPLACES_DAYS) == set(tables)
     streams = {t for t, k in KINDS.items() if "stream" in k.modes}
-    assert streams == {"duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "http", "ga4"}
+    assert streams == {"duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "redshift",
+                       "http", "ga4"}  # fmt: skip
     upserts = {t for t, k in KINDS.items() if k.upserts}
-    assert upserts == {"duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "iceberg",
-                       "delta"}  # fmt: skip
+    assert upserts == {"duckdb", "postgres", "clickhouse", "snowflake", "bigquery", "redshift",
+                       "iceberg", "delta"}  # fmt: skip
     assert {t for t, k in KINDS.items() if k.meters} == {"duckdb", "postgres"}
 
 

@@ -308,6 +308,60 @@ class BigQueryConfig(TableDestinationConfig):
     """How long one job (a load, a merge) may take before the run stops to retry it."""
 
 
+class RedshiftConfig(TableDestinationConfig):
+    """An Amazon Redshift cluster or Serverless workgroup, over PostgreSQL's protocol,
+    loaded by ``COPY`` from files staged on S3 (docs/destinations.md)."""
+
+    applies_changes = False  # not built yet: changes: append
+
+    type: Literal["redshift"] = "redshift"
+    """The type: ``redshift``."""
+    dsn: str = Field(repr=False)
+    """The connection string,
+    ``postgresql://user:${REDSHIFT_PASSWORD}@cluster.region.redshift.amazonaws.com:5439/dev``
+    (put secrets in environment variables; the DSN is never logged)."""
+    db_schema: str = Field(default="public", alias="schema")
+    """The schema eventpipe creates its tables in (created if missing)."""
+    query_dsn: str | None = Field(default=None, repr=False)
+    """The connection ``eventpipe query`` uses: a user granted only ``SELECT`` on the
+    schema (docs/destinations.md). Absent: ``dsn``'s user, in a read-only transaction
+    and with statements other than reads refused."""
+    staging: str
+    """``s3://bucket/prefix`` the batches' files are put under for ``COPY`` (each load's
+    deleted once it is in): a bucket the cluster's role can read, reached by eventpipe as
+    ``s3`` says."""
+    iam_role: str = Field(pattern=r"^(arn:aws[\w-]*:iam::\d{12}:role/[\w+=,.@/-]+|default)$")
+    """The role the cluster reads ``staging`` as: its ARN, or ``default`` (the
+    cluster's default role)."""
+    region: str | None = None
+    """The staging bucket's region, when it is not the cluster's (``COPY ... REGION``)."""
+    s3: S3Config | None = None
+    """How eventpipe reaches ``staging``: endpoint, region and credentials (absent: the
+    environment's AWS variables)."""
+    timeout_seconds: float = Field(default=300.0, gt=0)
+    """How long one statement (a load's COPY, say) may run before it is cancelled."""
+
+    MAX_COLUMNS: ClassVar[int] = 1600
+    """Redshift's limit of columns in a table."""
+
+    @field_validator("staging")
+    @classmethod
+    def _staging_on_s3(cls, value: str) -> str:
+        if not is_s3(value):
+            raise ValueError(f"staging {value!r}: Redshift copies from S3: s3://bucket/prefix")
+        return check_s3_uri(value)
+
+    @model_validator(mode="after")
+    def _names_and_columns(self) -> RedshiftConfig:
+        sql_name(self.db_schema, "schema")
+        if self.max_columns > self.MAX_COLUMNS:
+            raise ValueError(
+                f"max_columns {self.max_columns}: a Redshift table holds at most "
+                f"{self.MAX_COLUMNS} columns"
+            )
+        return self
+
+
 class ParquetConfig(TableDestinationConfig):
     """A lake of Parquet files, a directory per table."""
 
@@ -536,6 +590,7 @@ AnyDestination = Annotated[
     | ClickHouseConfig
     | SnowflakeConfig
     | BigQueryConfig
+    | RedshiftConfig
     | ParquetConfig
     | IcebergConfig
     | DeltaConfig

@@ -6,6 +6,7 @@ that does not convert is left out with the reason, as in the other destinations
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 from eventpipe.destinations.base import LoadRequest, duckdb_casts
@@ -20,12 +21,18 @@ def beside(request: LoadRequest) -> str | None:
 
 
 def converted_rows(
-    request: LoadRequest, types: dict[str, str], out: Path, where: str
+    request: LoadRequest,
+    types: dict[str, str],
+    out: Path,
+    where: str,
+    every: Sequence[str] = (),
 ) -> dict[int, str]:
     """The batch's rows, each of ``request.columns`` converted by DuckDB to ``types``
     (column -> DuckDB type), written to ``out`` (nothing when no row is left); the rows
     left out: position across the files -> why (each reason after ``where``, the
-    destination's type)."""
+    destination's type). ``every``: the file's columns in this order instead of the
+    batch's (a table's whole row, for a load that matches columns by position), a column
+    the batch lacks as NULLs of its type."""
     import duckdb
 
     from eventpipe.destinations.duckdb import file_offsets
@@ -54,7 +61,10 @@ def converted_rows(
         ).fetchall()
         (kept,) = db.execute("SELECT count(*) FROM batch WHERE why = ''").fetchone() or (0,)
         if kept:
-            listed = ", ".join(q(c) for c in wanted)
+            listed = ", ".join(
+                q(c) if c in wanted else f"CAST(NULL AS {types[c]}) AS {q(c)}"
+                for c in every or wanted
+            )
             db.execute(f"COPY (SELECT {listed} FROM batch WHERE why = '') TO $out "
                        "(FORMAT parquet)", {"out": str(out)})  # fmt: skip
     finally:

@@ -143,7 +143,7 @@ class PostgresDestination:
         try:
             yield connection
         except psycopg.Error as exc:
-            raise _classified(exc, self.id, table) from exc
+            raise classified(exc, self.id, table) from exc
         finally:
             connection.close()
 
@@ -494,13 +494,16 @@ def _advisory_lock(db: psycopg.Connection[Any], key: str) -> None:
     db.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [key])
 
 
-def _classified(exc: Exception, destination_id: str, table: str | None) -> Exception:
-    """A psycopg error as eventpipe's TransientError or TerminalError."""
+def classified(
+    exc: Exception, destination_id: str, table: str | None, server: str = "postgres"
+) -> Exception:
+    """A psycopg error as eventpipe's TransientError or TerminalError (``server``: what
+    the message calls the server; Redshift speaks PostgreSQL's protocol too)."""
     import psycopg
 
     state = getattr(exc, "sqlstate", None) or ""
     where = f"{destination_id}.{table}" if table else destination_id
-    message = f"postgres ({where}): {first_line(exc)}"
+    message = f"{server} ({where}): {first_line(exc)}"
     if (
         (isinstance(exc, psycopg.OperationalError) and not state)
         or state[:2] in _TRANSIENT_CLASSES

@@ -30,6 +30,7 @@ from eventpipe.config import (
     IcebergConfig,
     ParquetConfig,
     PostgresConfig,
+    RedshiftConfig,
     S3Config,
     SnowflakeConfig,
     TableDestinationConfig,
@@ -163,6 +164,16 @@ def _open_bigquery(dest_id: str, dest: BigQueryConfig, config: Config, lent: Res
     )  # fmt: skip
 
 
+def _open_redshift(dest_id: str, dest: RedshiftConfig, config: Config, lent: Resources) -> Opened:
+    from eventpipe.destinations.redshift import RedshiftDestination
+
+    return RedshiftDestination(
+        dest_id, lent.locks, dsn=dest.dsn, staging=_location(dest.staging, dest.s3),
+        iam_role=dest.iam_role, schema=dest.db_schema, region=dest.region,
+        query_dsn=dest.query_dsn, timeout_seconds=dest.timeout_seconds,
+    )  # fmt: skip
+
+
 def _open_parquet(dest_id: str, dest: ParquetConfig, config: Config, lent: Resources) -> Opened:
     from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 
@@ -247,6 +258,7 @@ KINDS: dict[str, Kind] = {
     "clickhouse": Kind(ClickHouseConfig, _open_clickhouse, _always),
     "snowflake": Kind(SnowflakeConfig, _open_snowflake, _always),
     "bigquery": Kind(BigQueryConfig, _open_bigquery, _always),
+    "redshift": Kind(RedshiftConfig, _open_redshift, _always),
     "parquet": Kind(ParquetConfig, _open_parquet, _local_day_partitions),
     "iceberg": Kind(IcebergConfig, _open_iceberg, _always),
     "delta": Kind(DeltaConfig, _open_delta, _always),

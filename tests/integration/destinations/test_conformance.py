@@ -54,6 +54,16 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
         settings = server.settings(request.getfixturevalue("bigquery_dataset"))
         del settings["type"]
         return BigQueryDestination("warehouse", FileLocks(tmp_path / "locks"), **settings)
+    if kind == "redshift":  # PostgreSQL behind a front that copies from moto's S3
+        from eventpipe.destinations.redshift import RedshiftDestination
+        from eventpipe.objectstore import Location, S3Settings
+
+        server = request.getfixturevalue("redshift_server")
+        settings = server.settings(request.getfixturevalue("s3_bucket"))
+        staging = Location.of(settings["staging"], S3Settings(**settings["s3"]))
+        return RedshiftDestination("warehouse", FileLocks(tmp_path / "locks"), dsn=settings["dsn"],
+                                   staging=staging, iam_role=settings["iam_role"],
+                                   schema=settings["schema"])  # fmt: skip
     if kind.endswith("-s3"):  # the lakes on moto's S3 server, through eventpipe's own client
         return _on_s3(kind.removesuffix("-s3"), request, tmp_path)
     if kind == "parquet-uri":  # Spark's writer through the Hadoop FileSystem (file://)
@@ -96,6 +106,7 @@ def _on_s3(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Destina
         "clickhouse-today",
         "snowflake",
         "bigquery",
+        "redshift",
         "parquet",
         "parquet-uri",
         "parquet-s3",
@@ -117,6 +128,7 @@ def dest(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
         "clickhouse-today",
         "snowflake",
         "bigquery",
+        "redshift",
         "iceberg",
         "iceberg-s3",
         "delta",
