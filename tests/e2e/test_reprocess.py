@@ -519,7 +519,7 @@ def test_reprocess_replaces_day_partitions_of_parquet_tables(
 
 def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
     config = make_config(tmp_path, destinations={"api": {"type": "http", "url": "http://x/"}})
-    kinds = "only duckdb, postgres, clickhouse, snowflake, bigquery, parquet"
+    kinds = "only duckdb, postgres, clickhouse, snowflake, bigquery, redshift, parquet"
     with pytest.raises(ConfigError, match=kinds):
         rp.replaceable(config, "api")
     for lake in ({"path": "s3a://bucket/lake"}, {"path": "s3://bucket/lake"},
@@ -537,6 +537,13 @@ def test_only_destinations_whose_days_can_be_replaced(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"applies the changes of source\(s\) pg by key"):
         rp.replaceable(config, "dw")
     rp.replaceable(config, "lake")  # changes as rows of their days
+    rs = {"type": "redshift", "dsn": "postgresql://x/dev", "staging": "s3://b/s",
+          "iam_role": "default"}  # fmt: skip
+    history = {**rs, "changes": "append", "schema": "log"}
+    config = make_config(tmp_path, destinations={"rs": rs, "log": history}, **fed)
+    with pytest.raises(ConfigError, match=r"applies the changes of source\(s\) pg by key"):
+        rp.replaceable(config, "rs")
+    rp.replaceable(config, "log")  # every change a row of its day
     config = make_config(tmp_path, destinations={"dw": {"type": "duckdb", "only_keys": ["web"]}},
                          **fed)  # fmt: skip
     rp.replaceable(config, "dw")  # none of the source's events

@@ -14,7 +14,16 @@ COLUMNS = ["_op", "_key", "_old_key", "_lsn", "_seq", "v"]
 
 
 def _apply(table: list[tuple[Any, ...]], batch: list[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
-    """``table``'s rows after ``batch`` (rows of COLUMNS): (key, v), sorted."""
+    """``table``'s rows after ``batch`` (rows of COLUMNS): (key, v), sorted; the same with
+    each key's last change in a temporary table and as a subquery (Snowflake's way)."""
+    found = [_applied(table, batch, temporary) for temporary in ("TEMP TABLE {}", None)]
+    assert found[0] == found[1]
+    return found[0]
+
+
+def _applied(
+    table: list[tuple[Any, ...]], batch: list[tuple[Any, ...]], temporary: str | None
+) -> list[tuple[Any, ...]]:
     db = duckdb.connect()
     schema = "_op VARCHAR, _key VARCHAR, _old_key VARCHAR, _lsn BIGINT, _seq BIGINT, v VARCHAR"
     db.execute(f"CREATE TABLE t ({schema})")
@@ -23,8 +32,9 @@ def _apply(table: list[tuple[Any, ...]], batch: list[tuple[Any, ...]]) -> list[t
         if rows:
             db.executemany(f"INSERT INTO {into} VALUES (?, ?, ?, ?, ?, ?)", rows)
     handled = changes.apply(lambda sql: db.execute(sql).fetchall(), DUCKDB.quote, "t",
-                            "eventpipe_changes", COLUMNS)  # fmt: skip
+                            "eventpipe_changes", COLUMNS, temporary)  # fmt: skip
     assert handled == len(batch)
+    assert db.execute("SELECT count(*) FROM duckdb_tables() WHERE temporary").fetchone() == (1,)
     found = db.execute("SELECT _key, v FROM t ORDER BY _key NULLS FIRST, v").fetchall()
     db.close()
     return found

@@ -243,8 +243,6 @@ class ClickHouseConfig(TableDestinationConfig):
 class SnowflakeConfig(TableDestinationConfig):
     """A Snowflake account, through Snowflake's own connector (docs/destinations.md)."""
 
-    applies_changes = False  # not built yet: changes: append
-
     type: Literal["snowflake"] = "snowflake"
     """The type: ``snowflake``."""
     account: str = Field(min_length=1)
@@ -311,8 +309,6 @@ class BigQueryConfig(TableDestinationConfig):
 class RedshiftConfig(TableDestinationConfig):
     """An Amazon Redshift cluster or Serverless workgroup, over PostgreSQL's protocol,
     loaded by ``COPY`` from files staged on S3 (docs/destinations.md)."""
-
-    applies_changes = False  # not built yet: changes: append
 
     type: Literal["redshift"] = "redshift"
     """The type: ``redshift``."""

@@ -55,7 +55,6 @@ from eventpipe.destinations.base import (
     delete_days,
     table_lock,
 )
-from eventpipe.destinations.changes import are_changes
 from eventpipe.destinations.converted import beside, converted_rows
 from eventpipe.destinations.snowflake_query import check_query
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
@@ -342,7 +341,7 @@ class BigQueryDestination:
     # -- loads --------------------------------------------------------------------------
 
     def load(self, request: LoadRequest) -> LoadResult:
-        if request.apply_changes or are_changes(request.columns):
+        if request.apply_changes:
             raise TerminalError(
                 f"{self.id}.{request.table}: a source's changes are not applied by key on "
                 "BigQuery yet",

@@ -21,8 +21,10 @@ append-only: with nothing that names a row, an update or a delete cannot say whi
 two equal rows it changed, so each change is a row of its own, its ``_op`` saying what
 happened (as in Parquet).
 
-The statements are the same SQL in DuckDB and PostgreSQL (``DISTINCT ON``, ``IS
-DISTINCT FROM``); the changes are first in a temporary table ``relation``.
+The statements are the same SQL in DuckDB, PostgreSQL, Redshift and Snowflake: each
+key's last change is chosen by ``ROW_NUMBER()`` (Redshift has no ``DISTINCT ON``), and
+comparisons with NULL are spelled out (no ``IS DISTINCT FROM``); the changes are first in
+a temporary table ``relation``.
 """
 
 from __future__ import annotations
@@ -48,12 +50,14 @@ def apply(
     table: str,
     relation: str,
     columns: Collection[str],
-    temporary: str = "TEMP TABLE {}",
+    temporary: str | None = "TEMP TABLE {}",
 ) -> int:
     """Apply the changes in ``relation`` (a temporary table with ``columns``) to
     ``table`` (its SQL name), with ``run`` (a statement's rows; none for a write), in the
     caller's transaction; the changes handled. ``temporary``: how the dialect names a
-    temporary table it creates (PostgreSQL's drops at commit)."""
+    temporary table it creates; None: no table is created, each key's last change is a
+    subquery of the two statements that read it (Snowflake commits a transaction at any
+    ``CREATE``)."""
     op, key, lsn, seq = (quote(c) for c in ENVELOPE)
     (count,) = run(f"SELECT count(*) FROM {relation}")[0]
     cut = run(
@@ -70,25 +74,31 @@ def apply(
         old = quote(OLD_KEY)
         moved = (
             f" UNION ALL SELECT {old}, {lsn}, {seq}, 'delete' FROM {relation} WHERE {op} = "
-            f"'update' AND {old} IS NOT NULL AND {old} IS DISTINCT FROM {key} AND {after}"
+            f"'update' AND {old} IS NOT NULL AND ({key} IS NULL OR {old} <> {key}) AND {after}"
         )
-    run(
-        f"CREATE {temporary.format(FINAL)} AS SELECT DISTINCT ON (k) k, {lsn}, {seq}, {op} "
-        f"FROM (SELECT {key} AS k, {lsn}, {seq}, {op} FROM {relation} "
-        f"WHERE {key} IS NOT NULL AND {after}{moved}) AS actions "
-        f"ORDER BY k, {lsn} DESC, {seq} DESC"
+    last = (
+        f"SELECT k, {lsn}, {seq}, {op} FROM (SELECT k, {lsn}, {seq}, {op}, ROW_NUMBER() "
+        f"OVER (PARTITION BY k ORDER BY {lsn} DESC, {seq} DESC) AS eventpipe_n FROM "
+        f"(SELECT {key} AS k, {lsn}, {seq}, {op} FROM {relation} WHERE {key} IS NOT NULL "
+        f"AND {after}{moved}) AS actions) AS ranked WHERE eventpipe_n = 1"
     )
+    final = FINAL if temporary else f"({last})"
+    if temporary:
+        run(f"CREATE {temporary.format(FINAL)} AS {last}")
     listed = ", ".join(quote(c) for c in columns)
     chosen = ", ".join(f"s.{quote(c)}" for c in columns)
-    run(f"DELETE FROM {table} WHERE {key} IN (SELECT k FROM {FINAL})")
+    run(f"DELETE FROM {table} WHERE {key} IN (SELECT k FROM {final} AS f)")
+    # One row per key: two changes of one key at one (_lsn, _seq) are one change read twice.
     run(
-        f"INSERT INTO {table} ({listed}) SELECT DISTINCT ON (s.{key}) {chosen} "
-        f"FROM {relation} AS s JOIN {FINAL} AS f ON s.{key} = f.k AND s.{lsn} = f.{lsn} "
-        f"AND s.{seq} = f.{seq} WHERE f.{op} <> 'delete'"
+        f"INSERT INTO {table} ({listed}) SELECT {listed} FROM (SELECT {chosen}, ROW_NUMBER() "
+        f"OVER (PARTITION BY s.{key} ORDER BY s.{lsn}) AS eventpipe_n FROM {relation} AS s "
+        f"JOIN {final} AS f ON s.{key} = f.k AND s.{lsn} = f.{lsn} AND s.{seq} = f.{seq} "
+        f"WHERE f.{op} <> 'delete') AS last WHERE eventpipe_n = 1"
     )
     run(
         f"INSERT INTO {table} ({listed}) SELECT {listed} FROM {relation} "
-        f"WHERE {key} IS NULL AND {op} IS DISTINCT FROM 'truncate' AND {after}"
+        f"WHERE {key} IS NULL AND ({op} IS NULL OR {op} <> 'truncate') AND {after}"
     )
-    run(f"DROP TABLE {FINAL}")
+    if temporary:
+        run(f"DROP TABLE {FINAL}")
     return int(count)

@@ -26,16 +26,15 @@ files staged on S3 and loaded by Redshift's own ``COPY``.
      each other), the record looked up again, ``COPY ... FROM 's3://...' IAM_ROLE ...
      FORMAT AS PARQUET``, the batch's record; ``COMMIT``. With a key the file is copied
      into a temporary table, each key's newest row chosen there, and it replaces the
-     table's row unless that one is newer (``DELETE ... USING``, ``INSERT``);
+     table's row unless that one is newer (``DELETE ... USING``, ``INSERT``); a source's
+     changes go into the temporary table too and are applied by key from there
+     (destinations/changes.py: each key's last change decides);
   5. the staged objects are deleted.
 
   A crash before the ``COMMIT`` leaves the table as it was; a rerun stages the file
   again.
 * **Days replaced** (``eventpipe reprocess``): one transaction deletes the days' rows and
   moves the shadows' rows in, with its record; the shadows are dropped after it.
-* **A source's changes** applied by key are not built for Redshift yet: the config check
-  refuses a Redshift destination that would take them (``changes: append`` keeps every
-  change as a row).
 * **Errors**: a connection that fails or drops, the server's resource and serialisable
   isolation errors (``Serializable isolation violation``) are transient; a ``COPY`` that
   S3 or Redshift refuses and every other error are terminal for the batch, with
@@ -56,6 +55,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eventpipe import reserved
+from eventpipe.destinations import changes
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
     QUERY_TIMEOUT_SECONDS,
@@ -65,7 +65,6 @@ from eventpipe.destinations.base import (
     delete_days,
     table_lock,
 )
-from eventpipe.destinations.changes import are_changes
 from eventpipe.destinations.converted import beside, converted_rows
 from eventpipe.destinations.postgres import classified
 from eventpipe.destinations.postgres_query import check_query
@@ -301,13 +300,6 @@ class RedshiftDestination:
     # -- loads --------------------------------------------------------------------------
 
     def load(self, request: LoadRequest) -> LoadResult:
-        if request.apply_changes or are_changes(request.columns):
-            raise TerminalError(
-                f"{self.id}.{request.table}: a source's changes are not applied by key on "
-                "Redshift yet",
-                fix="set changes: append on this destination (every change a row)",
-                table=request.table,
-            )
         staged = self.staging.join(self.id, _batch_path(request))
         with self._connect(request.table) as db:
             self._ensure_ready(db)
@@ -357,11 +349,14 @@ class RedshiftDestination:
                 return done
             if not staged:
                 rows = 0
-            elif request.primary_key:
+            elif request.primary_key or request.apply_changes:
                 stage = self.dialect.quote(STAGE_TABLE)
                 db.execute(f"CREATE TEMPORARY TABLE {stage} (LIKE {target})")
                 self._copy(db, stage, staged)
-                rows = self._move(db, request, stage)
+                if request.apply_changes:
+                    rows = self._apply_changes(db, request, stage)
+                else:
+                    rows = self._move(db, request, stage)
                 db.execute(f"DROP TABLE {stage}")
             else:
                 rows = self._copy(db, target, staged)
@@ -409,6 +404,16 @@ class RedshiftDestination:
         row = db.execute(f"SELECT count(*) FROM {chosen}").fetchone()
         db.execute(f"DROP TABLE {chosen}")
         return int(row[0]) if row else 0
+
+    def _apply_changes(self, db: psycopg.Connection[Any], request: LoadRequest, stage: str) -> int:
+        """A source's changes in ``stage`` applied by key (destinations/changes.py)."""
+
+        def run(sql: str) -> list[tuple[Any, ...]]:
+            cursor = db.execute(sql)
+            return cursor.fetchall() if cursor.description else []
+
+        return changes.apply(run, self.dialect.quote, self._name(request.table), stage,
+                             list(request.columns), "TEMPORARY TABLE {}")  # fmt: skip
 
     def _recorded(self, db: psycopg.Connection[Any], request: LoadRequest) -> LoadResult | None:
         """The batch's load as recorded, or None if it was not loaded."""
@@ -546,29 +551,40 @@ def fit_text(path: Path, lengths: Mapping[str, int]) -> int:
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
-    table = pq.read_table(path)
+    texts = [f.name for f in pq.read_schema(path) if f.name in lengths
+             and (pa.types.is_string(f.type) or pa.types.is_large_string(f.type))]  # fmt: skip
+    if not texts:
+        return 0
+    read = pq.read_table(path, columns=texts)  # the text alone, to look at
+    fixed: dict[str, Any] = {}
     cut = 0
-    changed = False
-    for index, field in enumerate(table.schema):
-        if not pa.types.is_string(field.type) or field.name not in lengths:
-            continue
-        values = table.column(index)
-        if pc.any(pc.match_substring(values, "\0")).as_py():
+    for name in texts:
+        values = read.column(name)
+        if _has_nul(values) and pc.any(pc.match_substring(values, "\0")).as_py():
             values = pc.replace_substring(values, "\0", "\ufffd")
-            changed = True
-        cap = lengths[field.name]
+            fixed[name] = values
+        cap = lengths[name]
         if (pc.max(pc.binary_length(values)).as_py() or 0) > cap:
-            texts = values.to_pylist()
-            for at, text in enumerate(texts):
+            listed = values.to_pylist()
+            for at, text in enumerate(listed):
                 if text is not None and len(text.encode("utf-8")) > cap:
-                    texts[at] = _cut(text, cap)
+                    listed[at] = _cut(text, cap)
                     cut += 1
-            values = pa.array(texts, pa.string())
-            changed = True
-        table = table.set_column(index, field, values)
-    if changed:
+            fixed[name] = pa.array(listed, pa.string())
+    if fixed:
+        table = pq.read_table(path)
+        for name, values in fixed.items():
+            at = table.schema.get_field_index(name)
+            table = table.set_column(at, table.schema.field(at), values)
         pq.write_table(table, path)
     return cut
+
+
+def _has_nul(values: Any) -> bool:
+    """Whether a NUL may be in ``values``' text: a scan of the chunks' bytes (memchr),
+    far quicker than a match of every value; true may be a byte of an unused slot."""
+    return any(chunk.buffers()[2] is not None and b"\0" in bytes(chunk.buffers()[2])
+               for chunk in values.chunks)  # fmt: skip
 
 
 def _cut(text: str, cap: int) -> str:

@@ -27,9 +27,10 @@ connector (``snowflake-connector-python``, the ``snowflake`` extra).
   and builds the stage again.
 * **Days replaced** (``eventpipe reprocess``): one transaction deletes the days' rows and
   moves the shadows' rows in, with its record; the shadows are dropped after it.
-* **A source's changes** applied by key are not built for Snowflake yet: the config check
-  refuses a Snowflake destination that would take them (``changes: append`` keeps every
-  change as a row), and such a load is refused with the reason.
+* **A source's changes** (``changes: apply``) go through the stage table too, and the
+  transaction applies them by key (destinations/changes.py: each key's last change
+  decides; a truncate empties the table), each key's last change a subquery rather than
+  a temporary table, which would commit the transaction.
 * **Errors**: a connection that fails or drops, Snowflake's 5xx and throttling (retried
   inside the connector first), a statement cancelled for its time are transient; wrong
   credentials stop with a configuration error naming the user, never the password; a
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eventpipe import reserved
+from eventpipe.destinations import changes
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
     QUERY_TIMEOUT_SECONDS,
@@ -61,7 +63,6 @@ from eventpipe.destinations.base import (
     delete_days,
     table_lock,
 )
-from eventpipe.destinations.changes import are_changes
 from eventpipe.destinations.converted import beside, converted_rows
 from eventpipe.destinations.snowflake_query import check_query
 from eventpipe.destinations.snowflake_rows import duckdb_type, fits
@@ -353,13 +354,6 @@ class SnowflakeDestination:
     # -- loads --------------------------------------------------------------------------
 
     def load(self, request: LoadRequest) -> LoadResult:
-        if request.apply_changes or are_changes(request.columns):
-            raise TerminalError(
-                f"{self.id}.{request.table}: a source's changes are not applied by key on "
-                "Snowflake yet",
-                fix="set changes: append on this destination (every change a row)",
-                table=request.table,
-            )
         with self._connect(request.table) as db, table_lock(self.locks, self.id, request.table):
             self._ensure_ready(db)
             loads = self._name(LOADS_TABLE)
@@ -388,9 +382,11 @@ class SnowflakeDestination:
                     files = [converted] if converted.exists() else []
                 where = self._put(db, files, path)
             left_out = tuple(sorted(rejected.items()))
-            # With a key, the rows go through a stage table, the newest per key chosen
-            # there; without, COPY puts them in the table inside the transaction.
-            stage = self._name(STAGE_TABLE_PREFIX + path[:16]) if request.primary_key else None
+            # With a key or a source's changes, the rows go through a stage table, the
+            # newest row or the last change per key chosen there; without, COPY puts them
+            # in the table inside the transaction.
+            staged = request.primary_key or request.apply_changes
+            stage = self._name(STAGE_TABLE_PREFIX + path[:16]) if staged else None
             if stage is not None:
                 db.execute(f"CREATE OR REPLACE TRANSIENT TABLE {stage} "
                            f"LIKE {self._name(request.table)}")  # fmt: skip
@@ -398,7 +394,9 @@ class SnowflakeDestination:
                     self._copy(db, stage, where)
             try:
                 db.execute("BEGIN")
-                if stage is not None:
+                if stage is not None and request.apply_changes:
+                    rows = self._apply_changes(db, request, stage)
+                elif stage is not None:
                     rows = self._move(db, request, stage)
                 else:
                     rows = self._copy(db, self._name(request.table), where) if where else 0
@@ -446,6 +444,17 @@ class SnowflakeDestination:
         names = [d[0].lower() for d in db.description or []]
         loaded = names.index("rows_loaded") if "rows_loaded" in names else None
         return sum(int(r[loaded] or 0) for r in db.fetchall()) if loaded is not None else 0
+
+    def _apply_changes(self, db: SnowflakeCursor, request: LoadRequest, stage: str) -> int:
+        """A source's changes in ``stage`` applied by key (destinations/changes.py), each
+        key's last change a subquery: a CREATE would commit the transaction."""
+
+        def run(sql: str) -> list[tuple[Any, ...]]:
+            db.execute(sql)
+            return [tuple(row) for row in db.fetchall()] if db.description else []
+
+        return changes.apply(run, self.dialect.quote, self._name(request.table), stage,
+                             list(request.columns), temporary=None)  # fmt: skip
 
     def _move(self, db: SnowflakeCursor, request: LoadRequest, stage: str) -> int:
         """The stage's rows into the table (by key: the newest wins); the rows, or the

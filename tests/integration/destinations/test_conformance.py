@@ -140,6 +140,12 @@ def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     return _destination(request.param, request, tmp_path)
 
 
+@pytest.fixture(params=["duckdb", "postgres", "snowflake", "redshift"])
+def applying(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
+    """Destinations that apply a source's changes with destinations/changes.py's SQL."""
+    return _destination(request.param, request, tmp_path)
+
+
 def _parquet(path: Path, rows: list[dict[str, Any]]) -> Path:
     pq.write_table(pa.Table.from_pylist(rows), path)
     return path
@@ -299,6 +305,35 @@ def test_csv_chunks_made_ahead_stop_with_their_consumer_and_pass_on_errors() -> 
     taken.close()  # the consumer stops early: the thread ends instead of blocking
     with pytest.raises(ValueError, match="bad file"):
         list(ahead(chunks(fail_at=5)))
+
+
+def test_a_sources_changes_are_applied_by_key_the_last_change_deciding(
+    applying: Destination, tmp_path: Path
+) -> None:
+    columns = {"_op": S, "_key": S, "_old_key": S, "_lsn": N, "_seq": N, "v": S}
+    _ensure(applying, Table("orders", columns))
+
+    def batch(name: str, rows: list[tuple[Any, ...]]) -> None:
+        path = _parquet(tmp_path / f"{name}.parquet", [dict(zip(columns, r, strict=True))
+                                                    for r in rows])  # fmt: skip
+        applying.load(LoadRequest("orders", name, (path,), columns, apply_changes=True))
+
+    batch("b1", [("read", "[1]", None, 9, 1, "a"), ("read", "[2]", None, 9, 2, "b"),
+                 ("read", "[4]", None, 9, 3, "d")])  # fmt: skip
+    batch("b2", [
+        ("update", "[1]", None, 30, 1, "a3"),
+        ("update", "[1]", None, 20, 1, "a2"),  # older: rows come in any order
+        ("delete", "[2]", None, 25, 1, None),
+        ("insert", "[3]", None, 26, 1, "c"),
+        ("insert", "[3]", None, 26, 1, "c"),  # the same change logged twice
+        ("update", "[40]", "[4]", 27, 1, "d moved"),  # the key changed
+    ])  # fmt: skip
+    assert _rows(applying, "SELECT _key, v FROM orders ORDER BY 1") == [
+        ("[1]", "a3"), ("[3]", "c"), ("[40]", "d moved")
+    ]  # fmt: skip
+    batch("b3", [("insert", "[5]", None, 40, 1, "gone"), ("truncate", None, None, 41, 1, None),
+                 ("insert", "[6]", None, 41, 2, "after")])  # fmt: skip
+    assert _rows(applying, "SELECT _key, v FROM orders") == [("[6]", "after")]
 
 
 def test_tables_loaded_on_parallel_threads_each_land_once(

@@ -71,7 +71,7 @@ from eventpipe.archive.files import (
 )
 from eventpipe.archive.remote import remote_of
 from eventpipe.archive.retention import pruned_through
-from eventpipe.config import Config, TableDestinationConfig
+from eventpipe.config import Config, LakehouseConfig, TableDestinationConfig
 from eventpipe.destinations.base import (
     QUERY_TIMEOUT_SECONDS,
     DaySwap,
@@ -247,7 +247,9 @@ def replaceable(config: Config, destination_id: str) -> None:
             fix="reprocess the destinations without metering",
         )
     sources = sorted(s for s in config.sources if dest.only_keys is None or s in dest.only_keys)
-    if sources and dest.type in ("duckdb", "postgres"):
+    in_place = (isinstance(dest, TableDestinationConfig) and dest.changes == "apply"
+                and dest.applies_changes and not isinstance(dest, LakehouseConfig))  # fmt: skip
+    if sources and in_place:
         raise ConfigError(
             f"destination {destination_id!r} applies the changes of source(s) "
             f"{', '.join(sources)} by key: a row is the last change of its key, whatever its "
