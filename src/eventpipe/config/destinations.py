@@ -36,13 +36,11 @@ class DestinationConfig(Section):
     """The modes the type runs in."""
     tables: ClassVar[bool] = True
     """Whether events land in tables (loaded from staged files) or are sent (a sink)."""
-    applies_changes: ClassVar[bool] = True
-    """Whether a source's changes can be applied by key (``changes: apply``)."""
 
     type: str
     """Destination type: ``duckdb``, ``postgres``, ``clickhouse``, ``snowflake``,
-    ``bigquery``, ``parquet``, ``iceberg``, ``delta``, ``http`` (an ingestion API such as
-    DataSet's addEvents, docs/http.md) or ``ga4``."""
+    ``bigquery``, ``redshift``, ``parquet``, ``iceberg``, ``delta``, ``http`` (an ingestion
+    API such as DataSet's addEvents, docs/http.md) or ``ga4``."""
     mode: Literal["batch", "stream"] = "batch"
     """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
     (duckdb, postgres, clickhouse, http): loaded within seconds, the log read as it is written."""
@@ -281,8 +279,6 @@ class SnowflakeConfig(TableDestinationConfig):
 
 class BigQueryConfig(TableDestinationConfig):
     """A BigQuery dataset, through Google's own client (docs/destinations.md)."""
-
-    applies_changes = False  # not built yet: changes: append
 
     type: Literal["bigquery"] = "bigquery"
     """The type: ``bigquery``."""

@@ -79,24 +79,6 @@ class Config(Section):
                 )
         return self
 
-    @model_validator(mode="after")
-    def _changes_where_they_can_be_applied(self) -> Config:
-        """A destination that takes a source's events must apply its changes by key, or
-        keep them all (``changes: append``); one that cannot apply them says so here,
-        not at its first load."""
-        if not self.sources:
-            return self
-        for dest_id, dest in self.destinations.items():
-            takes = dest.only_keys is None or any(k in self.sources for k in dest.only_keys)
-            applies = getattr(dest, "changes", None) == "apply"
-            if takes and applies and not dest.applies_changes:
-                raise ValueError(
-                    f"destinations.{dest_id}: a source's changes are not applied by key on "
-                    f"{dest.type} yet; set changes: append (every change a row), or "
-                    "only_keys without the sources"
-                )
-        return self
-
     def source(self, source_id: str) -> AnySource:
         if source_id not in self.sources:
             known = ", ".join(self.sources) or "none"

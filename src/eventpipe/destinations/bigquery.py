@@ -25,8 +25,10 @@
   A crash before the ``COMMIT`` leaves the table as it was; a rerun loads the stage again.
 * **Days replaced** (``eventpipe reprocess``): one transaction deletes the days' rows and
   moves the shadows' rows in, with its record; the shadows are dropped after it.
-* **A source's changes** applied by key are not built for BigQuery yet: refused at the
-  config check, as for Snowflake.
+* **A source's changes** (``changes: apply``) are staged the same way, and the
+  transaction applies them by key (destinations/changes.py: a truncate empties the
+  table, each key's last change decides); the two reads that plan it (the changes'
+  count, the last truncate) run on the stage before the transaction.
 * **Errors**: BigQuery's 5xx, throttling (429, ``rateLimitExceeded``,
   ``quotaExceeded``), a job past ``timeout_seconds`` and a network that fails are
   transient (the client retries within the request's deadline first); credentials
@@ -46,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from eventpipe import reserved
+from eventpipe.destinations import changes
 from eventpipe.destinations.base import (
     ALL_SWAPPED,
     QUERY_TIMEOUT_SECONDS,
@@ -341,13 +344,6 @@ class BigQueryDestination:
     # -- loads --------------------------------------------------------------------------
 
     def load(self, request: LoadRequest) -> LoadResult:
-        if request.apply_changes:
-            raise TerminalError(
-                f"{self.id}.{request.table}: a source's changes are not applied by key on "
-                "BigQuery yet",
-                fix="set changes: append on this destination (every change a row)",
-                table=request.table,
-            )
         self._ensure_ready()
         with table_lock(self.locks, self.id, request.table):
             done = list(self._run(
@@ -381,7 +377,7 @@ class BigQueryDestination:
                 count = _brought(converted, request.primary_key)
                 self._stage(stage, current, request, converted)
             try:
-                self._commit(request, stage, count, left_out)
+                count = self._commit(request, stage, count, left_out)
             finally:
                 self.drop([stage])
         return LoadResult(rows=count, rejected=left_out)
@@ -406,11 +402,15 @@ class BigQueryDestination:
 
     def _commit(
         self, request: LoadRequest, stage: str | None, count: int, left_out: tuple[Any, ...]
-    ) -> None:
+    ) -> int:
         """One transaction: the stage's rows into the table (by key: ``MERGE``, the newest
-        wins) and the batch's record, ``count`` the rows (or keys) it brought."""
+        wins; a source's changes applied by key) and the batch's record, ``count`` the
+        rows (or keys) it brought; the count recorded (the changes', when applied)."""
         move = ""
-        if stage is not None:
+        if stage is not None and request.apply_changes:
+            statements, count = self._changes(request, stage)
+            move = "".join(f"{statement}; " for statement in statements)
+        elif stage is not None:
             move = _move(self.dialect.quote, self._name(request.table), self._name(stage),
                          request) + "; "  # fmt: skip
         reasons = json.dumps([list(r) for r in left_out])
@@ -423,6 +423,23 @@ class BigQueryDestination:
             "CURRENT_TIMESTAMP()); COMMIT TRANSACTION;",
             request.table,
         )  # fmt: skip
+        return count
+
+    def _changes(self, request: LoadRequest, stage: str) -> tuple[list[str], int]:
+        """The statements that apply the changes in ``stage`` by key
+        (destinations/changes.py), for the load's transaction, and the changes' count:
+        its reads of the stage run now, its writes wait for the transaction."""
+        writes: list[str] = []
+
+        def run(sql: str) -> list[tuple[Any, ...]]:
+            if sql.startswith("SELECT"):
+                return [tuple(row) for row in self._run(sql, request.table)]
+            writes.append(sql)
+            return []
+
+        count = changes.apply(run, self.dialect.quote, self._name(request.table),
+                              self._name(stage), list(request.columns), temporary=None)  # fmt: skip
+        return writes, count
 
     # -- days replaced ------------------------------------------------------------------
 

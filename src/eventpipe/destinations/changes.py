@@ -67,7 +67,7 @@ def apply(
     after = "TRUE"
     if cut:
         last_lsn, last_seq = (int(v) for v in cut[0])  # integers from the batch, not text
-        run(f"DELETE FROM {table}")
+        run(f"DELETE FROM {table} WHERE TRUE")  # BigQuery's DELETE takes a WHERE
         after = f"({lsn} > {last_lsn} OR ({lsn} = {last_lsn} AND {seq} > {last_seq}))"
     moved = ""
     if OLD_KEY in columns:

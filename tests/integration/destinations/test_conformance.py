@@ -140,7 +140,7 @@ def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     return _destination(request.param, request, tmp_path)
 
 
-@pytest.fixture(params=["duckdb", "postgres", "snowflake", "redshift"])
+@pytest.fixture(params=["duckdb", "postgres", "snowflake", "bigquery", "redshift"])
 def applying(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     """Destinations that apply a source's changes with destinations/changes.py's SQL."""
     return _destination(request.param, request, tmp_path)

@@ -248,7 +248,7 @@ def replaceable(config: Config, destination_id: str) -> None:
         )
     sources = sorted(s for s in config.sources if dest.only_keys is None or s in dest.only_keys)
     in_place = (isinstance(dest, TableDestinationConfig) and dest.changes == "apply"
-                and dest.applies_changes and not isinstance(dest, LakehouseConfig))  # fmt: skip
+                and not isinstance(dest, LakehouseConfig))  # fmt: skip
     if sources and in_place:
         raise ConfigError(
             f"destination {destination_id!r} applies the changes of source(s) "
