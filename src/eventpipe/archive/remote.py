@@ -42,6 +42,7 @@ from eventpipe.archive.files import (
 )
 from eventpipe.archive.write import digest
 from eventpipe.config import ArchiveConfig, S3Config
+from eventpipe.errors import TransientError
 from eventpipe.files import fsync_directory, write_file
 from eventpipe.objectstore import Location
 from eventpipe.paths import DataLayout
@@ -204,6 +205,24 @@ def remote_of(settings: ArchiveConfig) -> RemoteArchive | None:
     if settings.remote is None:
         return None
     return RemoteArchive(Location.of(settings.remote, (settings.s3 or S3Config()).settings()))
+
+
+def restore_missing(settings: ArchiveConfig, layout: DataLayout) -> None:
+    """The segments that only the archive's copy holds (the disk bounded by
+    ``max_bytes``, or lost) restored to the disk, when there is a copy: a reprocess does
+    this first, since late events of the days it rebuilds may be in any later day."""
+    remote = remote_of(settings)
+    if remote is None:
+        return
+    try:
+        restored = remote.restore(layout)
+    except OSError as exc:
+        raise TransientError(
+            f"the archive's copy on {settings.remote} cannot be read: {exc}",
+            fix="reprocess again once the store answers",
+        ) from exc
+    if restored:
+        log.info("archive: %d segment(s) restored from %s", len(restored), settings.remote)
 
 
 def _is_data(name: str) -> bool:

@@ -69,7 +69,7 @@ from eventpipe.archive.files import (
     day_dirs,
     segments_of_day,
 )
-from eventpipe.archive.remote import remote_of
+from eventpipe.archive.remote import restore_missing
 from eventpipe.archive.retention import pruned_through
 from eventpipe.config import Config, LakehouseConfig, TableDestinationConfig
 from eventpipe.destinations.base import (
@@ -81,7 +81,7 @@ from eventpipe.destinations.base import (
     Replaceable,
 )
 from eventpipe.destinations.registry import REPLACES_DAYS, kind
-from eventpipe.errors import ConfigError, TerminalError, TransientError
+from eventpipe.errors import ConfigError, TerminalError
 from eventpipe.files import KeepOld, replacing
 from eventpipe.processing.batch.failures import reprocess_failures
 from eventpipe.processing.batch.job import run_job
@@ -279,7 +279,7 @@ def plan(runtime: Runtime, destination_id: str, first: date, last: date, force: 
     version = code_version(config, destination_id)
     result = Plan(version)
     recorded = state.day_versions(destination_id, first.isoformat(), last.isoformat())
-    _restore_from_remote(config)
+    restore_missing(config.archive, config.layout)  # late events may be in any day
     archived = list(_archived(config, first, last))
     sealed = [p.name for p in layout.sealed_segments()]
     loaded = state.done_by(destination_id, sealed)
@@ -378,24 +378,6 @@ def _lost(versions: list[DayVersion] | None, held: set[str] | None) -> str | Non
                 "(its data replaced or restored since)"
             )
     return None
-
-
-def _restore_from_remote(config: Config) -> None:
-    """The archive's segments that only its remote copy holds (the disk bounded by
-    max_bytes, or lost), restored first: late events may be in any later day, so every
-    such segment may hold events of the days rebuilt."""
-    remote = remote_of(config.archive)
-    if remote is None:
-        return
-    try:
-        restored = remote.restore(config.layout)
-    except OSError as exc:
-        raise TransientError(
-            f"the archive's copy on {config.archive.remote} cannot be read: {exc}",
-            fix="reprocess again once the store answers",
-        ) from exc
-    if restored:
-        log.info("archive: %d segment(s) restored from %s", len(restored), config.archive.remote)
 
 
 def _archived(
