@@ -217,6 +217,16 @@ def geo_database(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+def _running(server: Any) -> Iterator[Any]:
+    """A test server (one with ``start()`` and ``remove()``), started, and removed when
+    the fixture ends whatever happened."""
+    try:
+        server.start()
+        yield server
+    finally:
+        server.remove()
+
+
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     """A throwaway PostgreSQL server for the whole run (tests/postgres.py)."""
@@ -231,12 +241,7 @@ def clickhouse_server() -> Iterator[Any]:
     """A throwaway ClickHouse server (Debian's) for the whole run (tests/clickhouse.py)."""
     from tests.clickhouse import ClickHouseServer
 
-    server = ClickHouseServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    yield from _running(ClickHouseServer())
 
 
 @pytest.fixture(scope="session")
@@ -245,12 +250,7 @@ def chdb_server() -> Iterator[Any]:
     (tests/chdb_server.py)."""
     from tests.chdb_server import ChdbServer
 
-    server = ChdbServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    yield from _running(ChdbServer())
 
 
 @pytest.fixture(scope="session")
@@ -259,12 +259,7 @@ def clickhouse_cluster() -> Iterator[Any]:
     cluster ``events``, for the whole run (tests/clickhouse.py)."""
     from tests.clickhouse import ClickHouseCluster
 
-    cluster = ClickHouseCluster()
-    try:
-        cluster.start()
-        yield cluster
-    finally:
-        cluster.remove()
+    yield from _running(ClickHouseCluster())
 
 
 @pytest.fixture(scope="session")
@@ -273,12 +268,7 @@ def snowflake_server() -> Iterator[Any]:
     (tests/snowflake.py)."""
     from tests.snowflake import SnowflakeServer
 
-    server = SnowflakeServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    yield from _running(SnowflakeServer())
 
 
 @pytest.fixture(scope="session")
@@ -286,12 +276,7 @@ def bigquery_server() -> Iterator[Any]:
     """A stand-in for BigQuery (bqemulator) for the whole run (tests/bigquery.py)."""
     from tests.bigquery import BigQueryServer
 
-    server = BigQueryServer()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    yield from _running(BigQueryServer())
 
 
 @pytest.fixture
@@ -306,12 +291,7 @@ def s3_server() -> Iterator[Any]:
     """A stand-in for S3 (moto's server mode) for the whole run (tests/s3.py)."""
     from tests.s3 import S3Server
 
-    server = S3Server()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    yield from _running(S3Server())
 
 
 @pytest.fixture(scope="session")
@@ -320,12 +300,7 @@ def redshift_server(postgres_dsn: str, s3_server: Any) -> Iterator[Any]:
     S3 stand-in) for the whole run (tests/redshift.py)."""
     from tests.redshift import RedshiftServer
 
-    server = RedshiftServer(postgres_dsn, s3_server)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.remove()
+    yield from _running(RedshiftServer(postgres_dsn, s3_server))
 
 
 @pytest.fixture

@@ -588,9 +588,11 @@ def _has_nul(values: Any) -> bool:
 
 
 def _cut(text: str, cap: int) -> str:
-    room = cap - len(TRUNCATED.encode("utf-8"))
-    kept = text.encode("utf-8")[:room].decode("utf-8", "ignore")
-    return kept + TRUNCATED
+    """``text`` in at most ``cap`` bytes, ending with :data:`TRUNCATED` when the column
+    leaves room for it (a short ``varchar`` a user made keeps the text alone)."""
+    marker = TRUNCATED if cap >= 4 * len(TRUNCATED) else ""
+    kept = text.encode("utf-8")[: cap - len(marker)].decode("utf-8", "ignore")
+    return kept + marker
 
 
 def _batch_path(request: LoadRequest) -> str:

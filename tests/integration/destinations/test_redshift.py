@@ -205,3 +205,15 @@ def test_no_cluster_or_bucket_is_transient_and_says_no_secret(
     batch = _file(tmp_path / "b.parquet", [{"id": "a", "n": 1}])
     with pytest.raises(TransientError, match="staging on s3://no-such-bucket"):
         nowhere.load(LoadRequest("events", "b1", (batch,), {"id": S, "n": N}))
+
+
+def test_text_cut_to_a_short_columns_bytes_keeps_whole_characters(tmp_path: Path) -> None:
+    from eventpipe.destinations.redshift import fit_text
+
+    path = _file(tmp_path / "t.parquet", [{"short": "ééééé", "long": "ab" * 100, "n": 1}])
+    assert fit_text(path, {"short": 5, "long": 150}) == 2
+    row = pq.read_table(path).to_pylist()[0]
+    assert row["short"] == "éé"  # 4 bytes: a third é would be cut in half
+    assert row["long"].endswith(TRUNCATED)
+    assert len(row["long"].encode()) <= 150
+    assert row["n"] == 1
