@@ -120,6 +120,30 @@ def delete_days(
         delete(table, where)
 
 
+def swap_days(
+    swap: DaySwap,
+    quote: Callable[[str], str],
+    described: Mapping[str, Table | None],
+    delete: Callable[[str, str], object],
+    move: Callable[[LoadRequest, str], int],
+    destination_id: str,
+) -> dict[str, int]:
+    """The statements of a day swap, for the caller's transaction: the rows of
+    ``swap.days`` deleted from each table (:func:`delete_days`), then each shadow's rows
+    moved into its table by ``move(request, shadow)`` (the request names the table, the
+    shadow's columns and the key); the rows moved per table. ``described``: each table's
+    and shadow's description (None: not there)."""
+    delete_days(swap, quote, described.get, delete, destination_id)
+    moved: dict[str, int] = {}
+    for table, shadow in sorted(swap.shadows.items()):
+        current = described.get(shadow)
+        if current is None:
+            continue
+        request = LoadRequest(table, swap.swap_id, (), current.columns, swap.primary_key)
+        moved[table] = move(request, shadow)
+    return moved
+
+
 def newest_only(
     tables: Sequence[str],
     name: Callable[[str], str],

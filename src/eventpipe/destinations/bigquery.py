@@ -55,7 +55,7 @@ from eventpipe.destinations.base import (
     DaySwap,
     LoadRequest,
     LoadResult,
-    delete_days,
+    swap_days,
     table_lock,
 )
 from eventpipe.destinations.converted import beside, converted_rows
@@ -461,16 +461,12 @@ class BigQueryDestination:
         def delete(table: str, where: str) -> None:
             statements.append(f"DELETE FROM {self._name(table)} WHERE {where}")
 
-        delete_days(swap, q, described.get, delete, self.id)
-        moved: dict[str, int] = {}
-        for table, shadow in sorted(swap.shadows.items()):
-            current = described.get(shadow)
-            if current is None:
-                continue
-            request = LoadRequest(table, swap.swap_id, (), current.columns, swap.primary_key)
-            (count,) = next(iter(self._run(_count(self._name(shadow), request), table)))
-            moved[table] = int(count)
-            statements.append(_move(q, self._name(table), self._name(shadow), request))
+        def move(request: LoadRequest, shadow: str) -> int:
+            (count,) = next(iter(self._run(_count(self._name(shadow), request), request.table)))
+            statements.append(_move(q, self._name(request.table), self._name(shadow), request))
+            return int(count)
+
+        moved = swap_days(swap, q, described, delete, move, self.id)
         text = self.dialect.literal
         for table, count in [*moved.items(), (ALL_SWAPPED, 0)]:
             statements.append(

@@ -62,7 +62,7 @@ from eventpipe.destinations.base import (
     DaySwap,
     LoadRequest,
     LoadResult,
-    delete_days,
+    swap_days,
     table_lock,
 )
 from eventpipe.destinations.converted import beside, converted_rows
@@ -480,20 +480,15 @@ class RedshiftDestination:
                 self._drop_shadows(db, swap)
                 return {str(t): int(n) for t, n in done if t != ALL_SWAPPED}
             described = {t: self._describe(db, t) for t in {*swap.tables, *swap.shadows.values()}}
-            moved: dict[str, int] = {}
             with db.transaction():
 
                 def delete(table: str, where: str) -> None:
                     db.execute(f"DELETE FROM {self._name(table)} WHERE {where}")
 
-                delete_days(swap, q, described.get, delete, self.id)
-                for table, shadow in sorted(swap.shadows.items()):
-                    current = described.get(shadow)
-                    if current is None:
-                        continue
-                    request = LoadRequest(table, swap.swap_id, (), current.columns,
-                                          swap.primary_key)  # fmt: skip
-                    moved[table] = self._moved_in(db, request, self._name(shadow))
+                def move(request: LoadRequest, shadow: str) -> int:
+                    return self._moved_in(db, request, self._name(shadow))
+
+                moved = swap_days(swap, q, described, delete, move, self.id)
                 for table, count in [*moved.items(), (ALL_SWAPPED, 0)]:
                     self._record(db, swap.swap_id, table, count)
             self._drop_shadows(db, swap)
