@@ -1,7 +1,7 @@
 """The BigQuery destination against a stand-in that answers BigQuery's REST API
 (bqemulator, tests/bigquery.py) through Google's own client: what the conformance suite
 does not ask of every destination. A load whose transaction fails after its rows went in
-leaves nothing and runs again once; days replaced in one transaction; tables partitioned
+leaves nothing and runs again once; tables partitioned
 by day and clustered by their key; ``eventpipe query`` kept to reads; Google's errors
 classified; no server."""
 
@@ -15,7 +15,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eventpipe.destinations.base import DaySwap, LoadRequest
+from eventpipe.destinations.base import LoadRequest
 from eventpipe.destinations.bigquery import BigQueryDestination
 from eventpipe.destinations.snowflake_query import check_query
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError
@@ -98,24 +98,6 @@ def test_a_keyed_table_is_partitioned_by_day_clustered_by_its_key_and_merged(
     assert result.rows == 2  # the keys the batch brought
     assert _rows(dest, "SELECT id, n, plan FROM users ORDER BY id") == [
         ("u1", 10, "pro"), ("u2", 2, "free")]  # fmt: skip
-
-
-def test_days_are_replaced_in_one_transaction_and_a_rerun_changes_nothing(
-    dest: BigQueryDestination, tmp_path: Path
-) -> None:
-    _ensure(dest, Table("events", COLUMNS))
-    days = [datetime(2026, 11, d, 12) for d in (20, 21, 22)]
-    rows = [{"id": f"e{i}", "n": i, "_timestamp": days[i % 3]} for i in range(30)]
-    dest.load(LoadRequest("events", "b1", (_file(tmp_path / "a.parquet", rows),), COLUMNS))
-    _ensure(dest, Table("_eventpipe_rp_1", COLUMNS))
-    rebuilt = [{"id": f"r{i}", "n": 100 + i, "_timestamp": days[1]} for i in range(4)]
-    dest.load(LoadRequest("_eventpipe_rp_1", "r1", (_file(tmp_path / "r.parquet", rebuilt),),
-                          COLUMNS))  # fmt: skip
-    swap = DaySwap("swap-1", ("2026-11-21",), ("events",), {"events": "_eventpipe_rp_1"})
-    assert dest.replace_days(swap) == {"events": 4}
-    assert dest.replace_days(swap) == {"events": 4}  # recorded: done once
-    assert _rows(dest, "SELECT count(*), countif(n >= 100) FROM events") == [(24, 4)]
-    assert dest.tables() == ["events"]
 
 
 @pytest.mark.parametrize(

@@ -1,9 +1,11 @@
 """One conformance suite for every destination: the same cases against real DuckDB files,
 a real PostgreSQL server (tests/postgres.py), Debian's ClickHouse server
-(tests/clickhouse.py), today's ClickHouse engine (tests/chdb_server.py) and the lakes,
-local and on S3 (moto's server, tests/s3.py):
+(tests/clickhouse.py), today's ClickHouse engine (tests/chdb_server.py), the lakes,
+local and on S3 (moto's server, tests/s3.py), and the stand-ins of Snowflake, BigQuery
+and Redshift (tests/snowflake.py, tests/bigquery.py, tests/redshift.py):
 patch, concurrent patchers, atomic and idempotent loads, upserts, values a column cannot
-take."""
+take; and where a destination does them, a source's changes applied by key and days
+replaced from shadow tables."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -143,6 +145,13 @@ def keyed(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
 @pytest.fixture(params=["duckdb", "postgres", "snowflake", "bigquery", "redshift"])
 def applying(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
     """Destinations that apply a source's changes with destinations/changes.py's SQL."""
+    return _destination(request.param, request, tmp_path)
+
+
+@pytest.fixture(params=["snowflake", "bigquery", "redshift"])
+def swapping(request: pytest.FixtureRequest, tmp_path: Path) -> Destination:
+    """The warehouses that replace days from shadow tables in one transaction of their
+    own (DuckDB, PostgreSQL, ClickHouse and the lakes: tests/e2e/test_reprocess.py)."""
     return _destination(request.param, request, tmp_path)
 
 
@@ -334,6 +343,31 @@ def test_a_sources_changes_are_applied_by_key_the_last_change_deciding(
     batch("b3", [("insert", "[5]", None, 40, 1, "gone"), ("truncate", None, None, 41, 1, None),
                  ("insert", "[6]", None, 41, 2, "after")])  # fmt: skip
     assert _rows(applying, "SELECT _key, v FROM orders") == [("[6]", "after")]
+
+
+def test_days_are_replaced_in_one_transaction_and_a_rerun_changes_nothing(
+    swapping: Destination, tmp_path: Path
+) -> None:
+    from eventpipe.destinations.base import DaySwap, Replaceable
+
+    dest = cast(Replaceable, swapping)
+    columns = {"id": S, "n": N, "_timestamp": T}
+    _ensure(dest, Table("events", columns))
+    days = [datetime(2026, 11, d, 12) for d in (20, 21, 22)]
+    rows = [{"id": f"e{i}", "n": i, "_timestamp": days[i % 3]} for i in range(30)]
+    dest.load(LoadRequest("events", "b1", (_parquet(tmp_path / "a.parquet", rows),), columns))
+    shadow = "_eventpipe_rp_1"
+    _ensure(dest, Table(shadow, columns))
+    rebuilt = [{"id": f"r{i}", "n": 100 + i, "_timestamp": days[1]} for i in range(4)]
+    dest.load(LoadRequest(shadow, "r1", (_parquet(tmp_path / "r.parquet", rebuilt),), columns))
+    swap = DaySwap("swap-1", ("2026-11-21",), ("events",), {"events": shadow})
+    assert dest.replace_days(swap) == {"events": 4}
+    expected = sorted([(r["id"], r["n"]) for r in rows if r["_timestamp"] != days[1]]
+                      + [(r["id"], r["n"]) for r in rebuilt])  # fmt: skip
+    assert sorted(_rows(dest, "SELECT id, n FROM events")) == expected
+    assert dest.replace_days(swap) == {"events": 4}  # recorded: done once
+    assert sorted(_rows(dest, "SELECT id, n FROM events")) == expected
+    assert shadow not in dest.tables()
 
 
 def test_tables_loaded_on_parallel_threads_each_land_once(

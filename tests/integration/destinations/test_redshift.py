@@ -1,7 +1,7 @@
 """The Redshift destination against a stand-in (tests/redshift.py: the run's PostgreSQL
 behind a front that runs Redshift's ``COPY`` from moto's S3): what the conformance suite
 does not ask of every destination. A load killed inside its transaction and run again,
-days replaced in one transaction, text made storable, the COPY it sends, ``eventpipe
+text made storable, the COPY it sends, ``eventpipe
 query`` kept to reads, and no cluster or no bucket."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eventpipe.destinations.base import DaySwap, LoadRequest
+from eventpipe.destinations.base import LoadRequest
 from eventpipe.destinations.redshift import TRUNCATED, RedshiftDestination
 from eventpipe.errors import QueryError, TransientError
 from eventpipe.locks import FileLocks
@@ -152,29 +152,6 @@ def test_long_text_is_cut_to_the_columns_bytes_with_a_marker_and_nul_replaced(
     assert stored["long"].endswith(TRUNCATED)
     assert stored["long"].startswith("é" * 30_000)
     assert len(stored["long"].encode()) <= 65_535
-
-
-def test_days_are_replaced_in_one_transaction_and_a_rerun_changes_nothing(
-    dest: RedshiftDestination, tmp_path: Path
-) -> None:
-    _ensure(dest, Table("events", COLUMNS))
-    old = [{"id": f"{day}-{i}", "n": 1, "_timestamp": datetime(2026, 11, day, 9)}
-           for day in (19, 20, 21) for i in range(3)]  # fmt: skip
-    dest.load(LoadRequest("events", "b1", (_file(tmp_path / "old.parquet", old),), COLUMNS))
-    shadow = "_eventpipe_rp_x_events"
-    _ensure(dest, Table(shadow, COLUMNS))
-    rebuilt = [{"id": f"20-new-{i}", "n": 2, "_timestamp": datetime(2026, 11, 20, 10)}
-               for i in range(5)]  # fmt: skip
-    dest.load(LoadRequest(shadow, "rp", (_file(tmp_path / "new.parquet", rebuilt),), COLUMNS))
-    swap = DaySwap("swap-1", ("2026-11-20",), ("events",), {"events": shadow})
-    assert dest.replace_days(swap) == {"events": 5}
-    sql = ("SELECT extract(day FROM _timestamp) AS d, max(n), count(*) FROM events "
-           "GROUP BY 1 ORDER BY 1")  # fmt: skip
-    expected = [(19, 1, 3), (20, 2, 5), (21, 1, 3)]
-    assert _rows(dest, sql) == expected
-    assert dest.replace_days(swap) == {"events": 5}  # recorded: done once
-    assert _rows(dest, sql) == expected
-    assert shadow not in dest.tables()
 
 
 def test_query_reads_refuses_writes_and_says_the_servers_error(

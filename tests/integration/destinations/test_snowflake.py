@@ -1,7 +1,7 @@
 """The Snowflake destination against a stand-in that speaks Snowflake's protocol
 (fakesnow's server, tests/snowflake.py) through the official connector: what the
 conformance suite does not ask of every destination. A load killed before its commit and
-run again, days replaced in one transaction, ``eventpipe query`` kept to reads, and no
+run again, ``eventpipe query`` kept to reads, and no
 server (a source's changes applied by key: the conformance suite)."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from eventpipe.destinations.base import DaySwap, LoadRequest
+from eventpipe.destinations.base import LoadRequest
 from eventpipe.destinations.snowflake import SnowflakeDestination
 from eventpipe.destinations.snowflake_query import check_query
 from eventpipe.errors import QueryError, TransientError
@@ -103,29 +103,6 @@ def test_a_load_killed_inside_its_transaction_leaves_nothing_and_a_rerun_loads_o
         (500, 500, sum(range(500)))
     ]
     assert dest.tables() == ["_eventpipe_loads", "events"]  # no stage table left
-
-
-def test_days_are_replaced_in_one_transaction_and_a_rerun_changes_nothing(
-    dest: SnowflakeDestination, tmp_path: Path
-) -> None:
-    _ensure(dest, Table("events", COLUMNS))
-    old = [{"id": f"{day}-{i}", "n": 1, "_timestamp": datetime(2026, 11, day, 9)}
-           for day in (19, 20, 21) for i in range(3)]  # fmt: skip
-    dest.load(LoadRequest("events", "b1", (_file(tmp_path / "old.parquet", old),), COLUMNS))
-    shadow = "_eventpipe_rp_x_events"
-    _ensure(dest, Table(shadow, COLUMNS))
-    rebuilt = [{"id": f"20-new-{i}", "n": 2, "_timestamp": datetime(2026, 11, 20, 10)}
-               for i in range(5)]  # fmt: skip
-    dest.load(LoadRequest(shadow, "rp", (_file(tmp_path / "new.parquet", rebuilt),), COLUMNS))
-    swap = DaySwap("swap-1", ("2026-11-20",), ("events",), {"events": shadow})
-    assert dest.replace_days(swap) == {"events": 5}
-    sql = ("SELECT DAYOFMONTH(_timestamp) AS d, max(n), count(*) FROM events "
-           "GROUP BY d ORDER BY d")  # fmt: skip
-    expected = [(19, 1, 3), (20, 2, 5), (21, 1, 3)]
-    assert _rows(dest, sql) == expected
-    assert dest.replace_days(swap) == {"events": 5}  # recorded: done once
-    assert _rows(dest, sql) == expected
-    assert shadow not in dest.tables()
 
 
 @pytest.mark.parametrize(
