@@ -467,7 +467,7 @@ def test_a_redshift_destination_stages_on_s3_and_names_a_role() -> None:
     assert "Redshift copies from S3" in _error(
         {"destinations": {"rs": {**rs, "staging": "/var/staging"}}}
     )
-    assert "should match pattern" in _error(
+    assert "iam_role 'copy-role': the role's ARN" in _error(
         {"destinations": {"rs": {**rs, "iam_role": "copy-role"}}}
     )
     assert "at most 1600 columns" in _error({"destinations": {"rs": {**rs, "max_columns": 2000}}})

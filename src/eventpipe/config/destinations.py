@@ -10,6 +10,7 @@ one. A destination of a new type is a model here (with the ``type`` literal), a 
 
 from __future__ import annotations
 
+import re
 from typing import Annotated, Any, ClassVar, Literal, get_args
 
 from pydantic import Field, field_validator, model_validator
@@ -322,7 +323,7 @@ class RedshiftConfig(TableDestinationConfig):
     """``s3://bucket/prefix`` the batches' files are put under for ``COPY`` (each load's
     deleted once it is in): a bucket the cluster's role can read, reached by eventpipe as
     ``s3`` says."""
-    iam_role: str = Field(pattern=r"^(arn:aws[\w-]*:iam::\d{12}:role/[\w+=,.@/-]+|default)$")
+    iam_role: str
     """The role the cluster reads ``staging`` as: its ARN, or ``default`` (the
     cluster's default role)."""
     region: str | None = None
@@ -335,6 +336,16 @@ class RedshiftConfig(TableDestinationConfig):
 
     MAX_COLUMNS: ClassVar[int] = 1600
     """Redshift's limit of columns in a table."""
+
+    @field_validator("iam_role")
+    @classmethod
+    def _role_arn(cls, value: str) -> str:
+        if not re.fullmatch(r"arn:aws[\w-]*:iam::\d{12}:role/[\w+=,.@/-]+|default", value):
+            raise ValueError(
+                f"iam_role {value!r}: the role's ARN (arn:aws:iam::123456789012:role/name) "
+                "or default (the cluster's default role)"
+            )
+        return value
 
     @field_validator("staging")
     @classmethod
