@@ -1,5 +1,5 @@
 """bqemulator as the BigQuery tests start it (run by .venv-bigquery's Python:
-tests/bigquery.py), with two changes to the emulator, both for what DuckDB cannot do:
+tests/bigquery.py), with four changes to the emulator:
 
 * no spatial extension: bqemulator loads it at start for GEOGRAPHY, and it cannot be
   downloaded here (eventpipe writes no GEOGRAPHY column);
@@ -8,7 +8,11 @@ tests/bigquery.py), with two changes to the emulator, both for what DuckDB canno
   at most 38 digits (INT128);
 * a table's schema updated through the API (``tables.patch``/``update``, how eventpipe
   adds columns, as BigQuery's clients do) gets its new columns in storage too, as in
-  BigQuery: bqemulator changed its catalog only, and a load into the new column failed.
+  BigQuery: bqemulator changed its catalog only, and a load into the new column failed;
+* a load job uploaded with a job id of the client's (``jobReference.jobId``) gets that
+  id, and a second job of an id that exists is refused (409 ``duplicate``), as BigQuery
+  does: bqemulator gave every upload an id of its own, so a retried load with the same
+  id ran twice.
 """
 
 from __future__ import annotations
@@ -17,10 +21,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from bqemulator.api.routes import upload
 from bqemulator.api.routes.tables import _field_to_rest
 from bqemulator.catalog.duckdb_repository import DuckDBCatalogRepository
 from bqemulator.catalog.memory_repository import MemoryCatalogRepository
 from bqemulator.cli import main
+from bqemulator.domain.errors import AlreadyExistsError
 from bqemulator.storage import engine, type_map
 from bqemulator.storage.sql_identifiers import quoted_table_ref
 from bqemulator.storage.type_map import bq_schema_to_duckdb_columns
@@ -46,6 +52,47 @@ def _altering(update: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     return update_table
 
 
+_JOB_ID = "_eventpipe_job_id"
+_new_job_id = upload._new_job_id
+_configuration = upload._load_configuration_from_envelope
+_run_load = upload._run_load
+_given: list[str] = []
+
+
+def _configuration_with_id(envelope: dict[str, Any]) -> dict[str, Any]:
+    """The envelope's configuration, carrying its job id along (a resumable upload keeps
+    the configuration alone until its last chunk)."""
+    configuration = dict(_configuration(envelope))
+    job_id = (envelope.get("jobReference") or {}).get("jobId")
+    if job_id:
+        configuration[_JOB_ID] = job_id
+    return configuration
+
+
+async def _run_load_with_id(
+    *, project_id: str, configuration: dict[str, Any], media_path: str, ctx: Any
+) -> Any:
+    configuration = dict(configuration)
+    job_id = configuration.pop(_JOB_ID, None)
+    if job_id and ctx.catalog.get_job(project_id, job_id) is not None:
+        raise AlreadyExistsError(f"Already Exists: Job {project_id}:US.{job_id}")
+    if job_id:
+        _given.append(job_id)
+    try:
+        return await _run_load(project_id=project_id, configuration=configuration,
+                               media_path=media_path, ctx=ctx)  # fmt: skip
+    finally:
+        if job_id:
+            _given.remove(job_id)
+
+
+def _job_id() -> str:
+    return _given[-1] if _given else _new_job_id()
+
+
+upload._load_configuration_from_envelope = _configuration_with_id
+upload._run_load = _run_load_with_id
+upload._new_job_id = _job_id
 engine.DuckDBEngine._load_spatial = _no_spatial  # type: ignore[method-assign]
 type_map._BQ_TO_DUCKDB["BIGNUMERIC"] = "DECIMAL(38, 0)"
 for repository in (DuckDBCatalogRepository, MemoryCatalogRepository):

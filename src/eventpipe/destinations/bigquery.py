@@ -16,13 +16,17 @@
   2. an in-memory DuckDB converts the staged rows to the columns' types into one Parquet
      file (destinations/converted.py: a row with a value that does not convert is left
      out with the reason);
-  3. a load job makes a stage table of the batch's own from the file
-     (``_eventpipe_stage_<key>``, replaced whole: a retried job writes the same table);
-  4. one multi-statement transaction moves the stage's rows into the table (with a key,
-     each key's newest row by ``MERGE``, a row already newer kept) and writes the
-     batch's record; then the stage table is dropped.
-
-  A crash before the ``COMMIT`` leaves the table as it was; a rerun loads the stage again.
+  3. an append (no key, no changes): one load job straight into the table whose id is
+     the batch's own (:func:`_job_id`, then the attempt), and the record after it.
+     BigQuery refuses a second job of one id: a rerun after a crash between the two
+     finds the job done and writes the record alone; a failed job's id is spent, and
+     the next attempt takes the next one;
+  4. with a key or a source's changes: a load job makes a stage table of the batch's
+     own from the file (``_eventpipe_stage_<key>``, replaced whole: a retried job
+     writes the same table); one multi-statement transaction moves the stage's rows
+     into the table (each key's newest row by ``MERGE``, a row already newer kept; or
+     the changes applied) and writes the batch's record; then the stage is dropped. A
+     crash before the ``COMMIT`` leaves the table as it was.
 * **Days replaced** (``eventpipe reprocess``): one transaction deletes the days' rows and
   moves the shadows' rows in, with its record; the shadows are dropped after it.
 * **A source's changes** (``changes: apply``) are staged the same way, and the
@@ -71,6 +75,9 @@ if TYPE_CHECKING:
 
 LOADS_TABLE = reserved.LOADS_TABLE
 STAGE_TABLE_PREFIX = "_eventpipe_stage_"
+MAX_LOAD_ATTEMPTS = 100
+"""Load jobs of one batch at most (a failed job's id is spent; each retry of a batch the
+load refused tries the next id)."""
 RETRY_SECONDS = 60.0
 """How long one API call retries (5xx, throttling, a connection refused) before the
 destination calls the error transient: the run then resumes with its own backoff."""
@@ -365,15 +372,23 @@ class BigQueryDestination:
                                     table=request.table)  # fmt: skip
             key = hashlib.sha1(f"{request.table}\0{request.batch_id}".encode()).hexdigest()[:16]
             stage = STAGE_TABLE_PREFIX + key
-            types = {c: _DUCKDB[current.columns[c]] for c in request.columns}
+            types = {c: _DUCKDB[t] for c, t in current.columns.items()}
+            appending = not request.primary_key and not request.apply_changes
+            # An append writes the table's whole row, in its order: a load job matches
+            # columns by name in BigQuery, by position in the stand-in.
+            every = list(current.columns) if appending else []
             with tempfile.TemporaryDirectory(prefix="eventpipe-bigquery-",
                                              dir=beside(request)) as work:  # fmt: skip
                 converted = Path(work) / "rows.parquet"
-                rejected = converted_rows(request, types, converted, "bigquery")
+                rejected = converted_rows(request, types, converted, "bigquery", every)
                 left_out = tuple(sorted(rejected.items()))
                 if not converted.exists():  # no row to load: the record alone
                     self._commit(request, None, 0, left_out)
                     return LoadResult(rows=0, rejected=left_out)
+                if appending:
+                    count = self._append(current, request, converted)
+                    self._commit(request, None, count, left_out)
+                    return LoadResult(rows=count, rejected=left_out)
                 count = _brought(converted, request.primary_key)
                 self._stage(stage, current, request, converted)
             try:
@@ -381,6 +396,49 @@ class BigQueryDestination:
             finally:
                 self.drop([stage])
         return LoadResult(rows=count, rejected=left_out)
+
+    def _append(self, table: Table, request: LoadRequest, file: Path) -> int:
+        """The converted rows appended to the table by one load job whose id is the
+        batch's own (attempt 0, 1...: a failed job's id cannot be used again); the rows
+        it loaded (the file's). A job of an earlier attempt that loaded the batch (the
+        run died before the record) is found by its id and not run again: BigQuery
+        refuses a second job of one id, so a retried load never appends twice."""
+        from google.api_core import exceptions as google
+        from google.cloud import bigquery
+
+        schema = [_field(bigquery, c, t, ()) for c, t in table.columns.items()]
+        config = bigquery.LoadJobConfig(
+            source_format=bigquery.SourceFormat.PARQUET, schema=schema,
+            write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+        )  # fmt: skip
+        client = self._client()
+        base = _job_id(self.project, self.dataset, request)
+        for attempt in range(MAX_LOAD_ATTEMPTS):
+            job_id = f"{base}_{attempt}"
+            with self._errors(request.table):
+                try:
+                    job, ours = client.get_job(job_id, location=self.location, **self._call), False
+                except google.NotFound:
+                    try:
+                        with file.open("rb") as data:
+                            job = client.load_table_from_file(
+                                data, self._ref(request.table), job_id=job_id,
+                                job_config=config, timeout=self.timeout_seconds,
+                            )  # fmt: skip
+                    except google.Conflict:  # the same attempt from another process
+                        job = client.get_job(job_id, location=self.location, **self._call)
+                    ours = True
+                try:
+                    job.result(**self._call)
+                except google.GoogleAPICallError:
+                    if ours or job.state != "DONE" or job.error_result is None:
+                        raise
+                    continue  # an earlier attempt's job that failed: its id is spent
+            return _brought(file, ())  # the job's output_rows: the table's, in the stand-in
+        raise TerminalError(
+            f"{self.id}.{request.table}: {MAX_LOAD_ATTEMPTS} load jobs of this batch failed",
+            table=request.table,
+        )
 
     def _stage(self, stage: str, table: Table, request: LoadRequest, file: Path) -> None:
         """The batch's converted rows as the table ``stage``, in the request's columns
@@ -521,6 +579,14 @@ def _key_of(schema: Any) -> tuple[str, ...]:
     pattern = re.compile(r"^eventpipe primary key, column (\d+) of (\d+)$")
     found = sorted((int(m[1]), f.name) for f in schema if (m := pattern.match(f.description or "")))
     return tuple(name for _, name in found)
+
+
+def _job_id(project: str, dataset: str, request: LoadRequest) -> str:
+    """The id of a batch's load jobs (with ``_<attempt>`` after it): the same for every
+    retry of the batch, its own for each table (BigQuery takes letters, digits, ``_``
+    and ``-``)."""
+    digest = hashlib.sha1(f"{project}.{dataset}.{request.table}\0{request.batch_id}".encode())
+    return f"eventpipe_load_{digest.hexdigest()[:32]}"
 
 
 def _brought(file: Path, key: tuple[str, ...]) -> int:

@@ -1,9 +1,9 @@
 """The BigQuery destination against a stand-in that answers BigQuery's REST API
 (bqemulator, tests/bigquery.py) through Google's own client: what the conformance suite
-does not ask of every destination. A load whose transaction fails after its rows went in
-leaves nothing and runs again once; tables partitioned
-by day and clustered by their key; ``eventpipe query`` kept to reads; Google's errors
-classified; no server."""
+does not ask of every destination. An append is one load job of the batch's own id, never
+run twice; a keyed load whose transaction fails after its rows went in leaves nothing and
+runs again once; tables partitioned by day and clustered by their key; ``eventpipe
+query`` kept to reads; Google's errors classified; no server."""
 
 from __future__ import annotations
 
@@ -47,13 +47,57 @@ def _file(path: Path, rows: list[dict[str, Any]]) -> Path:
     return path
 
 
-@pytest.mark.parametrize("key", [(), ("id",)])
-def test_a_transaction_that_fails_after_its_rows_leaves_nothing_and_a_rerun_loads_once(
-    dest: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-    key: tuple[str, ...],
-) -> None:  # fmt: skip
+def test_an_append_is_a_load_job_of_the_batchs_own_id_and_a_rerun_never_appends_twice(
+    dest: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from google.api_core import exceptions as google
+    from google.cloud import bigquery
+
+    from eventpipe.destinations.bigquery import _job_id
+
+    _ensure(dest, Table("events", COLUMNS))
+    at = datetime(2026, 11, 21, 10)
+    rows = [{"id": f"e{i}", "n": i, "_timestamp": at} for i in range(500)]
+    request = LoadRequest("events", "b1", (_file(tmp_path / "a.parquet", rows),), COLUMNS)
+    client, base = dest._client(), _job_id(dest.project, dest.dataset, request)
+    # An earlier attempt whose job failed: its id is spent (BigQuery refuses it again).
+    garbage = tmp_path / "garbage.parquet"
+    garbage.write_bytes(b"not parquet")
+    config = bigquery.LoadJobConfig(source_format=bigquery.SourceFormat.PARQUET)
+    for _ in range(2):
+        with garbage.open("rb") as data, pytest.raises(google.GoogleAPICallError):
+            client.load_table_from_file(data, dest._ref("events"), job_id=f"{base}_0",
+                                        job_config=config).result()  # fmt: skip
+    # This attempt's job appends the rows, then the run dies before the record.
+    recorded = dest._commit
+
+    def dying(*args: Any) -> int:
+        raise RuntimeError("died before the record")
+
+    monkeypatch.setattr(dest, "_commit", dying)
+    with pytest.raises(RuntimeError, match="before the record"):
+        dest.load(request)
+    monkeypatch.setattr(dest, "_commit", recorded)
+    assert _rows(dest, "SELECT count(*) FROM events") == [(500,)]
+    assert _rows(dest, "SELECT count(*) FROM _eventpipe_loads") == [(0,)]
+    result = dest.load(request)  # finds its job done by its id: nothing appended again
+    assert (result.rows, result.already_loaded) == (500, False)
+    again = dest.load(request)
+    assert (again.rows, again.already_loaded) == (500, True)
+    assert _rows(dest, "SELECT count(*), count(DISTINCT id), sum(n) FROM events") == [
+        (500, 500, 500 * 499 // 2)
+    ]
+    assert client.get_job(f"{base}_1").state == "DONE"
+    with pytest.raises(google.NotFound):
+        client.get_job(f"{base}_2")
+
+
+def test_a_keyed_transaction_that_fails_after_its_rows_leaves_nothing_and_a_rerun_loads_once(
+    dest: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from eventpipe.destinations import bigquery
 
+    key = ("id",)
     _ensure(dest, Table("events", COLUMNS, key))
     at = datetime(2026, 11, 21, 10)
     rows = [{"id": f"e{i}", "n": i, "_timestamp": at} for i in range(500)]
