@@ -62,6 +62,7 @@ from eventpipe.destinations.base import (
     swap_days,
     table_lock,
 )
+from eventpipe.destinations.bigquery_schema import DUCKDB_TYPES, LATTICE, field, key_of
 from eventpipe.destinations.converted import beside, converted_rows
 from eventpipe.destinations.snowflake_query import check_query
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
@@ -81,35 +82,6 @@ load refused tries the next id)."""
 RETRY_SECONDS = 60.0
 """How long one API call retries (5xx, throttling, a connection refused) before the
 destination calls the error transient: the run then resumes with its own backoff."""
-KEY_DESCRIPTION = "eventpipe primary key, column {} of {}"
-"""A key column's description: its place in the key (from 1) and the key's length."""
-
-_TYPES = {
-    DataType.STRING: "STRING",
-    DataType.FLOAT64: "FLOAT",
-    DataType.INT64: "INTEGER",
-    DataType.INT128: "BIGNUMERIC",
-    DataType.BOOL: "BOOLEAN",
-    DataType.TIMESTAMP: "TIMESTAMP",
-}
-_LATTICE = {
-    "STRING": DataType.STRING, "JSON": DataType.STRING, "BYTES": DataType.STRING,
-    "FLOAT": DataType.FLOAT64, "FLOAT64": DataType.FLOAT64, "NUMERIC": DataType.FLOAT64,
-    "INTEGER": DataType.INT64, "INT64": DataType.INT64,
-    "BIGNUMERIC": DataType.INT128, "BIGDECIMAL": DataType.INT128,
-    "BOOLEAN": DataType.BOOL, "BOOL": DataType.BOOL,
-    "TIMESTAMP": DataType.TIMESTAMP, "DATETIME": DataType.TIMESTAMP, "DATE": DataType.TIMESTAMP,
-}  # fmt: skip
-"""BigQuery's types back to the lattice (what someone else made is read as its nearest)."""
-_DUCKDB = {
-    DataType.STRING: "VARCHAR",
-    DataType.FLOAT64: "DOUBLE",
-    DataType.INT64: "BIGINT",
-    DataType.INT128: "DECIMAL(38,0)",
-    DataType.BOOL: "BOOLEAN",
-    DataType.TIMESTAMP: "TIMESTAMPTZ",  # Parquet's instant in UTC: BigQuery's TIMESTAMP
-}
-"""The DuckDB type each column's values are converted to before the load."""
 _THROTTLED = {"rateLimitExceeded", "quotaExceeded", "backendError", "internalError",
               "jobBackendError", "jobInternalError"}  # fmt: skip
 
@@ -295,9 +267,9 @@ class BigQueryDestination:
         found = self._get(table)
         if found is None:
             return None
-        columns = {f.name: _LATTICE.get(f.field_type.upper(), DataType.STRING)
+        columns = {f.name: LATTICE.get(f.field_type.upper(), DataType.STRING)
                    for f in found.schema}  # fmt: skip
-        return Table(table, columns, _key_of(found.schema))
+        return Table(table, columns, key_of(found.schema))
 
     def patch(self, patch: TablePatch) -> None:
         if patch.empty:
@@ -311,7 +283,7 @@ class BigQueryDestination:
             if current is None:
                 key = patch.set_primary_key
                 made = bigquery.Table(self._ref(patch.table), schema=[
-                    _field(bigquery, c, t, key) for c, t in patch.add_columns
+                    field(bigquery, c, t, key) for c, t in patch.add_columns
                 ])  # fmt: skip
                 if any(c == TIMESTAMP_COLUMN for c, _ in patch.add_columns):
                     made.time_partitioning = bigquery.TimePartitioning(field=TIMESTAMP_COLUMN)
@@ -326,7 +298,7 @@ class BigQueryDestination:
                     client.create_table(made, exists_ok=True, **self._call)
                 return
             present = {f.name for f in current.schema}
-            new = [_field(bigquery, c, t, ()) for c, t in patch.add_columns if c not in present]
+            new = [field(bigquery, c, t, ()) for c, t in patch.add_columns if c not in present]
             if new:
                 current.schema = [*current.schema, *new]
                 with self._errors(patch.table):
@@ -372,7 +344,7 @@ class BigQueryDestination:
                                     table=request.table)  # fmt: skip
             key = hashlib.sha1(f"{request.table}\0{request.batch_id}".encode()).hexdigest()[:16]
             stage = STAGE_TABLE_PREFIX + key
-            types = {c: _DUCKDB[t] for c, t in current.columns.items()}
+            types = {c: DUCKDB_TYPES[t] for c, t in current.columns.items()}
             appending = not request.primary_key and not request.apply_changes
             # An append writes the table's whole row, in its order: a load job matches
             # columns by name in BigQuery, by position in the stand-in.
@@ -389,7 +361,9 @@ class BigQueryDestination:
                     count = self._append(current, request, converted)
                     self._commit(request, None, count, left_out)
                     return LoadResult(rows=count, rejected=left_out)
-                count = _brought(converted, request.primary_key)
+                # The rows or keys the batch brings (a source's changes: counted by the
+                # statements that apply them).
+                count = 0 if request.apply_changes else _brought(converted, request.primary_key)
                 self._stage(stage, current, request, converted)
             try:
                 count = self._commit(request, stage, count, left_out)
@@ -406,7 +380,7 @@ class BigQueryDestination:
         from google.api_core import exceptions as google
         from google.cloud import bigquery
 
-        schema = [_field(bigquery, c, t, ()) for c, t in table.columns.items()]
+        schema = [field(bigquery, c, t, ()) for c, t in table.columns.items()]
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.PARQUET, schema=schema,
             write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
@@ -446,7 +420,7 @@ class BigQueryDestination:
         retried after a crash writes the same table)."""
         from google.cloud import bigquery
 
-        schema = [_field(bigquery, c, table.columns[c], ()) for c in request.columns]
+        schema = [field(bigquery, c, table.columns[c], ()) for c in request.columns]
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.PARQUET, schema=schema,
             write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
@@ -562,23 +536,6 @@ class BigQueryDestination:
                 return names, [tuple(row.values()) for row in result]
         except (TerminalError, TransientError) as exc:
             raise QueryError(exc.message) from None
-
-
-def _field(bigquery: Any, column: str, data_type: DataType, key: tuple[str, ...]) -> Any:
-    """A column's schema field; a key column's description says its place in the key."""
-    description = None
-    if column in key:
-        description = KEY_DESCRIPTION.format(key.index(column) + 1, len(key))
-    return bigquery.SchemaField(column, _TYPES[data_type], description=description)
-
-
-def _key_of(schema: Any) -> tuple[str, ...]:
-    """The primary key the columns' descriptions say (:data:`KEY_DESCRIPTION`)."""
-    import re
-
-    pattern = re.compile(r"^eventpipe primary key, column (\d+) of (\d+)$")
-    found = sorted((int(m[1]), f.name) for f in schema if (m := pattern.match(f.description or "")))
-    return tuple(name for _, name in found)
 
 
 def _job_id(project: str, dataset: str, request: LoadRequest) -> str:
