@@ -276,17 +276,32 @@ def destination_config(work: Path, name: str, destination: dict[str, Any]) -> An
     )  # fmt: skip
 
 
-def exported_tables(database: Path, tables: list[Any], out: Path) -> list[tuple[Any, Path]]:
+def exported_tables(
+    database: Path, tables: list[Any], out: Path, staged: bool = False
+) -> list[tuple[Any, Path]]:
     """Each of ``tables`` (a name and its columns) read from a DuckDB run's file into a
-    Parquet file of its own in ``out``: a table's rows as the run stages them."""
+    Parquet file of its own in ``out``: a table's rows. ``staged``: as the run stages
+    them for a destination, its row ids (``_eventpipe_row``) first and timestamps as
+    instants (Spark's TIMESTAMP_MICROS, adjusted to UTC)."""
     import duckdb
+
+    from eventpipe.reserved import ROW
+    from eventpipe.schema.types import DataType
 
     out.mkdir(parents=True, exist_ok=True)
     files = []
     with duckdb.connect(str(database), read_only=True) as db:
+        db.execute("SET TimeZone = 'UTC'")
         for table in tables:
             path = out / f"{table.name}.parquet"
-            listed = ", ".join(f'"{c}"' for c in table.columns)
+            listed = ", ".join(
+                f'CAST("{c}" AS TIMESTAMPTZ) AS "{c}"'
+                if staged and t is DataType.TIMESTAMP
+                else f'"{c}"'
+                for c, t in table.columns.items()
+            )
+            if staged:
+                listed = f'row_number() OVER () - 1 AS "{ROW}", {listed}'
             db.execute(f"COPY (SELECT {listed} FROM \"{table.name}\") TO $path (FORMAT parquet)",
                        {"path": str(path)})  # fmt: skip
             files.append((table, path))

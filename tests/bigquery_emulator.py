@@ -1,5 +1,5 @@
 """bqemulator as the BigQuery tests start it (run by .venv-bigquery's Python:
-tests/bigquery.py), with four changes to the emulator:
+tests/bigquery.py), with five changes to the emulator:
 
 * no spatial extension: bqemulator loads it at start for GEOGRAPHY, and it cannot be
   downloaded here (eventpipe writes no GEOGRAPHY column);
@@ -12,13 +12,18 @@ tests/bigquery.py), with four changes to the emulator:
 * a load job uploaded with a job id of the client's (``jobReference.jobId``) gets that
   id, and a second job of an id that exists is refused (409 ``duplicate``), as BigQuery
   does: bqemulator gave every upload an id of its own, so a retried load with the same
-  id ran twice.
+  id ran twice;
+* a Parquet load matches the file's columns to the table's by name, as BigQuery does
+  (a column the file lacks loads as NULL; a field the table lacks is refused, or
+  ignored when the job sets ``ignoreUnknownValues``): bqemulator inserted the file's
+  columns by position.
 """
 
 from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from contextvars import ContextVar
 from typing import Any
 
 from bqemulator.api.routes import upload
@@ -27,6 +32,7 @@ from bqemulator.catalog.duckdb_repository import DuckDBCatalogRepository
 from bqemulator.catalog.memory_repository import MemoryCatalogRepository
 from bqemulator.cli import main
 from bqemulator.domain.errors import AlreadyExistsError
+from bqemulator.jobs import executor
 from bqemulator.storage import engine, type_map
 from bqemulator.storage.sql_identifiers import quoted_table_ref
 from bqemulator.storage.type_map import bq_schema_to_duckdb_columns
@@ -57,6 +63,7 @@ _new_job_id = upload._new_job_id
 _configuration = upload._load_configuration_from_envelope
 _run_load = upload._run_load
 _given: list[str] = []
+_ignoring_unknown: ContextVar[bool] = ContextVar("ignoring_unknown", default=False)
 
 
 def _configuration_with_id(envelope: dict[str, Any]) -> dict[str, Any]:
@@ -78,12 +85,28 @@ async def _run_load_with_id(
         raise AlreadyExistsError(f"Already Exists: Job {project_id}:US.{job_id}")
     if job_id:
         _given.append(job_id)
+    _ignoring_unknown.set(bool((configuration.get("load") or {}).get("ignoreUnknownValues")))
     try:
         return await _run_load(project_id=project_id, configuration=configuration,
                                media_path=media_path, ctx=ctx)  # fmt: skip
     finally:
         if job_id:
             _given.remove(job_id)
+
+
+def _load_parquet_by_name(path: str, target_ref: str, ctx: Any) -> None:
+    def names(sql: str, *parameters: str) -> list[str]:
+        return [row[0] for row in ctx.engine.execute(sql, list(parameters)).fetchall()]
+
+    table = names(f"DESCRIBE {target_ref}")
+    fields = names("DESCRIBE SELECT * FROM read_parquet(?)", path)
+    unknown = [f for f in fields if f not in table]
+    if unknown and not _ignoring_unknown.get():
+        raise ValueError(f"Provided Schema does not match Table. Field {unknown[0]} "
+                                "is not in the table's schema")  # fmt: skip
+    shared = ", ".join(f'"{c}"' for c in table if c in fields)
+    ctx.engine.execute(f"INSERT INTO {target_ref} ({shared}) SELECT {shared} "
+                       "FROM read_parquet(?)", [path])  # fmt: skip
 
 
 def _job_id() -> str:
@@ -93,6 +116,7 @@ def _job_id() -> str:
 upload._load_configuration_from_envelope = _configuration_with_id
 upload._run_load = _run_load_with_id
 upload._new_job_id = _job_id
+executor._LOAD_FORMAT_HANDLERS["PARQUET"] = _load_parquet_by_name
 engine.DuckDBEngine._load_spatial = _no_spatial  # type: ignore[method-assign]
 type_map._BQ_TO_DUCKDB["BIGNUMERIC"] = "DECIMAL(38, 0)"
 for repository in (DuckDBCatalogRepository, MemoryCatalogRepository):

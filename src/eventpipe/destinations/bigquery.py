@@ -15,7 +15,8 @@
   1. the batch's record in ``_eventpipe_loads`` is looked up: found, nothing loads;
   2. an in-memory DuckDB converts the staged rows to the columns' types into one Parquet
      file (destinations/converted.py: a row with a value that does not convert is left
-     out with the reason);
+     out with the reason), unless the append below can load the run's staged files as
+     they are (:func:`_as_staged`: several are joined into one, unconverted);
   3. an append (no key, no changes): one load job straight into the table whose id is
      the batch's own (:func:`_job_id`, then the attempt), and the record after it.
      BigQuery refuses a second job of one id: a rerun after a crash between the two
@@ -63,7 +64,7 @@ from eventpipe.destinations.base import (
     table_lock,
 )
 from eventpipe.destinations.bigquery_schema import DUCKDB_TYPES, LATTICE, field, key_of
-from eventpipe.destinations.converted import beside, converted_rows
+from eventpipe.destinations.converted import beside, converted_rows, fits, joined
 from eventpipe.destinations.snowflake_query import check_query
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
@@ -346,13 +347,18 @@ class BigQueryDestination:
             stage = STAGE_TABLE_PREFIX + key
             types = {c: DUCKDB_TYPES[t] for c, t in current.columns.items()}
             appending = not request.primary_key and not request.apply_changes
-            # An append writes the table's whole row, in its order: a load job matches
-            # columns by name in BigQuery, by position in the stand-in.
-            every = list(current.columns) if appending else []
+            if appending and _as_staged(request, types):
+                with tempfile.TemporaryDirectory(prefix="eventpipe-bigquery-",
+                                                 dir=beside(request)) as work:  # fmt: skip
+                    files = request.files
+                    one = files[0] if len(files) == 1 else joined(files, Path(work) / "all.parquet")
+                    count = self._append(current, request, one)
+                self._commit(request, None, count, ())
+                return LoadResult(rows=count)
             with tempfile.TemporaryDirectory(prefix="eventpipe-bigquery-",
                                              dir=beside(request)) as work:  # fmt: skip
                 converted = Path(work) / "rows.parquet"
-                rejected = converted_rows(request, types, converted, "bigquery", every)
+                rejected = converted_rows(request, types, converted, "bigquery")
                 left_out = tuple(sorted(rejected.items()))
                 if not converted.exists():  # no row to load: the record alone
                     self._commit(request, None, 0, left_out)
@@ -384,6 +390,7 @@ class BigQueryDestination:
         config = bigquery.LoadJobConfig(
             source_format=bigquery.SourceFormat.PARQUET, schema=schema,
             write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
+            ignore_unknown_values=True,  # a staged file's row ids, which no table has
         )  # fmt: skip
         client = self._client()
         base = _job_id(self.project, self.dataset, request)
@@ -546,12 +553,30 @@ def _job_id(project: str, dataset: str, request: LoadRequest) -> str:
     return f"eventpipe_load_{digest.hexdigest()[:32]}"
 
 
+def _as_staged(request: LoadRequest, types: dict[str, str]) -> bool:
+    """Whether an append loads the run's staged files as they are, unconverted (several
+    joined into one: a load job takes one upload): their columns ones BigQuery takes
+    whole (:func:`fits`; a Parquet load matches columns by name, a column the file lacks
+    loads as NULL, the row ids are ignored as unknown values). Integers beyond 64 bits
+    are always converted: a Parquet decimal's reading as ``BIGNUMERIC`` is not one
+    eventpipe could check against BigQuery."""
+    wanted = {c: types[c] for c in request.columns}
+    return (
+        bool(request.files)
+        and not any(t.startswith("DECIMAL") for t in wanted.values())
+        and fits(request.files, wanted)
+    )
+
+
 def _brought(file: Path, key: tuple[str, ...]) -> int:
-    """The rows of a converted file, or its distinct keys (counted here, not by a query)."""
+    """The rows of a file, or its distinct keys (counted here, not by a query)."""
     import duckdb
+    import pyarrow.parquet as pq
 
     from eventpipe.schema.dialects import DUCKDB
 
+    if not key:
+        return int(pq.ParquetFile(file).metadata.num_rows)
     keys = ", ".join(DUCKDB.quote(c) for c in key)
     what = f"(SELECT DISTINCT {keys} FROM read_parquet($f))" if key else "read_parquet($f)"
     with duckdb.connect() as db:

@@ -2,15 +2,18 @@
 staged Parquet files, converts each column to the type the table's column takes
 (``TRY_CAST``), and writes the rows that convert to one Parquet file; a row with a value
 that does not convert is left out with the reason, as in the other destinations
-(Snowflake when its files do not fit as they are, BigQuery always)."""
+(Snowflake and BigQuery when the staged files do not fit the table as they are:
+:func:`fits`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from eventpipe.destinations.base import LoadRequest, duckdb_casts
 from eventpipe.errors import TerminalError, first_line
+from eventpipe.reserved import ROW
 from eventpipe.schema.dialects import DUCKDB
 
 
@@ -18,6 +21,18 @@ def beside(request: LoadRequest) -> str | None:
     """Where a load's converted file is written: beside the staged files (the run's
     work directory), not wherever the system keeps temporary files."""
     return str(request.files[0].parent) if request.files else None
+
+
+def joined(files: Sequence[Path], out: Path) -> Path:
+    """The staged ``files`` as one Parquet file ``out``, their rows as they are (for a
+    bulk load that takes one file, when they fit its table: :func:`fits`)."""
+    import duckdb
+
+    listed = [str(f) for f in files]
+    with duckdb.connect() as db:
+        db.execute("COPY (SELECT * FROM read_parquet($files, union_by_name = true)) TO $out "
+                   "(FORMAT parquet)", {"files": listed, "out": str(out)})  # fmt: skip
+    return out
 
 
 def converted_rows(
@@ -70,3 +85,77 @@ def converted_rows(
     finally:
         db.close()
     return {offsets[str(name)] + int(row): f"{where}: {why}" for name, row, why in refused}
+
+
+def fits(files: Sequence[Path], types: dict[str, str]) -> bool:
+    """Whether the staged ``files`` can be loaded as they are into columns of ``types``
+    (column -> DuckDB type) by a bulk load that matches columns by name: each column's
+    Parquet type one its column takes whole (an integer for ``number(19,0)``, a text for
+    ``text``, an instant for ``TIMESTAMPTZ``...), and floats finite and within their
+    ``numeric(p,s)``; the run's row ids (``_eventpipe_row``, which no table has) are left
+    to the load to ignore. Otherwise :func:`converted_rows` converts them first."""
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    for file in files:
+        schema = pq.read_schema(file)
+        bounded = []
+        for field in schema:
+            if field.name == ROW:
+                continue
+            wanted = types.get(field.name)
+            if wanted is None or not _takes(wanted, field.type):
+                return False
+            if wanted.startswith("DECIMAL") and _is_float(field.type):
+                bounded.append(field.name)
+        if bounded:
+            table = pq.read_table(file, columns=bounded)
+            for name in bounded:
+                precision, scale = _decimal(types[name])
+                values = pc.drop_null(table.column(name))
+                if len(values) and (
+                    not pc.all(pc.is_finite(values)).as_py()
+                    or pc.max(pc.abs(values)).as_py() >= 10 ** (precision - scale)
+                ):
+                    return False
+    return True
+
+
+def _is_float(arrow_type: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_floating(arrow_type))
+
+
+def _decimal(duckdb_type: str) -> tuple[int, int]:
+    precision, scale = duckdb_type[len("DECIMAL(") : -1].split(",")
+    return int(precision), int(scale)
+
+
+def _takes(duckdb_type: str, arrow_type: Any) -> bool:
+    """Whether a column of ``duckdb_type`` takes every value of ``arrow_type`` as it is
+    (floats into a decimal: checked for range by :func:`fits`)."""
+    import pyarrow as pa
+
+    if duckdb_type == "VARCHAR":
+        return bool(pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type))
+    if duckdb_type == "BOOLEAN":
+        return bool(pa.types.is_boolean(arrow_type))
+    if duckdb_type == "TIMESTAMP":
+        return bool(pa.types.is_timestamp(arrow_type))
+    if duckdb_type == "TIMESTAMPTZ":  # an instant: a Parquet timestamp adjusted to UTC
+        return bool(pa.types.is_timestamp(arrow_type) and arrow_type.tz is not None)
+    if duckdb_type == "BIGINT":
+        return bool(pa.types.is_signed_integer(arrow_type))
+    if duckdb_type == "DOUBLE":
+        return bool(pa.types.is_floating(arrow_type))
+    if duckdb_type.startswith("DECIMAL"):
+        precision, scale = _decimal(duckdb_type)
+        if pa.types.is_floating(arrow_type):
+            return scale > 0
+        if pa.types.is_signed_integer(arrow_type):
+            return precision - scale >= 19
+        if pa.types.is_decimal(arrow_type):
+            digits = arrow_type.precision - arrow_type.scale
+            return bool(arrow_type.scale <= scale and digits <= precision - scale)
+    return False

@@ -63,9 +63,9 @@ from eventpipe.destinations.base import (
     swap_days,
     table_lock,
 )
-from eventpipe.destinations.converted import beside, converted_rows
+from eventpipe.destinations.converted import beside, converted_rows, fits
 from eventpipe.destinations.snowflake_query import check_query
-from eventpipe.destinations.snowflake_rows import duckdb_type, fits
+from eventpipe.destinations.snowflake_rows import duckdb_type
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
 from eventpipe.schema.dialects import SNOWFLAKE, TIMESTAMP_COLUMN

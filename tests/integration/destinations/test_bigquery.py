@@ -7,7 +7,7 @@ query`` kept to reads; Google's errors classified; no server."""
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,47 @@ def test_an_append_is_a_load_job_of_the_batchs_own_id_and_a_rerun_never_appends_
     assert client.get_job(f"{base}_1").state == "DONE"
     with pytest.raises(google.NotFound):
         client.get_job(f"{base}_2")
+
+
+def test_a_staged_file_that_fits_is_appended_as_it_is_its_columns_matched_by_name(
+    dest: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+
+    from eventpipe.destinations import bigquery as module
+    from eventpipe.reserved import ROW
+
+    _ensure(dest, Table("staged", {**COLUMNS, "extra": S}))
+    at = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    # As the run stages a batch: its row ids first, the columns in an order of its own,
+    # timestamps as instants; the table's column "extra" not in the batch.
+    staged = pa.table({ROW: [7, 8], "n": [1, 2], "_timestamp": [at, at], "id": ["a", "b"]})
+    file = tmp_path / "part-0.parquet"
+    pq.write_table(staged, file)
+    request = LoadRequest("staged", "b1", (file,), COLUMNS)
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a staged file that fits was converted")
+
+    monkeypatch.setattr(module, "converted_rows", never)
+    assert dest.load(request).rows == 2
+    assert dest.load(request).already_loaded
+    assert _rows(dest, "SELECT id, n, extra, _timestamp FROM staged ORDER BY id") == [
+        ("a", 1, None, at), ("b", 2, None, at),
+    ]  # fmt: skip
+    types = {"id": "VARCHAR", "n": "BIGINT", "_timestamp": "TIMESTAMPTZ", "extra": "VARCHAR"}
+    assert module._as_staged(request, types)
+    naive = tmp_path / "naive.parquet"  # a timestamp with no zone is not an instant
+    pq.write_table(staged.set_column(2, "_timestamp", pa.array([at, at], pa.timestamp("us"))),
+                   naive)  # fmt: skip
+    floats = tmp_path / "floats.parquet"
+    pq.write_table(staged.set_column(1, "n", pa.array([1.5, 2.0])), floats)
+    for files in ((naive,), (floats,), (file, floats)):
+        assert not module._as_staged(LoadRequest("staged", "b2", files, COLUMNS), types)
+    # Several staged files that fit: joined into one upload, unconverted.
+    other = tmp_path / "part-1.parquet"
+    pq.write_table(staged.set_column(3, "id", pa.array(["c", "d"])), other)
+    assert dest.load(LoadRequest("staged", "b3", (file, other), COLUMNS)).rows == 4
+    assert _rows(dest, "SELECT count(*), count(DISTINCT id) FROM staged") == [(6, 4)]
 
 
 def test_a_keyed_transaction_that_fails_after_its_rows_leaves_nothing_and_a_rerun_loads_once(

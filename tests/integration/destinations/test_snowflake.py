@@ -143,10 +143,29 @@ def test_no_server_is_transient_and_says_no_secret(
     assert "s3cret" not in str(down.value)
 
 
+def test_a_staged_file_with_the_runs_row_ids_is_copied_as_it_is(
+    dest: SnowflakeDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventpipe.destinations import snowflake as module
+    from eventpipe.reserved import ROW
+
+    columns = {"id": S, "n": DataType.INT64}
+    _ensure(dest, Table("staged", columns))
+    file = _file(tmp_path / "part-0.parquet", [{ROW: 5, "n": 1, "id": "a"},
+                                               {ROW: 6, "n": 2, "id": "b"}])  # fmt: skip
+
+    def never(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a staged file that fits was converted")
+
+    monkeypatch.setattr(module, "converted_rows", never)
+    assert dest.load(LoadRequest("staged", "b1", (file,), columns)).rows == 2
+    assert _rows(dest, "SELECT id, n FROM staged ORDER BY id") == [("a", 1), ("b", 2)]
+
+
 def test_floats_numeric_38_18_cannot_hold_are_left_out_and_the_rest_copied_as_it_is(
     dest: SnowflakeDestination, tmp_path: Path
 ) -> None:
-    from eventpipe.destinations.snowflake_rows import fits
+    from eventpipe.destinations.converted import fits
 
     columns = {"id": S, "price": DataType.FLOAT64}
     _ensure(dest, Table("prices", columns))
