@@ -113,7 +113,7 @@ class BigQuery:
     def bulk(self, files: list[tuple[Any, Path]]) -> None:
         from google.cloud import bigquery
 
-        client = self.opened("floor", Path(tempfile.gettempdir()))._client()
+        client = self.opened("floor", Path(tempfile.gettempdir())).api.client()
         config = bigquery.LoadJobConfig(source_format="PARQUET", write_disposition="WRITE_APPEND")
         for table, path in files:
             started = time.perf_counter()

@@ -25,13 +25,16 @@ class BigQueryServer:
         self.root = Path(tempfile.mkdtemp(prefix="eventpipe-bq-"))
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        self.grpc_port = free_port()
+        """The Storage Write API's port (gRPC, plaintext)."""
         self._process: subprocess.Popen[bytes] | None = None
         self._datasets = itertools.count()
 
     def settings(self, dataset: str) -> dict[str, object]:
         """A ``type: bigquery`` destination's settings on this server."""
+        storage = f"127.0.0.1:{self.grpc_port}"
         return {"type": "bigquery", "project": PROJECT, "dataset": dataset,
-                "endpoint": self.url}  # fmt: skip
+                "endpoint": self.url, "storage_endpoint": storage}  # fmt: skip
 
     def dataset(self) -> str:
         """A name for a dataset of its own (the destination creates it)."""
@@ -44,7 +47,7 @@ class BigQueryServer:
         with log.open("ab") as out:
             self._process = subprocess.Popen(
                 [str(PYTHON), str(ROOT / "tests" / "bigquery_emulator.py"), "--project", PROJECT,
-                 "--rest-port", str(self.port), "--grpc-port", str(free_port()),
+                 "--rest-port", str(self.port), "--grpc-port", str(self.grpc_port),
                  "--log-level", "warning"],
                 stdout=out, stderr=out, cwd=self.root, env={"HOME": str(self.root), "PATH": ""},
             )  # fmt: skip

@@ -1,5 +1,5 @@
 """bqemulator as the BigQuery tests start it (run by .venv-bigquery's Python:
-tests/bigquery.py), with five changes to the emulator:
+tests/bigquery.py), with six changes to the emulator:
 
 * no spatial extension: bqemulator loads it at start for GEOGRAPHY, and it cannot be
   downloaded here (eventpipe writes no GEOGRAPHY column);
@@ -16,7 +16,10 @@ tests/bigquery.py), with five changes to the emulator:
 * a Parquet load matches the file's columns to the table's by name, as BigQuery does
   (a column the file lacks loads as NULL; a field the table lacks is refused, or
   ignored when the job sets ``ignoreUnknownValues``): bqemulator inserted the file's
-  columns by position.
+  columns by position;
+* committing a Storage Write API stream committed before answers
+  ``STREAM_ALREADY_COMMITTED``, as BigQuery does (bqemulator answered
+  ``INVALID_STREAM_STATE``, which says nothing of whether the rows are in).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from bqemulator.catalog.duckdb_repository import DuckDBCatalogRepository
 from bqemulator.catalog.memory_repository import MemoryCatalogRepository
 from bqemulator.cli import main
 from bqemulator.domain.errors import AlreadyExistsError
+from bqemulator.grpc_api import write_servicer
 from bqemulator.jobs import executor
 from bqemulator.storage import engine, type_map
 from bqemulator.storage.sql_identifiers import quoted_table_ref
@@ -109,6 +113,32 @@ def _load_parquet_by_name(path: str, target_ref: str, ctx: Any) -> None:
                        "FROM read_parquet(?)", [path])  # fmt: skip
 
 
+def _committing(commit: Callable[..., bytes]) -> Callable[..., bytes]:
+    def batch_commit(self: Any, request_bytes: bytes, context: Any) -> bytes:
+        from google.cloud.bigquery_storage_v1 import types
+
+        request = types.BatchCommitWriteStreamsRequest.deserialize(request_bytes)
+        done = [
+            name
+            for name in request.write_streams
+            if (s := self._manager.get(name)) is not None and s.state.name == "COMMITTED"
+        ]
+        if not done:
+            return commit(self, request_bytes, context)
+        errors = [
+            types.StorageError(
+                code=types.StorageError.StorageErrorCode.STREAM_ALREADY_COMMITTED,
+                entity=name,
+                error_message=f"Stream is already committed: {name}",
+            )
+            for name in done
+        ]
+        answer = types.BatchCommitWriteStreamsResponse(stream_errors=errors)
+        return bytes(types.BatchCommitWriteStreamsResponse.serialize(answer))
+
+    return batch_commit
+
+
 def _job_id() -> str:
     return _given[-1] if _given else _new_job_id()
 
@@ -116,6 +146,10 @@ def _job_id() -> str:
 upload._load_configuration_from_envelope = _configuration_with_id
 upload._run_load = _run_load_with_id
 upload._new_job_id = _job_id
+servicer = write_servicer.BigQueryWriteHandler
+servicer._handle_batch_commit_write_streams = _committing(  # type: ignore[method-assign]
+    servicer._handle_batch_commit_write_streams
+)
 executor._LOAD_FORMAT_HANDLERS["PARQUET"] = _load_parquet_by_name
 engine.DuckDBEngine._load_spatial = _no_spatial  # type: ignore[method-assign]
 type_map._BQ_TO_DUCKDB["BIGNUMERIC"] = "DECIMAL(38, 0)"

@@ -101,6 +101,9 @@ def test_events_stream_in_micro_batches(
     sql = _sql(warehouse, "SELECT {n}, {color} FROM {events} ORDER BY 1")
     assert _query(c.config, sql) == [(1, None), (2, None), (3, "red")]
     assert not c.layout.sealed_segments()
+    if warehouse["type"] == "bigquery":  # appended through the Storage Write API
+        streams = _sql(warehouse, "SELECT count(*), sum({rows}) FROM {_eventpipe_streams}")
+        assert _query(c.config, streams) == [(2, 3)]
 
 
 def test_reprocess_replaces_a_days_rows(

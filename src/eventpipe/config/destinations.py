@@ -299,6 +299,14 @@ class BigQueryConfig(TableDestinationConfig):
     endpoint: str | None = None
     """BigQuery's API at another address (a private endpoint, or a stand-in in tests:
     without credentials it is then called anonymously)."""
+    storage_endpoint: str | None = None
+    """The Storage Write API at another address, ``host:port`` (a stand-in in tests:
+    without credentials it is then reached in plaintext)."""
+    appends: Literal["load_job", "storage_write"] | None = None
+    """How rows without a key are appended: ``load_job`` (free; BigQuery allows 1,500 a
+    table a day) or ``storage_write`` (the Storage Write API's pending streams: billed
+    by the GiB, no such quota). Absent: load jobs in batch mode, the Storage Write API
+    in stream mode."""
     timeout_seconds: float = Field(default=300.0, gt=0)
     """How long one job (a load, a merge) may take before the run stops to retry it."""
 

@@ -17,8 +17,10 @@
      file (destinations/converted.py: a row with a value that does not convert is left
      out with the reason), unless the append below can load the run's staged files as
      they are (:func:`_as_staged`: several are joined into one, unconverted);
-  3. an append (no key, no changes): one load job straight into the table whose id is
-     the batch's own (:func:`_job_id`, then the attempt), and the record after it.
+  3. an append (no key, no changes) with ``appends: storage_write`` (the default in
+     stream mode): a pending stream of the Storage Write API, prepared, committed and
+     recorded (bigquery_write.py); otherwise one load job straight into the table whose
+     id is the batch's own (:func:`_job_id`, then the attempt), and the record after it.
      BigQuery refuses a second job of one id: a rerun after a crash between the two
      finds the job done and writes the record alone; a failed job's id is spent, and
      the next attempt takes the next one;
@@ -46,9 +48,6 @@ from __future__ import annotations
 import hashlib
 import json
 import tempfile
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,28 +62,27 @@ from eventpipe.destinations.base import (
     swap_days,
     table_lock,
 )
+from eventpipe.destinations.bigquery_api import BigQueryApi
 from eventpipe.destinations.bigquery_schema import DUCKDB_TYPES, LATTICE, field, key_of
+from eventpipe.destinations.bigquery_write import writable
 from eventpipe.destinations.converted import beside, converted_rows, fits, joined
 from eventpipe.destinations.snowflake_query import check_query
-from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
+from eventpipe.errors import QueryError, TerminalError, TransientError
 from eventpipe.locks import Locks
 from eventpipe.schema.dialects import BIGQUERY, TIMESTAMP_COLUMN
 from eventpipe.schema.diff import Table, TablePatch
 from eventpipe.schema.types import DataType
 
 if TYPE_CHECKING:
-    from google.cloud import bigquery
+    pass
 
 LOADS_TABLE = reserved.LOADS_TABLE
+STREAMS_TABLE = "_eventpipe_streams"
+"""The Storage Write API's prepared streams, a batch's each (bigquery_write.py)."""
 STAGE_TABLE_PREFIX = "_eventpipe_stage_"
 MAX_LOAD_ATTEMPTS = 100
 """Load jobs of one batch at most (a failed job's id is spent; each retry of a batch the
 load refused tries the next id)."""
-RETRY_SECONDS = 60.0
-"""How long one API call retries (5xx, throttling, a connection refused) before the
-destination calls the error transient: the run then resumes with its own backoff."""
-_THROTTLED = {"rateLimitExceeded", "quotaExceeded", "backendError", "internalError",
-              "jobBackendError", "jobInternalError"}  # fmt: skip
 
 
 class BigQueryDestination:
@@ -103,6 +101,8 @@ class BigQueryDestination:
         credentials_file: str | None = None,
         query_credentials_file: str | None = None,
         endpoint: str | None = None,
+        storage_endpoint: str | None = None,
+        appends: str = "load_job",
         timeout_seconds: float = 300.0,
     ) -> None:
         self.id = destination_id
@@ -113,112 +113,17 @@ class BigQueryDestination:
         self.credentials_file = credentials_file
         self.query_credentials_file = query_credentials_file
         self.endpoint = endpoint
+        self.storage_endpoint = storage_endpoint
+        self.appends = appends
+        """``load_job`` or ``storage_write``: how rows without a key are appended."""
         self.timeout_seconds = timeout_seconds
-        self._clients: dict[str | None, bigquery.Client] = {}
-        self._call: dict[str, Any] = {"timeout": timeout_seconds}
-        """Each API call's deadline and retries (set with the client: the library's own
-        retry waits up to 10 minutes for a server that does not answer)."""
-        self._job_retry: Any = None
-        self._lock = threading.Lock()
+        self.api = BigQueryApi(destination_id, project, dataset, location, credentials_file,
+                               endpoint, storage_endpoint, timeout_seconds)  # fmt: skip
+        self._streams_ready = False
         self._ready = False
 
     def __repr__(self) -> str:
         return f"BigQueryDestination({self.id!r}, {self.project}.{self.dataset})"
-
-    # -- the client ---------------------------------------------------------------------
-
-    def _client(self, credentials_file: str | None = None) -> bigquery.Client:
-        """The client (one per credentials, made once): the credentials file's service
-        account, Google's application default credentials, or none for an ``endpoint``
-        without credentials (a stand-in)."""
-        import os
-
-        try:
-            from google.api_core.client_options import ClientOptions
-            from google.cloud import bigquery
-        except ImportError:
-            raise ConfigError(
-                f"{self.id}: Google's BigQuery client is not installed",
-                fix="pip install 'eventpipe[bigquery]'",
-            ) from None
-        key = credentials_file or self.credentials_file
-        with self._lock:
-            if key in self._clients:
-                return self._clients[key]
-            credentials: Any = None
-            if key is not None:
-                from google.oauth2 import service_account
-
-                try:
-                    credentials = service_account.Credentials.from_service_account_file(key)  # type: ignore[no-untyped-call]
-                except (OSError, ValueError) as exc:
-                    raise ConfigError(
-                        f"{self.id}: the credentials file {key} cannot be read: {first_line(exc)}",
-                        fix="name a service account's JSON key file",
-                    ) from None
-            elif self.endpoint and not os.environ.get("GOOGLE_APPLICATION_CREDENTIALS"):
-                from google.auth.credentials import AnonymousCredentials
-
-                credentials = AnonymousCredentials()  # type: ignore[no-untyped-call]
-            from google.cloud.bigquery.retry import DEFAULT_JOB_RETRY, DEFAULT_RETRY
-
-            self._call["retry"] = DEFAULT_RETRY.with_timeout(RETRY_SECONDS)
-            self._job_retry = DEFAULT_JOB_RETRY.with_timeout(self.timeout_seconds)
-            options = ClientOptions(api_endpoint=self.endpoint) if self.endpoint else None
-            client = bigquery.Client(project=self.project, credentials=credentials,
-                                     location=self.location, client_options=options)  # fmt: skip
-            self._clients[key] = client
-            return client
-
-    @contextmanager
-    def _errors(self, table: str | None = None) -> Iterator[None]:
-        """Google's errors as eventpipe's: transient, configuration or terminal."""
-        from google.api_core import exceptions as google
-        from google.auth import exceptions as auth
-
-        where = f"{self.id}.{table}" if table else self.id
-        try:
-            yield
-        except (google.Unauthorized, auth.GoogleAuthError) as exc:
-            raise ConfigError(
-                f"BigQuery refused {where}'s credentials: {first_line(exc)}",
-                fix="check credentials_file (or GOOGLE_APPLICATION_CREDENTIALS) and its roles",
-            ) from None
-        except google.GoogleAPICallError as exc:
-            reasons = {str(e.get("reason")) for e in getattr(exc, "errors", None) or []}
-            code = int(exc.code or 0) if isinstance(exc.code, int) else 0
-            message = f"bigquery ({where}): {first_line(exc)}"
-            if code == 429 or code >= 500 or reasons & _THROTTLED:
-                raise TransientError(message, table=table) from exc
-            if code == 403 and "accessDenied" in reasons:
-                raise ConfigError(message, fix="grant the service account the roles "
-                                  "docs/destinations.md lists") from None  # fmt: skip
-            raise TerminalError(message, table=table) from exc
-        except (google.RetryError, ConnectionError, TimeoutError) as exc:
-            raise TransientError(f"bigquery ({where}): {first_line(exc)}", table=table) from exc
-        except OSError as exc:  # requests' connection errors are OSErrors
-            raise TransientError(f"bigquery ({where}): {first_line(exc)}", table=table) from exc
-
-    def _ref(self, table: str) -> str:
-        return f"{self.project}.{self.dataset}.{table}"
-
-    def _name(self, table: str) -> str:
-        """A table's name in SQL (quoted)."""
-        return self.dialect.quote(self._ref(table))
-
-    def _run(self, sql: str, table: str | None = None, **parameters: Any) -> Any:
-        """Run ``sql`` (a script, maybe) as one query job within ``timeout_seconds``; its
-        rows. Parameters are named (``@name``), typed from their Python values."""
-        from google.cloud import bigquery
-
-        config = bigquery.QueryJobConfig(
-            default_dataset=f"{self.project}.{self.dataset}",
-            query_parameters=[_parameter(bigquery, n, v) for n, v in parameters.items()],
-        )
-        with self._errors(table):
-            job = self._client().query(sql, job_config=config, **self._call,
-                                       job_retry=self._job_retry)  # fmt: skip
-            return job.result(**self._call)
 
     def _ensure_ready(self) -> None:
         """The dataset and the loads table, once per destination object."""
@@ -227,26 +132,18 @@ class BigQueryDestination:
         from google.api_core.exceptions import NotFound
         from google.cloud import bigquery
 
-        client = self._client()
-        with self._errors():
+        client = self.api.client()
+        with self.api.errors():
             # Looked up first: a loader may read and write a dataset it cannot create.
             try:
-                client.get_dataset(f"{self.project}.{self.dataset}", **self._call)
+                client.get_dataset(f"{self.project}.{self.dataset}", **self.api.call)
             except NotFound:
                 dataset = bigquery.Dataset(f"{self.project}.{self.dataset}")
                 dataset.location = self.location
-                client.create_dataset(dataset, exists_ok=True, **self._call)
-            if self._get(LOADS_TABLE) is not None:
-                self._ready = True
-                return
-            loads = bigquery.Table(self._ref(LOADS_TABLE), schema=[
-                bigquery.SchemaField("batch_id", "STRING"),
-                bigquery.SchemaField("tbl", "STRING"),
-                bigquery.SchemaField("rows", "INTEGER"),
-                bigquery.SchemaField("rejected", "STRING"),
-                bigquery.SchemaField("loaded_at", "TIMESTAMP"),
-            ])  # fmt: skip
-            client.create_table(loads, exists_ok=True, **self._call)
+                client.create_dataset(dataset, exists_ok=True, **self.api.call)
+        if self.api.get(LOADS_TABLE) is None:
+            self.api.create(LOADS_TABLE, {"batch_id": "STRING", "tbl": "STRING", "rows": "INTEGER",
+                                       "rejected": "STRING", "loaded_at": "TIMESTAMP"})  # fmt: skip
         self._ready = True
 
     # -- tables -------------------------------------------------------------------------
@@ -255,17 +152,8 @@ class BigQueryDestination:
         self._ensure_ready()
         return self._describe(table)
 
-    def _get(self, table: str) -> Any:
-        from google.api_core.exceptions import NotFound
-
-        with self._errors(table):
-            try:
-                return self._client().get_table(self._ref(table), **self._call)
-            except NotFound:
-                return None
-
     def _describe(self, table: str) -> Table | None:
-        found = self._get(table)
+        found = self.api.get(table)
         if found is None:
             return None
         columns = {f.name: LATTICE.get(f.field_type.upper(), DataType.STRING)
@@ -279,11 +167,11 @@ class BigQueryDestination:
 
         self._ensure_ready()
         with table_lock(self.locks, self.id, patch.table):
-            current = self._get(patch.table)  # again, under the lock
-            client = self._client()
+            current = self.api.get(patch.table)  # again, under the lock
+            client = self.api.client()
             if current is None:
                 key = patch.set_primary_key
-                made = bigquery.Table(self._ref(patch.table), schema=[
+                made = bigquery.Table(self.api.ref(patch.table), schema=[
                     field(bigquery, c, t, key) for c, t in patch.add_columns
                 ])  # fmt: skip
                 if any(c == TIMESTAMP_COLUMN for c, _ in patch.add_columns):
@@ -295,39 +183,39 @@ class BigQueryDestination:
                     made.table_constraints = TableConstraints(
                         primary_key=PrimaryKey(columns=list(key)), foreign_keys=None
                     )
-                with self._errors(patch.table):
-                    client.create_table(made, exists_ok=True, **self._call)
+                with self.api.errors(patch.table):
+                    client.create_table(made, exists_ok=True, **self.api.call)
                 return
             present = {f.name for f in current.schema}
             new = [field(bigquery, c, t, ()) for c, t in patch.add_columns if c not in present]
             if new:
                 current.schema = [*current.schema, *new]
-                with self._errors(patch.table):
-                    client.update_table(current, ["schema"], **self._call)
+                with self.api.errors(patch.table):
+                    client.update_table(current, ["schema"], **self.api.call)
 
     def tables(self) -> list[str]:
         """The dataset's tables, but eventpipe's own and the loads' stage tables."""
         self._ensure_ready()
-        with self._errors():
-            listed = self._client().list_tables(f"{self.project}.{self.dataset}",
-                                                **self._call)  # fmt: skip
+        with self.api.errors():
+            listed = self.api.client().list_tables(f"{self.project}.{self.dataset}",
+                                                **self.api.call)  # fmt: skip
             names = sorted(t.table_id for t in listed)
         return [n for n in names if not n.startswith(STAGE_TABLE_PREFIX) and n != LOADS_TABLE]
 
     def drop(self, tables: list[str]) -> None:
         self._ensure_ready()
         for table in tables:
-            with self._errors(table):
-                self._client().delete_table(self._ref(table), not_found_ok=True,
-                                            **self._call)  # fmt: skip
+            with self.api.errors(table):
+                self.api.client().delete_table(self.api.ref(table), not_found_ok=True,
+                                            **self.api.call)  # fmt: skip
 
     # -- loads --------------------------------------------------------------------------
 
     def load(self, request: LoadRequest) -> LoadResult:
         self._ensure_ready()
         with table_lock(self.locks, self.id, request.table):
-            done = list(self._run(
-                f"SELECT rows, rejected FROM {self._name(LOADS_TABLE)} "
+            done = list(self.api.run(
+                f"SELECT rows, rejected FROM {self.api.name(LOADS_TABLE)} "
                 "WHERE batch_id = @batch AND tbl = @tbl",
                 request.table, batch=request.batch_id, tbl=request.table,
             ))  # fmt: skip
@@ -347,24 +235,20 @@ class BigQueryDestination:
             stage = STAGE_TABLE_PREFIX + key
             types = {c: DUCKDB_TYPES[t] for c, t in current.columns.items()}
             appending = not request.primary_key and not request.apply_changes
-            if appending and _as_staged(request, types):
-                with tempfile.TemporaryDirectory(prefix="eventpipe-bigquery-",
-                                                 dir=beside(request)) as work:  # fmt: skip
-                    files = request.files
-                    one = files[0] if len(files) == 1 else joined(files, Path(work) / "all.parquet")
-                    count = self._append(current, request, one)
-                self._commit(request, None, count, ())
-                return LoadResult(rows=count)
             with tempfile.TemporaryDirectory(prefix="eventpipe-bigquery-",
                                              dir=beside(request)) as work:  # fmt: skip
                 converted = Path(work) / "rows.parquet"
-                rejected = converted_rows(request, types, converted, "bigquery")
-                left_out = tuple(sorted(rejected.items()))
-                if not converted.exists():  # no row to load: the record alone
+                if appending and _as_staged(request, types):
+                    files, left_out = request.files, ()
+                else:
+                    rejected = converted_rows(request, types, converted, "bigquery")
+                    left_out = tuple(sorted(rejected.items()))
+                    files = (converted,) if converted.exists() else ()
+                if not files:  # no row to load: the record alone
                     self._commit(request, None, 0, left_out)
                     return LoadResult(rows=0, rejected=left_out)
                 if appending:
-                    count = self._append(current, request, converted)
+                    count = self._appended(current, request, files, Path(work))
                     self._commit(request, None, count, left_out)
                     return LoadResult(rows=count, rejected=left_out)
                 # The rows or keys the batch brings (a source's changes: counted by the
@@ -376,6 +260,49 @@ class BigQueryDestination:
             finally:
                 self.drop([stage])
         return LoadResult(rows=count, rejected=left_out)
+
+    def _appended(
+        self, table: Table, request: LoadRequest, files: tuple[Path, ...], work: Path
+    ) -> int:
+        """The rows of ``files`` appended to the table, by the Storage Write API
+        (``appends: storage_write``; not into a table with integers beyond 64 bits) or
+        one load job (several files joined into one first); the rows appended."""
+        if self.appends == "storage_write" and writable(list(table.columns.values())):
+            return self._written(table, request, files)
+        one = files[0] if len(files) == 1 else joined(files, work / "all.parquet")
+        return self._append(table, request, one)
+
+    def _written(self, table: Table, request: LoadRequest, files: tuple[Path, ...]) -> int:
+        """The rows appended through a pending stream of the Storage Write API, prepared
+        and committed (bigquery_write.py: a rerun commits a stream it finds prepared);
+        the rows it holds."""
+        streams = self.api.name(STREAMS_TABLE)
+        if not self._streams_ready:
+            self.api.create(STREAMS_TABLE, {"batch_id": "STRING", "tbl": "STRING",
+                                         "stream": "STRING", "rows": "INTEGER",
+                                         "prepared_at": "TIMESTAMP"})  # fmt: skip
+            self._streams_ready = True
+        writer = self.api.writer()
+        prepared = list(self.api.run(
+            f"SELECT stream, rows FROM {streams} WHERE batch_id = @batch AND tbl = @tbl "
+            "ORDER BY prepared_at DESC LIMIT 1",
+            request.table, batch=request.batch_id, tbl=request.table,
+        ))  # fmt: skip
+        with self.api.errors(request.table):
+            if prepared and writer.commit(request.table, str(prepared[0][0])):
+                return int(prepared[0][1])
+            columns = {c: table.columns[c] for c in request.columns}
+            stream, rows = writer.write(request.table, files, columns)
+        self.api.run(
+            f"INSERT INTO {streams} (batch_id, tbl, stream, rows, prepared_at) "
+            "VALUES (@batch, @tbl, @stream, @rows, CURRENT_TIMESTAMP())",
+            request.table, batch=request.batch_id, tbl=request.table, stream=stream, rows=rows,
+        )  # fmt: skip
+        with self.api.errors(request.table):
+            if not writer.commit(request.table, stream):
+                raise TransientError(f"bigquery ({self.id}.{request.table}): stream {stream} "
+                                     "was not found to commit", table=request.table)  # fmt: skip
+        return rows
 
     def _append(self, table: Table, request: LoadRequest, file: Path) -> int:
         """The converted rows appended to the table by one load job whose id is the
@@ -392,25 +319,28 @@ class BigQueryDestination:
             write_disposition=bigquery.WriteDisposition.WRITE_APPEND,
             ignore_unknown_values=True,  # a staged file's row ids, which no table has
         )  # fmt: skip
-        client = self._client()
+        client = self.api.client()
         base = _job_id(self.project, self.dataset, request)
         for attempt in range(MAX_LOAD_ATTEMPTS):
             job_id = f"{base}_{attempt}"
-            with self._errors(request.table):
+            with self.api.errors(request.table):
                 try:
-                    job, ours = client.get_job(job_id, location=self.location, **self._call), False
+                    job, ours = (
+                        client.get_job(job_id, location=self.location, **self.api.call),
+                        False,
+                    )
                 except google.NotFound:
                     try:
                         with file.open("rb") as data:
                             job = client.load_table_from_file(
-                                data, self._ref(request.table), job_id=job_id,
+                                data, self.api.ref(request.table), job_id=job_id,
                                 job_config=config, timeout=self.timeout_seconds,
                             )  # fmt: skip
                     except google.Conflict:  # the same attempt from another process
-                        job = client.get_job(job_id, location=self.location, **self._call)
+                        job = client.get_job(job_id, location=self.location, **self.api.call)
                     ours = True
                 try:
-                    job.result(**self._call)
+                    job.result(**self.api.call)
                 except google.GoogleAPICallError:
                     if ours or job.state != "DONE" or job.error_result is None:
                         raise
@@ -433,11 +363,11 @@ class BigQueryDestination:
             write_disposition=bigquery.WriteDisposition.WRITE_TRUNCATE,
             create_disposition=bigquery.CreateDisposition.CREATE_IF_NEEDED,
         )  # fmt: skip
-        with self._errors(request.table), file.open("rb") as data:
-            job = self._client().load_table_from_file(
-                data, self._ref(stage), job_config=config, timeout=self.timeout_seconds
+        with self.api.errors(request.table), file.open("rb") as data:
+            job = self.api.client().load_table_from_file(
+                data, self.api.ref(stage), job_config=config, timeout=self.timeout_seconds
             )
-            job.result(**self._call)
+            job.result(**self.api.call)
 
     def _commit(
         self, request: LoadRequest, stage: str | None, count: int, left_out: tuple[Any, ...]
@@ -450,13 +380,13 @@ class BigQueryDestination:
             statements, count = self._changes(request, stage)
             move = "".join(f"{statement}; " for statement in statements)
         elif stage is not None:
-            move = _move(self.dialect.quote, self._name(request.table), self._name(stage),
+            move = _move(self.dialect.quote, self.api.name(request.table), self.api.name(stage),
                          request) + "; "  # fmt: skip
         reasons = json.dumps([list(r) for r in left_out])
         text = self.dialect.literal
         # Literals, not parameters: a script's statements take none in every server.
-        self._run(
-            f"BEGIN TRANSACTION; {move}INSERT INTO {self._name(LOADS_TABLE)} "
+        self.api.run(
+            f"BEGIN TRANSACTION; {move}INSERT INTO {self.api.name(LOADS_TABLE)} "
             "(batch_id, tbl, rows, rejected, loaded_at) VALUES ("
             f"{text(request.batch_id)}, {text(request.table)}, {count}, {text(reasons)}, "
             "CURRENT_TIMESTAMP()); COMMIT TRANSACTION;",
@@ -472,12 +402,13 @@ class BigQueryDestination:
 
         def run(sql: str) -> list[tuple[Any, ...]]:
             if sql.startswith("SELECT"):
-                return [tuple(row) for row in self._run(sql, request.table)]
+                return [tuple(row) for row in self.api.run(sql, request.table)]
             writes.append(sql)
             return []
 
-        count = changes.apply(run, self.dialect.quote, self._name(request.table),
-                              self._name(stage), list(request.columns), temporary=None)  # fmt: skip
+        target, staged = self.api.name(request.table), self.api.name(stage)
+        count = changes.apply(run, self.dialect.quote, target, staged, list(request.columns),
+                              temporary=None)  # fmt: skip
         return writes, count
 
     # -- days replaced ------------------------------------------------------------------
@@ -487,8 +418,8 @@ class BigQueryDestination:
         rows in (by key with a primary key), in one transaction recorded under
         ``swap.swap_id``; the shadows dropped after it. The rows moved in per table."""
         self._ensure_ready()
-        loads = self._name(LOADS_TABLE)
-        done = list(self._run(f"SELECT tbl, rows FROM {loads} WHERE batch_id = @swap",
+        loads = self.api.name(LOADS_TABLE)
+        done = list(self.api.run(f"SELECT tbl, rows FROM {loads} WHERE batch_id = @swap",
                               swap=swap.swap_id))  # fmt: skip
         if done:
             self.drop(sorted(swap.shadows.values()))
@@ -498,11 +429,15 @@ class BigQueryDestination:
         q = self.dialect.quote
 
         def delete(table: str, where: str) -> None:
-            statements.append(f"DELETE FROM {self._name(table)} WHERE {where}")
+            statements.append(f"DELETE FROM {self.api.name(table)} WHERE {where}")
 
         def move(request: LoadRequest, shadow: str) -> int:
-            (count,) = next(iter(self._run(_count(self._name(shadow), request), request.table)))
-            statements.append(_move(q, self._name(request.table), self._name(shadow), request))
+            (count,) = next(
+                iter(self.api.run(_count(self.api.name(shadow), request), request.table))
+            )
+            statements.append(
+                _move(q, self.api.name(request.table), self.api.name(shadow), request)
+            )
             return int(count)
 
         moved = swap_days(swap, q, described, delete, move, self.id)
@@ -512,7 +447,7 @@ class BigQueryDestination:
                 f"INSERT INTO {loads} (batch_id, tbl, rows, loaded_at) VALUES ("
                 f"{text(swap.swap_id)}, {text(table)}, {count}, CURRENT_TIMESTAMP())"
             )
-        self._run("BEGIN TRANSACTION; " + "; ".join(statements) + "; COMMIT TRANSACTION;")
+        self.api.run("BEGIN TRANSACTION; " + "; ".join(statements) + "; COMMIT TRANSACTION;")
         self.drop(sorted(swap.shadows.values()))
         return moved
 
@@ -528,11 +463,12 @@ class BigQueryDestination:
 
         check_query(sql, "bigquery")
         config = bigquery.QueryJobConfig(default_dataset=f"{self.project}.{self.dataset}")
-        client = self._client(self.query_credentials_file)
+        client = self.api.client(self.query_credentials_file)
         try:
-            with self._errors():
+            with self.api.errors():
+                retry = self.api.call["retry"]
                 job = client.query(sql.strip().rstrip(";"), job_config=config,
-                                   timeout=timeout_seconds, retry=self._call["retry"])  # fmt: skip
+                                   timeout=timeout_seconds, retry=retry)  # fmt: skip
                 try:
                     result = job.result(timeout=timeout_seconds)
                 except TimeoutError:
@@ -614,8 +550,3 @@ def _move(q: Any, target: str, source: str, request: LoadRequest) -> str:
         f"WHEN MATCHED{newer} THEN UPDATE SET {update} "
         f"WHEN NOT MATCHED THEN INSERT ({listed}) VALUES ({values})"
     )
-
-
-def _parameter(bigquery: Any, name: str, value: Any) -> Any:
-    kind = "INT64" if isinstance(value, int) else "STRING"
-    return bigquery.ScalarQueryParameter(name, kind, value)

@@ -160,7 +160,8 @@ def _open_bigquery(dest_id: str, dest: BigQueryConfig, config: Config, lent: Res
         dest_id, lent.locks, project=dest.project, dataset=dest.dataset,
         location=dest.location, credentials_file=dest.credentials_file,
         query_credentials_file=dest.query_credentials_file, endpoint=dest.endpoint,
-        timeout_seconds=dest.timeout_seconds,
+        storage_endpoint=dest.storage_endpoint, timeout_seconds=dest.timeout_seconds,
+        appends=dest.appends or ("storage_write" if dest.mode == "stream" else "load_job"),
     )  # fmt: skip
 
 

@@ -59,14 +59,14 @@ def test_an_append_is_a_load_job_of_the_batchs_own_id_and_a_rerun_never_appends_
     at = datetime(2026, 11, 21, 10)
     rows = [{"id": f"e{i}", "n": i, "_timestamp": at} for i in range(500)]
     request = LoadRequest("events", "b1", (_file(tmp_path / "a.parquet", rows),), COLUMNS)
-    client, base = dest._client(), _job_id(dest.project, dest.dataset, request)
+    client, base = dest.api.client(), _job_id(dest.project, dest.dataset, request)
     # An earlier attempt whose job failed: its id is spent (BigQuery refuses it again).
     garbage = tmp_path / "garbage.parquet"
     garbage.write_bytes(b"not parquet")
     config = bigquery.LoadJobConfig(source_format=bigquery.SourceFormat.PARQUET)
     for _ in range(2):
         with garbage.open("rb") as data, pytest.raises(google.GoogleAPICallError):
-            client.load_table_from_file(data, dest._ref("events"), job_id=f"{base}_0",
+            client.load_table_from_file(data, dest.api.ref("events"), job_id=f"{base}_0",
                                         job_config=config).result()  # fmt: skip
     # This attempt's job appends the rows, then the run dies before the record.
     recorded = dest._commit
@@ -167,7 +167,7 @@ def test_a_keyed_table_is_partitioned_by_day_clustered_by_its_key_and_merged(
     dest: BigQueryDestination, tmp_path: Path, bigquery_server: Any
 ) -> None:
     _ensure(dest, Table("users", {**COLUMNS, "plan": S}, ("id",)))
-    found = dest._client().get_table(dest._ref("users"))
+    found = dest.api.client().get_table(dest.api.ref("users"))
     assert (found.time_partitioning.field, found.clustering_fields) == ("_timestamp", ["id"])
     first = _file(tmp_path / "1.parquet", [
         {"id": "u1", "n": 1, "_timestamp": datetime(2026, 11, 20, 9), "plan": "free"},
@@ -213,7 +213,7 @@ def test_googles_errors_are_transient_terminal_or_configuration(
 
     def raised(exc: Exception) -> Exception:
         try:
-            with dest._errors("events"):
+            with dest.api.errors("events"):
                 raise exc
         except Exception as found:  # noqa: BLE001 - the classification is the point
             return found
@@ -235,12 +235,80 @@ def test_no_server_is_transient(tmp_path: Path) -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     nowhere = BigQueryDestination("bq", FileLocks(tmp_path / "locks"), project="p",
                                   dataset="d", endpoint=closed)  # fmt: skip
-    nowhere._call["timeout"] = 5
-    from eventpipe.destinations import bigquery
+    nowhere.api.call["timeout"] = 5
+    from eventpipe.destinations import bigquery_api
 
-    bigquery.RETRY_SECONDS, before = 2.0, bigquery.RETRY_SECONDS
+    bigquery_api.RETRY_SECONDS, before = 2.0, bigquery_api.RETRY_SECONDS
     try:
         with pytest.raises(TransientError, match="bigquery"):
             nowhere.describe("events")
     finally:
-        bigquery.RETRY_SECONDS = before
+        bigquery_api.RETRY_SECONDS = before
+
+
+@pytest.fixture
+def writing(bigquery_server: Any, bigquery_dataset: str, tmp_path: Path) -> BigQueryDestination:
+    settings = bigquery_server.settings(bigquery_dataset)
+    del settings["type"]
+    return BigQueryDestination("bq", FileLocks(tmp_path / "locks"), appends="storage_write",
+                               **settings)  # fmt: skip
+
+
+def test_storage_write_appends_once_whichever_step_a_run_dies_at(
+    writing: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventpipe.destinations import bigquery_write
+
+    _ensure(writing, Table("events", {**COLUMNS, "extra": S}))
+    at = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    # Requests of a few rows each: the stream's offsets carry the batch across many.
+    monkeypatch.setattr(bigquery_write, "MAX_REQUEST_BYTES", 2_000)
+    writer = writing.api.writer()
+    committed, recorded, ran = writer.commit, writing._commit, writing.api.run
+
+    def dies(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("died")
+
+    def dies_preparing(sql: str, *args: Any, **kwargs: Any) -> Any:
+        if sql.startswith("INSERT INTO") and "_eventpipe_streams" in sql:
+            raise RuntimeError("died")
+        return ran(sql, *args, **kwargs)
+
+    steps = [
+        (writing.api, "run", dies_preparing),  # the stream written, not yet prepared
+        (writer, "commit", dies),  # prepared, not committed (the rerun commits it)
+        (writing, "_commit", dies),  # committed, not recorded (the rerun records it)
+    ]
+    for n, (obj, name, dying) in enumerate(steps):
+        rows = [{"id": f"{n}-{i}", "n": i, "_timestamp": at} for i in range(300)]
+        request = LoadRequest("events", f"b{n}", (_file(tmp_path / f"{n}.parquet", rows),),
+                              COLUMNS)  # fmt: skip
+        with monkeypatch.context() as patched:
+            patched.setattr(obj, name, dying)
+            with pytest.raises(RuntimeError, match="died"):
+                writing.load(request)
+        assert (writer.commit, writing._commit, writing.api.run) == (committed, recorded, ran)
+        assert writing.load(request).rows == 300
+        assert writing.load(request).already_loaded
+    assert _rows(writing, "SELECT count(*), count(DISTINCT id), count(extra) FROM events") == [
+        (900, 900, 0)
+    ]
+    assert _rows(writing, "SELECT min(_timestamp), sum(n) FROM events") == [(at, 3 * 44_850)]
+    # A stream prepared for each batch: b1's, prepared before its run died, committed by
+    # the rerun; b0's first stream, never prepared, was never committed.
+    assert _rows(writing, "SELECT batch_id, rows FROM _eventpipe_streams ORDER BY 1") == [
+        ("b0", 300), ("b1", 300), ("b2", 300),
+    ]  # fmt: skip
+
+
+def test_storage_write_converts_what_does_not_fit_and_leaves_out_what_does_not_convert(
+    writing: BigQueryDestination, tmp_path: Path
+) -> None:
+    _ensure(writing, Table("mixed", COLUMNS))
+    at = datetime(2026, 11, 21, 10, tzinfo=UTC)
+    staged = pa.table({"id": ["a", "b"], "n": ["1", "two"], "_timestamp": [at, at]})
+    file = tmp_path / "mixed.parquet"
+    pq.write_table(staged, file)
+    result = writing.load(LoadRequest("mixed", "b1", (file,), COLUMNS))
+    assert (result.rows, [p for p, _ in result.rejected]) == (1, [1])
+    assert _rows(writing, "SELECT id, n FROM mixed") == [("a", 1)]

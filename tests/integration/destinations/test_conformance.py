@@ -49,13 +49,15 @@ def _destination(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> D
                                   catalog, "warehouse")  # fmt: skip
     if kind == "delta":
         return DeltaDestination("warehouse", tmp_path / "delta", FileLocks(tmp_path / "locks"))
-    if kind == "bigquery":  # bqemulator, through Google's own client
+    if kind.startswith("bigquery"):  # bqemulator, through Google's own clients
         from eventpipe.destinations.bigquery import BigQueryDestination
 
         server = request.getfixturevalue("bigquery_server")
         settings = server.settings(request.getfixturevalue("bigquery_dataset"))
         del settings["type"]
-        return BigQueryDestination("warehouse", FileLocks(tmp_path / "locks"), **settings)
+        appends = "storage_write" if kind == "bigquery-write" else "load_job"
+        return BigQueryDestination("warehouse", FileLocks(tmp_path / "locks"), appends=appends,
+                                   **settings)  # fmt: skip
     if kind == "redshift":  # PostgreSQL behind a front that copies from moto's S3
         from eventpipe.destinations.redshift import RedshiftDestination
         from eventpipe.objectstore import Location, S3Settings
@@ -108,6 +110,7 @@ def _on_s3(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Destina
         "clickhouse-today",
         "snowflake",
         "bigquery",
+        "bigquery-write",  # appends through the Storage Write API
         "redshift",
         "parquet",
         "parquet-uri",
