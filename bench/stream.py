@@ -3,6 +3,8 @@
     .venv/bin/python bench/stream.py --destination duckdb --seconds 120
     .venv/bin/python bench/stream.py --destination postgres --seconds 120   # starts a server
     .venv/bin/python bench/stream.py --destination clickhouse --seconds 120  # Debian's server
+    .venv/bin/python bench/stream.py --destination bigquery --seconds 120    # bqemulator
+    .venv/bin/python bench/stream.py --destination bigquery-jobs --seconds 120  # load jobs
 
 Starts `eventpipe run` (collector + pipeline, as a user would) with one stream destination,
 posts `--rate` events per second (in requests of `--per-request`) for `--seconds`, and
@@ -78,12 +80,34 @@ def poll_clickhouse(server: Any, since: int) -> list[int] | None:
     return [int(s) for (s,) in rows]
 
 
+def poll_bigquery(dest: Any, since: int) -> list[int] | None:
+    from eventpipe.errors import EventpipeError
+
+    try:
+        rows = dest.query(f"SELECT seq FROM events WHERE seq >= {int(since)}")[1]
+    except EventpipeError:
+        return None  # not created yet
+    return [int(s) for (s,) in rows]
+
+
+def bigquery_reader(server: Any) -> Any:
+    """A BigQuery destination on the stand-in, to read the dataset ``bench`` with."""
+    from eventpipe.destinations.bigquery import BigQueryDestination
+    from eventpipe.locks import FileLocks
+
+    settings = server.settings("bench")
+    del settings["type"]
+    return BigQueryDestination("poll", FileLocks(Path(tempfile.gettempdir())), **settings)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
-        "--destination", choices=["duckdb", "postgres", "clickhouse"], default="duckdb"
+        "--destination",
+        default="duckdb",
+        choices=["duckdb", "postgres", "clickhouse", "bigquery", "bigquery-jobs"],
     )
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
@@ -108,6 +132,15 @@ def main() -> None:
             stack.callback(server.remove)
             dest = {"type": "clickhouse", "url": server.url, "password": server.password,
                     "database": "bench", "mode": "stream"}  # fmt: skip
+        elif args.destination.startswith("bigquery"):  # appends: the Storage Write API or jobs
+            from tests.bigquery import BigQueryServer
+
+            bq = BigQueryServer()
+            bq.start()
+            stack.callback(bq.remove)
+            appends = "load_job" if args.destination == "bigquery-jobs" else "storage_write"
+            dest = {**bq.settings("bench"), "mode": "stream", "appends": appends}
+            reader = bigquery_reader(bq)
         else:
             dest = {"type": "duckdb", "mode": "stream"}
         port = free_port()
@@ -124,6 +157,8 @@ def main() -> None:
             poll: Callable[[int], list[int] | None] = {
                 "postgres": lambda since: poll_postgres(dsn, since),
                 "clickhouse": lambda since: poll_clickhouse(server, since),
+                "bigquery": lambda since: poll_bigquery(reader, since),
+                "bigquery-jobs": lambda since: poll_bigquery(reader, since),
                 "duckdb": lambda since: poll_duckdb(work / "data" / "warehouse.duckdb", since),
             }[args.destination]
             # Warm-up: one event, seen before the clock starts (Spark and the table ready).
