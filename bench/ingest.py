@@ -159,8 +159,11 @@ def peak_rss_mb(pids: list[int]) -> float:
     return total
 
 
-def start_eventpipe(work: Path, port: int, workers: int) -> list[subprocess.Popen[bytes]]:
-    config = {
+def start_eventpipe(
+    work: Path, port: int, workers: int, extra: dict[str, object] | None = None
+) -> list[subprocess.Popen[bytes]]:
+    """``eventpipe collect`` with the benchmark's settings (``extra``: more sections)."""
+    config: dict[str, object] = {
         "data_dir": str(work / "data"),
         "server": {"host": "127.0.0.1", "port": port, "workers": workers},
         "incoming": {
@@ -170,6 +173,7 @@ def start_eventpipe(work: Path, port: int, workers: int) -> list[subprocess.Pope
         },
         "api_keys": [{"id": "bench", "js": "bench-js-key-123", "server": SERVER_KEY}],
         "logging": {"level": "warning"},
+        **(extra or {}),
     }
     path = work / "eventpipe.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -45,6 +45,7 @@ from eventpipe.collector.body import (
     NumberUnderflow,
     deeper_than,
 )
+from eventpipe.contracts.check import Contracts
 from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
 
 _APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
@@ -72,6 +73,10 @@ class EnrichSettings:
     max_json_depth: int = 64
     max_future_skew_seconds: float = 3600.0
     """How far past the time of receipt a browser event's ``_timestamp`` may be."""
+    contracts: Contracts | None = None
+    """Tracking plans each event is checked against (``contracts.collector`` not off)."""
+    reject_violations: bool = False
+    """An event that breaks its plan is refused (``reject``), not marked (``flag``)."""
 
 
 SERVER_SRC = "api"
@@ -187,6 +192,7 @@ def enrich_batch(
     browser, user_agent = ctx.browser, ctx.user_agent
     browser_ids = f"js:{key_id}:"
     latest = ctx.received_at + timedelta(seconds=settings.max_future_skew_seconds)
+    contracts, reject = settings.contracts or None, settings.reject_violations
     for index, item in enumerate(items):
         if refused and index in refused:
             _reject(out, ctx, index, item, refused[index])
@@ -208,6 +214,9 @@ def enrich_batch(
             if type(src) is str and src.strip().lower() == SERVER_SRC:
                 _reject(out, ctx, index, item, _CLAIMS_SERVER)
                 continue
+            if contracts is None and ("contract" in context or "contract_violations" in context):
+                context.pop("contract", None)  # the check's marks: never a browser's
+                context.pop("contract_violations", None)
             stamp = item.get("_timestamp")
             if stamp is not None and _later_than(stamp, latest):
                 context["client_timestamp"] = stamp
@@ -243,6 +252,9 @@ def enrich_batch(
             context["event_id"] = browser_ids + event_id
         else:
             context["event_id"] = event_id
+        if contracts is not None and _breaks_contract(item, context, contracts, reject):
+            _reject(out, ctx, index, item, ("contract_violation", context.pop(_VIOLATION)))
+            continue
         try:
             line = dumps(item, option=_APPEND_NEWLINE)
         except orjson.JSONEncodeError as exc:
@@ -268,6 +280,34 @@ def enrich_batch(
                 continue
         lines.append(line)
     return out
+
+
+_VIOLATION = "_eventpipe_violation"
+"""Where :func:`_breaks_contract` leaves a refused event's reason, for a moment."""
+
+
+def _breaks_contract(
+    item: dict[str, Any], context: dict[str, Any], contracts: Contracts, reject: bool
+) -> bool:
+    """Check ``item`` against its plan: whether to refuse it (``reject``: the reason left
+    in ``context``); otherwise it records its plan in ``eventn_ctx.contract`` and, when
+    it breaks it, the violations in ``eventn_ctx.contract_violations``. What a client
+    sent under those two names is never kept (a browser could claim a clean check)."""
+    context.pop("contract", None)
+    context.pop("contract_violations", None)
+    try:
+        verdict = contracts.check(item)
+    except (TypeError, ValueError):  # an integer past 64 bits, say: not checkable
+        verdict = None
+    if verdict is None:
+        return False
+    if verdict.violations and reject:
+        context[_VIOLATION] = verdict.summary()
+        return True
+    context["contract"] = verdict.plan
+    if verdict.violations:
+        context["contract_violations"] = [str(v) for v in verdict.violations]
+    return False
 
 
 def _reject(

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from eventpipe.config.base import DestinationId, Section
 from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
+from eventpipe.config.contracts import ContractsConfig
 from eventpipe.config.destinations import (
     AnyDestination,
     ClickHouseConfig,
@@ -68,6 +69,8 @@ class Config(Section):
     sources: dict[DestinationId, AnySource] = Field(default_factory=dict)
     """Readers beside the HTTP collector, by id (``eventpipe read ID``): a source's events
     are logged under its id as their key id (``only_keys: [ID]`` routes them)."""
+    contracts: ContractsConfig = ContractsConfig()
+    """Tracking plans, and whether the collector checks events against them."""
 
     @model_validator(mode="after")
     def _sources_apart_from_keys(self) -> Config:

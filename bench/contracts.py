@@ -1,0 +1,114 @@
+"""Tracking plans at the collector: ingest with 20 plans checked (``contracts.collector:
+flag``) beside the same collector without them, in one run, alternating rounds.
+
+    .venv/bin/python bench/contracts.py --seconds 8 --rounds 3
+
+The events are bench/ingest.py's (four event types, ~450 bytes each); 20 plans: one for
+each of the four types (types, required fields, a pattern, an enum, bounds: every event
+meets its plan, so each is checked in full) and 16 for types that never come. wrk drives
+each server with 16 connections, 100-event posts, then single-event posts. Prints
+events/s and the ratio with plans / without (the goal: at least 0.8x).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ingest import free_port, make_event, run_wrk, start_eventpipe, wait_ready
+
+PLAN = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "type": "object",
+    "required": ["event_type", "user", "page", "properties"],
+    "properties": {
+        "user": {"type": "object", "required": ["anonymous_id"],
+                 "properties": {"anonymous_id": {"type": "string", "pattern": "^a[0-9a-f]+$"},
+                                "id": {"type": "integer", "minimum": 1}}},
+        "page": {"type": "object", "required": ["url"],
+                 "properties": {"url": {"type": "string", "format": "uri"},
+                                "title": {"type": "string", "maxLength": 200}}},
+        "properties": {"type": "object",
+                       "properties": {"price": {"type": "number", "minimum": 0},
+                                      "currency": {"enum": ["EUR", "USD", "GBP"]},
+                                      "items": {"type": "integer", "minimum": 0}}},
+        "screen": {"type": "object"},
+    },
+}  # fmt: skip
+TYPES = ["page_view", "click", "signup", "purchase"]
+
+
+def write_plans(directory: Path) -> None:
+    directory.mkdir()
+    others = [f"unused_{n}" for n in range(16)]
+    for event_type in [*TYPES, *others]:
+        plan = {**PLAN, "x-eventpipe": {"event_type": event_type}}
+        (directory / f"{event_type}.json").write_text(json.dumps(plan))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=16)
+    args = parser.parse_args()
+    rng = random.Random(1)
+    with tempfile.TemporaryDirectory(prefix="eventpipe-contracts-bench-") as tmp:
+        work = Path(tmp)
+        write_plans(work / "plans")
+        bodies = {}
+        for per_post in (100, 1):
+            events = [make_event(rng) for _ in range(per_post)]
+            bodies[per_post] = work / f"body-{per_post}.json"
+            bodies[per_post].write_text(json.dumps(events if per_post > 1 else events[0]))
+        contracts = {"contracts": {"plans": [str(work / "plans")], "collector": "flag"}}
+        servers = {}
+        for name, extra in (("without plans", None), ("with 20 plans", contracts)):
+            (work / name).mkdir()
+            port = free_port()
+            [proc] = start_eventpipe(work / name, port, 1, extra)
+            url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
+            wait_ready(url, proc)
+            servers[name] = (proc, url)
+        results: dict[tuple[str, int], list[float]] = {}
+        try:
+            for per_post, body in bodies.items():
+                for _, url in servers.values():
+                    run_wrk(url, body, 2, args.connections)  # warm-up
+                for _ in range(args.rounds):
+                    for name, (_, url) in servers.items():
+                        rps, _, _, errors = run_wrk(url, body, args.seconds, args.connections)
+                        if errors:
+                            raise SystemExit(f"{name}: {errors} errors")
+                        results.setdefault((name, per_post), []).append(rps * per_post)
+            checked = (work / "with 20 plans" / "data" / "incoming").glob("incoming.*")
+            line = next(p for p in checked if p.stat().st_size).read_text().splitlines()[0]
+            assert json.loads(line)["eventn_ctx"]["contract"], "the events were not checked"
+        finally:
+            for proc, _ in servers.values():
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+    print(f"\n{args.rounds} alternating rounds of {args.seconds} s, one worker, fsync on\n")
+    for per_post in bodies:
+        medians = {}
+        for name in servers:
+            rounds = results[(name, per_post)]
+            medians[name] = statistics.median(rounds)
+            each = ", ".join(f"{r:,.0f}" for r in rounds)
+            print(f"{per_post:>3} events/post, {name}: {medians[name]:,.0f} events/s ({each})")
+        ratio = medians["with 20 plans"] / medians["without plans"]
+        print(f"{per_post:>3} events/post: with plans / without = {ratio:.2f}x events/s\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,133 @@
+"""An event checked against its tracking plan: which plan is for it (by ``event_type``,
+then its key and ``src``, then the version), and what it breaks, each violation as the
+JSON pointer of the value, the rule (the schema keyword) and the validator's message."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from eventpipe.contracts.plans import Plan, compiled
+
+MAX_VIOLATIONS = 10
+"""Violations of one event recorded at most (the rest are counted)."""
+MAX_ERRORS = 1000
+"""Violations of one event looked at at most: past them, not counted either."""
+MAX_CHOICES = 10_000
+"""Event type, key and source combinations whose plans are remembered (src is the
+client's text: it could take any number of values)."""
+MAX_MESSAGE = 200
+"""A violation's message at most, in characters (a message quotes the value)."""
+EVENT_TYPE = "event_type"
+
+
+@dataclass(frozen=True)
+class Violation:
+    pointer: str
+    """Where in the event, as a JSON pointer (``""``: the event itself)."""
+    rule: str
+    """The schema keyword that failed (``required``, ``type``, ``pattern``...)."""
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.pointer or '/'} {self.rule}: {self.message}"
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """An event's check: the plan it was checked against and what it broke."""
+
+    plan: str
+    """The plan's id (``$id``, or ``<event_type>/<version>``)."""
+    violations: tuple[Violation, ...]
+    more: int = 0
+    """Violations past :data:`MAX_VIOLATIONS`, counted only."""
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def summary(self) -> str:
+        """One line: the plan and each violation."""
+        listed = "; ".join(str(v) for v in self.violations)
+        extra = f"; and {self.more} more" if self.more else ""
+        return f"contract {self.plan}: {listed}{extra}"
+
+
+class Contracts:
+    """The tracking plans, ready to check events (:meth:`check`)."""
+
+    def __init__(self, plans: Iterable[Plan], version_field: str | None = None) -> None:
+        self.version_field = version_field
+        self._by_type: dict[str, list[_Checked]] = {}
+        for plan in sorted(plans, key=lambda p: -p.version):
+            checked = _Checked(plan, compiled(plan.path, plan.schema), Verdict(plan.id, ()))
+            self._by_type.setdefault(plan.event_type, []).append(checked)
+        self._chosen: dict[tuple[str, Any, Any], list[_Checked]] = {}
+        """The plans for an event type, key and source, newest first (made once each:
+        this runs for every event on the collector's event loop)."""
+
+    def __bool__(self) -> bool:
+        return bool(self._by_type)
+
+    def check(self, event: Mapping[str, Any]) -> Verdict | None:
+        """``event`` against the plan for it; None when no plan is for it."""
+        event_type = event.get(EVENT_TYPE)
+        if type(event_type) is not str or event_type not in self._by_type:
+            return None
+        key, source = event.get("api_key"), event.get("src")
+        choice = (event_type, key if type(key) is str else None,
+                  source if type(source) is str else None)  # fmt: skip
+        mine = self._chosen.get(choice)
+        if mine is None:
+            mine = [c for c in self._by_type[event_type] if c.plan.is_for(choice[1], choice[2])]
+            if len(self._chosen) < MAX_CHOICES:
+                self._chosen[choice] = mine
+        if not mine:
+            return None
+        chosen = mine[0]
+        if self.version_field is not None and self.version_field in event:
+            wanted = event[self.version_field]
+            pinned = [c for c in mine if c.plan.version == wanted]
+            if not pinned:
+                known = ", ".join(str(c.plan.version) for c in mine)
+                return Verdict(chosen.plan.id, (Violation(
+                    f"/{self.version_field}", "version",
+                    f"no version {_short(repr(wanted))} of the plan for {event_type!r} "
+                    f"(there are {known})"),))  # fmt: skip
+            chosen = pinned[0]
+        try:
+            if chosen.validator.is_valid(event):
+                return chosen.ok
+            errors = list(itertools.islice(chosen.validator.iter_errors(event), MAX_ERRORS))
+        except (TypeError, ValueError) as exc:  # a value JSON has not (never from a body)
+            return Verdict(chosen.plan.id, (Violation("", "unchecked", _short(str(exc))),))
+        found = sorted(
+            (Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
+             for e in errors), key=lambda v: (v.pointer, v.rule),
+        )  # fmt: skip
+        return Verdict(chosen.plan.id, tuple(found[:MAX_VIOLATIONS]),
+                       max(0, len(found) - MAX_VIOLATIONS))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class _Checked:
+    plan: Plan
+    validator: Any
+    ok: Verdict
+    """The verdict of an event that meets the plan (one object for all of them)."""
+
+
+def _pointer(path: Iterable[Any]) -> str:
+    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+
+
+def _rule(schema_path: Iterable[Any]) -> str:
+    parts = [str(p) for p in schema_path]
+    return parts[-1] if parts else "schema"
+
+
+def _short(message: str) -> str:
+    return message if len(message) <= MAX_MESSAGE else message[: MAX_MESSAGE - 1] + "…"

@@ -1,0 +1,107 @@
+"""Tracking plans at the collector, over real HTTP on 127.0.0.1: ``reject`` refuses an
+event that breaks its plan alone, with its violations in the answer and in failed/;
+``flag`` accepts it marked; an event records its plan; what a client claims under the
+contract's names is never kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
+
+PLAN = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "$id": "https://plans.example.com/checkout/1",
+    "x-eventpipe": {"event_type": "checkout"},
+    "type": "object",
+    "required": ["total", "currency"],
+    "properties": {"total": {"type": "number", "minimum": 0},
+                   "currency": {"enum": ["EUR", "USD"]}},
+}  # fmt: skip
+GOOD = {"event_type": "checkout", "total": 12.5, "currency": "EUR"}
+BAD = {"event_type": "checkout", "total": -3, "currency": "<script>alert(1)</script>"}
+OTHER = {"event_type": "page_view"}  # no plan for it: not checked
+
+
+@pytest.fixture
+def plans(tmp_path: Path) -> Path:
+    directory = tmp_path / "plans"
+    directory.mkdir()
+    (directory / "checkout.json").write_bytes(orjson.dumps(PLAN))
+    return directory
+
+
+def _stored(c: RunningCollector) -> list[dict[str, Any]]:
+    path = c.layout.active_segment("web", c.writer)
+    return read_lines([path]) if path.exists() else []
+
+
+def _failed(c: RunningCollector) -> list[dict[str, Any]]:
+    path = c.layout.failed_receiving("web", c.writer)
+    return read_lines([path]) if path.exists() else []
+
+
+def test_reject_refuses_an_event_that_breaks_its_plan_alone_and_says_why(
+    start_collector: Any, plans: Path
+) -> None:
+    c = start_collector(contracts={"plans": [str(plans)], "collector": "reject"})
+    answer = httpx.post(f"{c.url}/api/v1/s2s/event", headers={"X-Auth-Token": WEB_SERVER},
+                        content=orjson.dumps([GOOD, BAD, OTHER]))  # fmt: skip
+    assert answer.status_code == 200
+    body = answer.json()
+    assert (body["status"], body["accepted"]) == ("partial", 2)
+    [rejected] = body["rejected"]
+    assert rejected["index"] == 1
+    assert rejected["error"] == (
+        "contract https://plans.example.com/checkout/1: /currency enum: "
+        '"<script>alert(1)</script>" is not one of "EUR" or "USD"; '
+        "/total minimum: -3 is less than the minimum of 0"
+    )
+    good, other = _stored(c)
+    assert good["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
+    assert "contract_violations" not in good["eventn_ctx"]
+    assert "contract" not in other["eventn_ctx"]
+    [failed] = _failed(c)
+    assert failed["event"]["total"] == -3
+    assert failed["error"].startswith("item 1: contract https://plans.example.com/checkout/1")
+    only_bad = httpx.post(f"{c.url}/api/v1/s2s/event", headers={"X-Auth-Token": WEB_SERVER},
+                          content=orjson.dumps(BAD))  # fmt: skip
+    assert only_bad.status_code == 400
+    assert only_bad.json()["rejected"][0]["error"].startswith("contract ")
+    metrics = httpx.get(f"{c.url}/metrics").text
+    assert 'reason="contract_violation"} 2.0' in metrics
+
+
+def test_flag_accepts_an_event_that_breaks_its_plan_marked_and_a_claim_is_not_kept(
+    start_collector: Any, plans: Path
+) -> None:
+    c = start_collector(contracts={"plans": [str(plans)], "collector": "flag"})
+    # A browser claims a clean check for a bad event: the collector's own check replaces it.
+    claimed = {**BAD, "eventn_ctx": {"contract": "forged", "contract_violations": []}}
+    answer = httpx.post(f"{c.url}/api/v1/event", params={"token": WEB_JS},
+                        content=orjson.dumps([GOOD, claimed]))  # fmt: skip
+    assert answer.json() == {"status": "ok", "accepted": 2}
+    good, bad = _stored(c)
+    assert good["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
+    assert bad["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
+    assert bad["eventn_ctx"]["contract_violations"] == [
+        '/currency enum: "<script>alert(1)</script>" is not one of "EUR" or "USD"',
+        "/total minimum: -3 is less than the minimum of 0",
+    ]
+    assert not _failed(c)
+
+
+def test_a_browser_event_never_keeps_the_marks_of_a_check(start_collector: Any) -> None:
+    c = start_collector()  # no plans: the collector checks nothing
+    forged = {"event_type": "checkout", "eventn_ctx": {"contract": "forged",
+                                                       "contract_violations": []}}  # fmt: skip
+    answer = httpx.post(f"{c.url}/api/v1/event", params={"token": WEB_JS},
+                        content=orjson.dumps(forged))  # fmt: skip
+    assert answer.status_code == 200
+    [stored] = _stored(c)
+    assert not {"contract", "contract_violations"} & set(stored["eventn_ctx"])
