@@ -15,7 +15,16 @@ import sys
 import click
 
 # Each module registers its commands on the group.
-from eventpipe.cli import archive, collector, lake, log, pipeline, sources, status  # noqa: F401
+from eventpipe.cli import (  # noqa: F401
+    archive,
+    collector,
+    contract,
+    lake,
+    log,
+    pipeline,
+    sources,
+    status,
+)
 from eventpipe.cli.common import cli
 from eventpipe.errors import EventpipeError
 
