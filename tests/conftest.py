@@ -143,6 +143,18 @@ def read_lines(paths: list[Path]) -> list[dict[str, Any]]:
     return [orjson.loads(line) for path in paths for line in path.read_bytes().splitlines()]
 
 
+def stored_events(c: RunningCollector, key: str = "web") -> list[dict[str, Any]]:
+    """The events a running collector has stored for ``key`` (its active segment)."""
+    path = c.layout.active_segment(key, c.writer)
+    return read_lines([path]) if path.exists() else []
+
+
+def refused_events(c: RunningCollector, key: str = "web") -> list[dict[str, Any]]:
+    """The EventErrors of what a running collector refused for ``key``."""
+    path = c.layout.failed_receiving(key, c.writer)
+    return read_lines([path]) if path.exists() else []
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
     """A test that failed in the middle of a py4j call (pytest-timeout raises wherever the

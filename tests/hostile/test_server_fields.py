@@ -1,7 +1,8 @@
 """What belongs to the server stays the server's, and no secret reaches the disk.
 
 Someone holding the public browser key tries every field the server sets (``src``,
-``source_ip``, ``api_key``, another event's id, a ``_timestamp`` far in the future) on
+``source_ip``, ``api_key``, another event's id, a ``_timestamp`` far in the future, a
+tracking plan's marks of a clean check) on
 every endpoint that takes that key; then secrets are sent every way a client could send
 them, in requests taken and refused, and every file under data/ and every table of
 DuckDB and PostgreSQL is searched for them. Real HTTP on 127.0.0.1, the real pipeline.
@@ -26,6 +27,8 @@ from tests.e2e.test_batch_pipeline import _seal
 
 FUTURE = "2999-01-01T00:00:00Z"
 SERVER_ID = "order-1"
+FORGED = {"contract": "checkout/1", "contract_violations": []}
+"""A tracking plan's marks, claiming a clean check that never happened."""
 
 
 def _basic(secret: str) -> dict[str, str]:
@@ -35,12 +38,12 @@ def _basic(secret: str) -> dict[str, str]:
 def _lying(n: int) -> dict[str, Any]:
     """A browser event that claims what only the server may say."""
     return {"event_type": "claim", "n": n, "source_ip": "10.9.9.9", "api_key": "shop",
-            "_timestamp": FUTURE, "eventn_ctx": {"event_id": SERVER_ID}}  # fmt: skip
+            "_timestamp": FUTURE, "eventn_ctx": {"event_id": SERVER_ID, **FORGED}}  # fmt: skip
 
 
 def _segment(n: int) -> dict[str, Any]:
     return {"userId": "u1", "event": "claim", "properties": {"n": n}, "messageId": SERVER_ID,
-            "timestamp": FUTURE, "context": {"ip": "10.9.9.9"}}  # fmt: skip
+            "timestamp": FUTURE, "context": {"ip": "10.9.9.9"}, "eventn_ctx": FORGED}  # fmt: skip
 
 
 def _send_every_way(c: RunningCollector) -> None:
@@ -79,6 +82,7 @@ def test_a_browser_key_sets_no_server_only_field(start_collector: Any) -> None:
         assert received - timedelta(seconds=5) < stamp < datetime.now(UTC)
         kept = datetime.fromisoformat(event["eventn_ctx"]["client_timestamp"])
         assert kept == datetime.fromisoformat(FUTURE)
+        assert not set(FORGED) & set(event["eventn_ctx"])
     [record] = read_lines(list(c.layout.failed.glob("*.log")))
     assert record["event"]["src"] == " API "
     # A server key is believed: its own id, source_ip and time are kept.

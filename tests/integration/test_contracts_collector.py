@@ -12,7 +12,12 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
+from tests.conftest import (
+    WEB_JS,
+    WEB_SERVER,
+    refused_events,
+    stored_events,
+)
 
 PLAN = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -36,16 +41,6 @@ def plans(tmp_path: Path) -> Path:
     return directory
 
 
-def _stored(c: RunningCollector) -> list[dict[str, Any]]:
-    path = c.layout.active_segment("web", c.writer)
-    return read_lines([path]) if path.exists() else []
-
-
-def _failed(c: RunningCollector) -> list[dict[str, Any]]:
-    path = c.layout.failed_receiving("web", c.writer)
-    return read_lines([path]) if path.exists() else []
-
-
 def test_reject_refuses_an_event_that_breaks_its_plan_alone_and_says_why(
     start_collector: Any, plans: Path
 ) -> None:
@@ -62,11 +57,11 @@ def test_reject_refuses_an_event_that_breaks_its_plan_alone_and_says_why(
         '"<script>alert(1)</script>" is not one of "EUR" or "USD"; '
         "/total minimum: -3 is less than the minimum of 0"
     )
-    good, other = _stored(c)
+    good, other = stored_events(c)
     assert good["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
     assert "contract_violations" not in good["eventn_ctx"]
     assert "contract" not in other["eventn_ctx"]
-    [failed] = _failed(c)
+    [failed] = refused_events(c)
     assert failed["event"]["total"] == -3
     assert failed["error"].startswith("item 1: contract https://plans.example.com/checkout/1")
     only_bad = httpx.post(f"{c.url}/api/v1/s2s/event", headers={"X-Auth-Token": WEB_SERVER},
@@ -86,14 +81,14 @@ def test_flag_accepts_an_event_that_breaks_its_plan_marked_and_a_claim_is_not_ke
     answer = httpx.post(f"{c.url}/api/v1/event", params={"token": WEB_JS},
                         content=orjson.dumps([GOOD, claimed]))  # fmt: skip
     assert answer.json() == {"status": "ok", "accepted": 2}
-    good, bad = _stored(c)
+    good, bad = stored_events(c)
     assert good["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
     assert bad["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
     assert bad["eventn_ctx"]["contract_violations"] == [
         '/currency enum: "<script>alert(1)</script>" is not one of "EUR" or "USD"',
         "/total minimum: -3 is less than the minimum of 0",
     ]
-    assert not _failed(c)
+    assert not refused_events(c)
 
 
 def test_a_browser_event_never_keeps_the_marks_of_a_check(start_collector: Any) -> None:
@@ -103,5 +98,5 @@ def test_a_browser_event_never_keeps_the_marks_of_a_check(start_collector: Any) 
     answer = httpx.post(f"{c.url}/api/v1/event", params={"token": WEB_JS},
                         content=orjson.dumps(forged))  # fmt: skip
     assert answer.status_code == 200
-    [stored] = _stored(c)
+    [stored] = stored_events(c)
     assert not {"contract", "contract_violations"} & set(stored["eventn_ctx"])

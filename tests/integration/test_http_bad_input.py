@@ -12,23 +12,20 @@ import httpx
 import orjson
 import pytest
 
-from tests.conftest import WEB_JS, WEB_SERVER, RunningCollector, read_lines
+from tests.conftest import (
+    WEB_JS,
+    WEB_SERVER,
+    RunningCollector,
+    read_lines,
+    refused_events,
+    stored_events,
+)
 
 BROWSER = "/api/v1/event"
 
 
 def _post(c: RunningCollector, body: bytes, **kwargs: Any) -> httpx.Response:
     return httpx.post(c.url + BROWSER, content=body, params={"token": WEB_JS}, **kwargs)
-
-
-def _stored(c: RunningCollector) -> list[dict[str, Any]]:
-    path = c.layout.active_segment("web", c.writer)
-    return read_lines([path]) if path.exists() else []
-
-
-def _failed(c: RunningCollector) -> list[dict[str, Any]]:
-    path = c.layout.failed_receiving("web", c.writer)
-    return read_lines([path]) if path.exists() else []
 
 
 def _still_serving(c: RunningCollector) -> None:
@@ -56,7 +53,7 @@ def test_malformed_bodies_get_400_saying_what(
     response = _post(c, body)
     assert response.status_code == 400
     assert says in response.json()["error"]
-    assert _stored(c) == []
+    assert stored_events(c) == []
     metrics = httpx.get(c.url + "/metrics").text
     assert f'eventpipe_events_rejected_total{{api_key="web",reason="{reason}"}} 1.0' in metrics
     _still_serving(c)
@@ -71,7 +68,7 @@ def test_configured_depth_limit_rejects_the_deep_item_alone(start_collector: Any
         "index": 0,
         "error": "is nested deeper than max_json_depth (3) at /a/b",
     }
-    assert [e["a"] for e in _stored(c)] == [{"b": 1}]
+    assert [e["a"] for e in stored_events(c)] == [{"b": 1}]
     alone = _post(c, b'{"a": {"b": [1]}}')  # depth 3 on its own
     assert alone.status_code == 200
     too_deep = _post(c, b'{"a": {"b": [[1]]}}')
@@ -82,7 +79,7 @@ def test_configured_depth_limit_rejects_the_deep_item_alone(start_collector: Any
 def test_escaped_nul_is_accepted_and_kept(start_collector: Any) -> None:
     c = start_collector()
     assert _post(c, b'{"a": "x\\u0000y"}').status_code == 200
-    assert _stored(c)[0]["a"] == "x\x00y"
+    assert stored_events(c)[0]["a"] == "x\x00y"
 
 
 def test_partial_batch_keeps_the_good_items_and_records_the_bad(start_collector: Any) -> None:
@@ -95,8 +92,8 @@ def test_partial_batch_keeps_the_good_items_and_records_the_bad(start_collector:
     assert answer["accepted"] == 2
     assert [r["index"] for r in answer["rejected"]] == [1, 2, 3]
     assert "max_event_bytes is 1024" in answer["rejected"][1]["error"]
-    assert [e["n"] for e in _stored(c)] == [0, 4]
-    failed = _failed(c)
+    assert [e["n"] for e in stored_events(c)] == [0, 4]
+    failed = refused_events(c)
     assert failed[0]["event"] == 1
     assert failed[1]["event"]["n"] == 2
     assert all(f["stage"] == "receiving" and f["error"].startswith("item ") for f in failed)
@@ -108,7 +105,7 @@ def test_a_batch_of_only_bad_items_is_400_and_recorded(start_collector: Any) -> 
     assert response.status_code == 400
     assert response.json()["accepted"] == 0
     assert len(response.json()["rejected"]) == 2
-    assert len(_failed(c)) == 2
+    assert len(refused_events(c)) == 2
 
 
 def test_an_empty_array_is_accepted_as_nothing(start_collector: Any) -> None:
@@ -206,7 +203,7 @@ def test_a_50mb_chunked_body_is_cut_off_early(start_collector: Any) -> None:
     assert sent < 20_000_000, f"the server read {sent} bytes before refusing"
     metrics = httpx.get(c.url + "/metrics").text
     assert 'eventpipe_events_rejected_total{api_key="web",reason="body_too_large"} 1.0' in metrics
-    assert _stored(c) == []
+    assert stored_events(c) == []
     _still_serving(c)
 
 
@@ -235,7 +232,7 @@ def test_oversized_heads_get_431(start_collector: Any, head_extra: bytes) -> Non
     answer, _ = _raw(c.port, head + head_extra + b"Content-Length: 2\r\n\r\n{}")
     assert answer.startswith(b"HTTP/1.1 431")
     assert b"max_header_bytes" in answer
-    assert _stored(c) == []
+    assert stored_events(c) == []
     _still_serving(c)
 
 
@@ -267,7 +264,7 @@ def test_backpressure_on_backlog_then_recovery(start_collector: Any) -> None:
     health = httpx.get(c.url + "/health")
     assert health.status_code == 503
     assert "max_backlog_bytes" in health.json()["reason"]
-    stored_before = len(_stored(c))
+    stored_before = len(stored_events(c))
 
     # The pipeline catches up: sealed segments leave incoming/.
     httpx.post(c.url + BROWSER, content=b"{}", params={"token": WEB_JS})
@@ -291,7 +288,7 @@ def test_backpressure_on_free_disk(start_collector: Any) -> None:
     response = _post(c, b'{"a": 1}')
     assert response.status_code == 503
     assert "min_free_disk_bytes" in response.json()["error"]
-    assert _stored(c) == []
+    assert stored_events(c) == []
 
 
 def test_an_item_too_deep_to_encode_is_rejected_alone_and_recorded(start_collector: Any) -> None:
@@ -300,8 +297,8 @@ def test_an_item_too_deep_to_encode_is_rejected_alone_and_recorded(start_collect
     response = _post(c, b'[{"ok": 1}, ' + deep + b"]")
     assert response.status_code == 200
     assert response.json()["rejected"][0]["index"] == 1
-    assert [e["ok"] for e in _stored(c)] == [1]
-    assert _failed(c)[0]["event_clipped"].startswith("nested deeper than")
+    assert [e["ok"] for e in stored_events(c)] == [1]
+    assert refused_events(c)[0]["event_clipped"].startswith("nested deeper than")
 
 
 def test_disk_full_answers_503_keeps_what_was_acknowledged_and_recovers(
@@ -325,10 +322,10 @@ def test_disk_full_answers_503_keeps_what_was_acknowledged_and_recovers(
     assert response.status_code == 503
     assert response.headers["retry-after"] == "3"
     assert "No space left on device" in response.json()["error"]
-    assert [e["n"] for e in _stored(c)] == [1]  # nothing torn, nothing half-written
+    assert [e["n"] for e in stored_events(c)] == [1]  # nothing torn, nothing half-written
     monkeypatch.setattr(segments.os, "write", real_write)
     deadline = time.monotonic() + 5  # the next free-disk reading lifts backpressure
     while (again := _post(c, b'{"n": 3}')).status_code != 200:
         assert time.monotonic() < deadline, again.text
         time.sleep(0.05)
-    assert [e["n"] for e in _stored(c)] == [1, 3]
+    assert [e["n"] for e in stored_events(c)] == [1, 3]
