@@ -70,6 +70,14 @@ def test_reject_refuses_an_event_that_breaks_its_plan_alone_and_says_why(
     assert only_bad.json()["rejected"][0]["error"].startswith("contract ")
     metrics = httpx.get(f"{c.url}/metrics").text
     assert 'reason="contract_violation"} 2.0' in metrics
+    plan = 'plan="https://plans.example.com/checkout/1"'
+    assert (
+        f'eventpipe_contract_violations_total{{action="refused",{plan},rule="enum"}} 2.0' in metrics
+    )
+    assert (
+        f'eventpipe_contract_violations_total{{action="refused",{plan},rule="minimum"}} 2.0'
+        in metrics
+    )
 
 
 def test_flag_accepts_an_event_that_breaks_its_plan_marked_and_a_claim_is_not_kept(

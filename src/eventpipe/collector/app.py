@@ -439,6 +439,10 @@ class Collector:
             self.metrics.accepted(ctx.key_id, accepted)
         for reason, count in batch.rejected.items():
             self.metrics.events_rejected.labels(api_key=ctx.key_id, reason=reason).inc(count)
+        action = "refused" if self.enrich_settings.reject_violations else "flagged"
+        for (plan, rule), count in batch.violations.items():
+            self.metrics.contract_violations.labels(plan=plan, rule=rule,
+                                                    action=action).inc(count)  # fmt: skip
         return accepted, batch
 
     def _amplified(

@@ -120,6 +120,9 @@ class EnrichedBatch:
     failed_lines: list[bytes] = field(default_factory=list)
     rejected: Counter[str] = field(default_factory=Counter)
     """Every rejected item, recorded or not, counted by reason."""
+    violations: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Events that broke their tracking plan, by plan and rule (each rule once an
+    event)."""
 
     @property
     def unrecorded(self) -> int:
@@ -252,7 +255,7 @@ def enrich_batch(
             context["event_id"] = browser_ids + event_id
         else:
             context["event_id"] = event_id
-        if contracts is not None and _breaks_contract(item, context, contracts, reject):
+        if contracts is not None and _breaks_contract(item, context, contracts, reject, out):
             _reject(out, ctx, index, item, ("contract_violation", context.pop(_VIOLATION)))
             continue
         try:
@@ -287,7 +290,11 @@ _VIOLATION = "_eventpipe_violation"
 
 
 def _breaks_contract(
-    item: dict[str, Any], context: dict[str, Any], contracts: Contracts, reject: bool
+    item: dict[str, Any],
+    context: dict[str, Any],
+    contracts: Contracts,
+    reject: bool,
+    out: EnrichedBatch,
 ) -> bool:
     """Check ``item`` against its plan: whether to refuse it (``reject``: the reason left
     in ``context``); otherwise it records its plan in ``eventn_ctx.contract`` and, when
@@ -301,6 +308,8 @@ def _breaks_contract(
         verdict = None
     if verdict is None:
         return False
+    for rule in {v.rule for v in verdict.violations}:
+        out.violations[(verdict.plan, rule)] += 1
     if verdict.violations and reject:
         context[_VIOLATION] = verdict.summary()
         return True

@@ -7,7 +7,9 @@ backlog, free disk, backpressure) are the largest of the live workers'.
 
 Rejected events are counted by key id and reason. A body rejected whole (malformed JSON,
 too large, too deep) counts once under its reason, since its events cannot be counted;
-requests refused before the key is known (401) count under ``api_key="-"``.
+requests refused before the key is known (401) count under ``api_key="-"``. Events
+that broke their tracking plan are counted by plan, rule and action: the plans are the
+configured ones and the rules JSON Schema's keywords, so the series stay few.
 """
 
 from __future__ import annotations
@@ -43,6 +45,13 @@ class CollectorMetrics:
             "eventpipe_events_rejected",
             "Events (or whole bodies) refused, by reason.",
             ["api_key", "reason"],
+            registry=r,
+        )
+        self.contract_violations = Counter(
+            "eventpipe_contract_violations",
+            "Events that broke their tracking plan at the collector, by plan, rule "
+            "(the schema keyword) and what was done (refused or flagged).",
+            ["plan", "rule", "action"],
             registry=r,
         )
         self.requests = Counter(
