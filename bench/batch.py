@@ -261,17 +261,19 @@ def record_peaks() -> None:
         PEAKS[kind] = max(PEAKS.get(kind, 0), peak_rss_mb(proc.pid))
 
 
-def destination_config(work: Path, name: str, destination: dict[str, Any]) -> Any:
+def destination_config(work: Path, name: str, destination: dict[str, Any], **sections: Any) -> Any:
     """A config whose one destination ``name`` loads a copy of ``work/source``'s sealed
     segments (under ``work/name``), a table per event type, with the implicit browser
-    lookups off: the benchmarks that use it compare loading, not enrichment."""
+    lookups off: the benchmarks that use it compare loading, not enrichment. ``sections``:
+    more of the config (``contracts={...}``)."""
     from eventpipe.config import parse_config
 
     data = work / name
     shutil.copytree(work / "source", data / "incoming")
     return parse_config(
         {"data_dir": str(data), "enrichment": {"browser_rules": False},
-         "destinations": {name: {**destination, "table_name_template": "{{ event_type }}"}}},
+         "destinations": {name: {**destination, "table_name_template": "{{ event_type }}"}},
+         **sections},
         source="bench",
     )  # fmt: skip
 

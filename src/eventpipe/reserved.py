@@ -51,6 +51,11 @@ CORRUPT = "_eventpipe_corrupt"
 RAW = "_eventpipe_raw"
 """An event's original JSON (failed/ records carry it)."""
 DAY = "_eventpipe_day"
+LINE = "_eventpipe_line"
+"""An event's line of the log as read (kept only while its tracking plan is checked)."""
+VERDICT = "_eventpipe_verdict"
+"""An event's check against its tracking plan: its plan, its violations (JSON text) and
+their summary; null when no plan is for it."""
 LOOKUP = "_eventpipe_lookup_"
 """Prefix of the columns a run's lookups fill (one per rule and source field)."""
 

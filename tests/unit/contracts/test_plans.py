@@ -143,3 +143,27 @@ def test_the_config_names_a_plan_that_cannot_be_used(tmp_path: Path) -> None:
     config = parse_config({"contracts": {"plans": [str(good)], "collector": "flag"}},
                           source="test")  # fmt: skip
     assert config.contracts.plans == (good,)
+
+
+def test_the_jobs_verdicts_of_an_arrow_batch_of_lines(tmp_path: Path) -> None:
+    import pyarrow as pa
+
+    from eventpipe.processing.steps.contracts import verdicts
+
+    contracts = Contracts(read_plans([_plan(tmp_path, "page.json", "page_view", **PAGE)]))
+    lines = pa.array([
+        orjson.dumps({"event_type": "page_view", "url": "https://x.example/"}).decode(),
+        orjson.dumps({"event_type": "page_view", "url": 5}).decode(),
+        orjson.dumps({"event_type": "other"}).decode(),
+        "{not json",
+        "[1, 2]",
+        None,
+    ])  # fmt: skip
+    found = verdicts(lines, contracts).to_pylist()
+    assert found[0] == {"plan": "page_view/1", "violations": None, "summary": None}
+    assert found[1] == {
+        "plan": "page_view/1",
+        "violations": '["/url type: 5 is not of type \\"string\\""]',
+        "summary": 'contract page_view/1: /url type: 5 is not of type "string"',
+    }
+    assert found[2:] == [{"plan": None, "violations": None, "summary": None}] * 4

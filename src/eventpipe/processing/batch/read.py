@@ -22,6 +22,7 @@ from eventpipe.paths import DataLayout
 from eventpipe.processing.batch import segment_schemas
 from eventpipe.processing.batch.run import TIMESTAMP, Target, ref, step
 from eventpipe.processing.batch.segment_schemas import json_reader
+from eventpipe.processing.steps.contracts import plan_check
 from eventpipe.processing.steps.fields import (
     has_arrays,
     json_object,
@@ -31,8 +32,10 @@ from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
     CORRUPT,
     FILE,
+    LINE,
     ROW,
     SEGMENT,
+    VERDICT,
 )
 from eventpipe.schema.casts import cast_to
 from eventpipe.schema.types import DataType
@@ -111,16 +114,20 @@ def stage_events(
         if not staged:
             spark = run_session(spark, layout.tmp / run_id)
         how = "merge the kept schemas" if kept is not None else "infer the schema"
+        check = plan_check(config)
         with step(f"{how} of {len(paths)} segment(s)"):
-            raw = read_events(spark, paths, inferred=kept, by_segment=by_segment)
+            raw = read_events(spark, paths, inferred=kept, by_segment=by_segment,
+                              lines=check is not None)  # fmt: skip
         if days is not None:
             raw = raw.filter(day_of(raw.schema).isin(list(days)))
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
         extra.update(lookups.computed(raw.schema))
+        if check is not None:
+            extra[VERDICT] = check(F.col(LINE))
         if not staged and CORRUPT not in raw.columns:
-            return raw.withColumns(extra)
+            return raw.withColumns(extra).drop(LINE)
         with step(f"read {len(paths)} segment(s) and look up"):
-            staging_writer(raw.withColumns(extra)).parquet(str(out))
+            staging_writer(raw.withColumns(extra).drop(LINE)).parquet(str(out))
     return spark.read.parquet(str(out))
 
 
@@ -195,6 +202,7 @@ def read_events(
     schema: StructType | None = None,
     inferred: StructType | None = None,
     by_segment: bool = False,
+    lines: bool = False,
 ) -> DataFrame:
     """The events of the log files ``paths`` as Spark's JSON reader reads them (with
     ``schema``, the events' schema as this function returned it before; else with
@@ -204,7 +212,9 @@ def read_events(
     Top-level keys that look like eventpipe's own names are escaped
     (:func:`eventpipe.reserved.escape`), so the job's columns can never meet an event's.
     Lines that are not JSON objects have their text in CORRUPT and their file in FILE.
-    ``by_segment``: each row's segment name in SEGMENT.
+    ``by_segment``: each row's segment name in SEGMENT. ``lines``: each event's line
+    too, in LINE (read as text, then parsed by ``from_json``, which parses as the JSON
+    reader does; blank lines, which that reader skips, are skipped).
     """
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -231,16 +241,32 @@ def read_events(
         if CORRUPT in schema.fieldNames():
             fields.append(StructField(corrupt, StringType()))
         schema = StructType(fields)
-    raw = reader().schema(schema).json(list(paths))
-    # Read from the scan itself: an event's own "_metadata" key hides the plain name.
+    if lines:
+        text = spark.read.text(list(paths))
+        metadata = text.metadataColumn("_metadata")
+        options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
+        parsed = F.from_json(F.col("value"), schema, options).alias("event")
+        raw = (
+            text.filter(F.length(F.trim(F.col("value"))) > 0)
+            .select(parsed, F.col("value").alias(LINE), metadata.alias("_eventpipe_metadata"))
+            .select("event.*", LINE, "_eventpipe_metadata")
+        )
+        metadata = F.col("_eventpipe_metadata")
+    else:
+        raw = reader().schema(schema).json(list(paths))
+        # Read from the scan itself: an event's own "_metadata" key hides the plain name.
+        metadata = raw.metadataColumn("_metadata")
     # A URI: the "|" of a writer's segment name comes as %7C.
-    path = F.url_decode(raw.metadataColumn("_metadata").getField("file_path"))
-    columns = [ref(c).alias(reserved.escape(c)) for c in raw.columns if c != corrupt]
+    path = F.url_decode(metadata.getField("file_path"))
+    internal = (corrupt, LINE, "_eventpipe_metadata")
+    columns = [ref(c).alias(reserved.escape(c)) for c in raw.columns if c not in internal]
     if corrupt in raw.columns:
         columns.append(F.col(corrupt).alias(CORRUPT))
         columns.append(F.when(F.col(corrupt).isNotNull(), path).alias(FILE))
     if by_segment:
         columns.append(F.regexp_extract(path, r"([^/]+)$", 1).alias(SEGMENT))
+    if lines:
+        columns.append(F.col(LINE))
     return raw.select(*columns)
 
 

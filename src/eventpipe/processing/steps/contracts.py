@@ -1,0 +1,115 @@
+"""Tracking plans in the job: every event's line of the log checked against its plan on
+Arrow batches (jsonschema-rs, eventpipe.contracts), in the pass that reads the run's
+events, so that each destination reads the verdict (VERDICT: the plan, the violations as
+JSON text, and their one-line summary; null when no plan is for the event).
+
+The line is checked as it was stored, not as Spark read it: a batch where a field came
+as a number and as text reads both as text, and a check of what Spark read would call
+the number's event wrong.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from eventpipe.config import Config
+from eventpipe.contracts.check import Contracts
+from eventpipe.contracts.plans import Plan
+from eventpipe.errors import ConfigError
+
+if TYPE_CHECKING:
+    from pyspark.sql import Column
+
+VERDICT_TYPE = "struct<plan:string,violations:string,summary:string>"
+
+_checkers: dict[str, Contracts] = {}
+_checkers_lock = threading.Lock()
+
+
+def verdict_function(
+    plans: Sequence[Plan], version_field: str | None
+) -> Callable[[Column], Column]:
+    """The function from a column of log lines to their verdicts. The plans travel with
+    the job (their schemas, not their files: an executor may not see the driver's disk);
+    each Python worker compiles them once. (pyarrow is imported at the module's top:
+    Spark reads the function's annotations to know it takes Arrow arrays.)"""
+    import orjson
+    from pyspark.sql.functions import arrow_udf  # type: ignore[attr-defined]
+
+    plans = tuple(plans)
+    described = [(p.id, p.version, p.event_type, sorted(p.keys or ()), sorted(p.sources or ()),
+                  p.schema) for p in plans]  # fmt: skip
+    key = hashlib.sha256(
+        orjson.dumps([described, version_field], option=orjson.OPT_SORT_KEYS)
+    ).hexdigest()
+
+    def check_lines(lines: pa.Array) -> pa.Array:
+        return verdicts(lines, _checker(key, plans, version_field))
+
+    return arrow_udf(check_lines, VERDICT_TYPE)  # type: ignore[no-any-return]
+
+
+def _checker(key: str, plans: Sequence[Plan], version_field: str | None) -> Contracts:
+    with _checkers_lock:
+        checker = _checkers.get(key)
+        if checker is None:
+            checker = _checkers[key] = Contracts(plans, version_field)
+        return checker
+
+
+def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
+    """Each line's verdict (a line that is not a JSON object, or null, has none)."""
+    import orjson
+
+    plans: list[str | None] = []
+    listed: list[str | None] = []
+    summaries: list[str | None] = []
+    loads = orjson.loads
+    for line in lines.to_pylist():
+        verdict = None
+        if line is not None:
+            try:
+                event: Any = loads(line)
+            except orjson.JSONDecodeError:
+                event = None
+            if type(event) is dict:
+                verdict = contracts.check(event)
+        if verdict is None:
+            plans.append(None)
+            listed.append(None)
+            summaries.append(None)
+            continue
+        plans.append(verdict.plan)
+        if verdict.ok:
+            listed.append(None)
+            summaries.append(None)
+            continue
+        found = [str(v) for v in verdict.violations]
+        if verdict.more:
+            found.append(f"and {verdict.more} more")
+        listed.append(orjson.dumps(found).decode())
+        summaries.append(verdict.summary())
+    return pa.StructArray.from_arrays(
+        [pa.array(plans, pa.string()), pa.array(listed, pa.string()),
+         pa.array(summaries, pa.string())],
+        names=["plan", "violations", "summary"],
+    )  # fmt: skip
+
+
+def plan_check(config: Config) -> Callable[[Column], Column] | None:
+    """The verdict function of the config's tracking plans (read now); None without
+    plans."""
+    from eventpipe.contracts.plans import PlanError, read_plans
+
+    if not config.contracts.plans:
+        return None
+    try:
+        plans = read_plans(config.contracts.plans)
+    except PlanError as exc:
+        raise ConfigError(f"tracking plan {exc}") from None
+    return verdict_function(plans, config.contracts.version_field) if plans else None

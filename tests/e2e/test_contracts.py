@@ -1,0 +1,82 @@
+"""Tracking plans in the job, end to end over HTTP: every event checked against its plan
+as it was stored (not as Spark read it), marked in its row (``flag``) or sent to failed/
+with its violations (``reject``) per destination, whatever the client claimed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eventpipe.destinations.duckdb import DuckDBDestination
+from eventpipe.locks import FileLocks
+from eventpipe.processing.batch.job import process_once
+from tests.conftest import read_lines
+from tests.e2e.test_batch_pipeline import _post, _seal
+
+PLAN = {
+    "$schema": "https://json-schema.org/draft/2020-12/schema",
+    "x-eventpipe": {"event_type": "checkout"},
+    "type": "object", "required": ["total"],
+    "properties": {"total": {"type": "number", "minimum": 0}},
+}  # fmt: skip
+
+
+def test_each_destination_flags_or_rejects_what_breaks_its_plan(
+    start_collector: Any, spark: Any, tmp_path: Path
+) -> None:
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "checkout.json").write_bytes(orjson.dumps(PLAN))
+    c = start_collector(
+        contracts={"plans": [str(plans)]},  # the collector does not check: the job does
+        destinations={
+            "flagged": {"type": "duckdb", "path": str(tmp_path / "flagged.duckdb")},
+            "strict": {"type": "duckdb", "path": str(tmp_path / "strict.duckdb"),
+                       "on_violation": "reject"},
+        },
+    )  # fmt: skip
+    # "total" comes as a number and as text: Spark reads both as text, the plan's check
+    # sees each as it was sent. The last event claims a clean check it never had.
+    _post(c, [
+        {"event_type": "checkout", "n": 1, "total": 12},
+        {"event_type": "checkout", "n": 2, "total": "12"},
+        {"event_type": "checkout", "n": 3, "total": -1},
+        {"event_type": "page_view", "n": 4},
+        {"event_type": "checkout", "n": 5, "eventn_ctx": {"contract": "checkout/1"}},
+    ], server=True)  # fmt: skip
+    _seal(c)
+    process_once(c.config, spark)
+
+    def rows(path: Path, columns: str) -> list[tuple[Any, ...]]:
+        warehouse = DuckDBDestination("w", path, FileLocks(c.layout.locks))
+        return warehouse.query(f"SELECT {columns} FROM events ORDER BY n")[1]
+
+    flagged = rows(tmp_path / "flagged.duckdb",
+                   "n, eventn_ctx_contract, eventn_ctx_contract_violations")  # fmt: skip
+    assert [(n, plan) for n, plan, _ in flagged] == [
+        (1, "checkout/1"),
+        (2, "checkout/1"),
+        (3, "checkout/1"),
+        (4, None),
+        (5, "checkout/1"),
+    ]
+    violations = {n: orjson.loads(v) if v else None for n, _, v in flagged}
+    assert violations == {
+        1: None,
+        2: ['/total type: "12" is not of type "number"'],
+        3: ["/total minimum: -1 is less than the minimum of 0"],
+        4: None,
+        5: ['/ required: "total" is a required property'],
+    }
+    # Only what met its plan (or had none) is loaded: no violations column is made.
+    strict = rows(tmp_path / "strict.duckdb", "n, eventn_ctx_contract")
+    assert strict == [(1, "checkout/1"), (4, None)]
+    failed = read_lines([c.layout.failed_destination("strict")])
+    assert sorted((f["event"]["n"], f["error"]) for f in failed) == [
+        (2, 'contract checkout/1: /total type: "12" is not of type "number"'),
+        (3, "contract checkout/1: /total minimum: -1 is less than the minimum of 0"),
+        (5, 'contract checkout/1: / required: "total" is a required property'),
+    ]
+    assert not c.layout.failed_destination("flagged").exists()
