@@ -100,7 +100,11 @@ those events break it (flagged)."""
 
 
 def batch(events: int, rounds: int) -> None:
+    import logging
     import time
+
+    logging.basicConfig(format="    %(name)s: %(message)s")
+    logging.getLogger("eventpipe.processing").setLevel(logging.INFO)
 
     from batch import EVENT_TYPES, destination_config, generate
     from eventpipe.processing.batch.job import process_once
@@ -121,8 +125,8 @@ def batch(events: int, rounds: int) -> None:
         times: dict[str, list[float]] = {"without plans": [], "with 20 plans": []}
         for n in range(rounds):
             for name, sections in (("without plans", {}), ("with 20 plans", with_plans)):
-                config = destination_config(work, f"run{n}{len(times[name])}{name[:4]}",
-                                            {"type": "duckdb"}, **sections)  # fmt: skip
+                label = f"r{n}_{'plans' if sections else 'plain'}"
+                config = destination_config(work, label, {"type": "duckdb"}, **sections)
                 started = time.perf_counter()
                 process_once(config, spark)
                 times[name].append(time.perf_counter() - started)

@@ -347,8 +347,9 @@ def run_job(runtime: Runtime, job: Job) -> None:
 
     try:
         # A copy of the events pays when several destinations read them (one JSON read
-        # and one lookup pass for all); one destination reads the JSON where it is.
-        staged = not job.small and len(config.destinations) > 1
+        # and one lookup pass for all), or when the tracking plans check them (once, not
+        # in every pass over them); one destination reads the JSON where it is.
+        staged = not job.small and (len(config.destinations) > 1 or bool(config.contracts.plans))
         events = stage_events(spark, config, run_id, job.paths, lookups, staged=staged,
                                by_segment=job.by_segment, days=days)  # fmt: skip
         if CORRUPT in events.columns and reprocessing is None:
