@@ -40,7 +40,8 @@ def test_each_destination_flags_or_rejects_what_breaks_its_plan(
     # "total" comes as a number and as text: Spark reads both as text, the plan's check
     # sees each as it was sent. The last event claims a clean check it never had.
     _post(c, [
-        {"event_type": "checkout", "n": 1, "total": 12},
+        {"event_type": "checkout", "n": 1, "total": 12, "tags": ["a", "b"],
+         "_eventpipe_line": "an event's own field", "_eventpipe_verdict": {"plan": "x"}},
         {"event_type": "checkout", "n": 2, "total": "12"},
         {"event_type": "checkout", "n": 3, "total": -1},
         {"event_type": "page_view", "n": 4},
@@ -62,6 +63,10 @@ def test_each_destination_flags_or_rejects_what_breaks_its_plan(
         (4, None),
         (5, "checkout/1"),
     ]
+    # The event's own fields named like the job's are its own columns, as without plans.
+    warehouse = DuckDBDestination("w", tmp_path / "flagged.duckdb", FileLocks(c.layout.locks))
+    own = "SELECT tags, __eventpipe_line, __eventpipe_verdict_plan FROM events WHERE n = 1"
+    assert warehouse.query(own)[1] == [('["a","b"]', "an event's own field", "x")]
     violations = {n: orjson.loads(v) if v else None for n, _, v in flagged}
     assert violations == {
         1: None,

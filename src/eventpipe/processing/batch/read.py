@@ -241,24 +241,25 @@ def read_events(
         if CORRUPT in schema.fieldNames():
             fields.append(StructField(corrupt, StringType()))
         schema = StructType(fields)
+    # Beside an event's fields while they are read: names no event can know.
+    line, meta, event = (reserved.unguessable(n) for n in (LINE, "_eventpipe_meta", "_event"))
     if lines:
         text = spark.read.text(list(paths))
-        metadata = text.metadataColumn("_metadata")
         options = {"mode": "PERMISSIVE", "columnNameOfCorruptRecord": corrupt}
-        parsed = F.from_json(F.col("value"), schema, options).alias("event")
         raw = (
             text.filter(F.length(F.trim(F.col("value"))) > 0)
-            .select(parsed, F.col("value").alias(LINE), metadata.alias("_eventpipe_metadata"))
-            .select("event.*", LINE, "_eventpipe_metadata")
-        )
-        metadata = F.col("_eventpipe_metadata")
+            .select(F.from_json(F.col("value"), schema, options).alias(event),
+                    F.col("value").alias(line), text.metadataColumn("_metadata").alias(meta))
+            .select(f"{event}.*", line, meta)
+        )  # fmt: skip
+        metadata = F.col(meta)
     else:
         raw = reader().schema(schema).json(list(paths))
         # Read from the scan itself: an event's own "_metadata" key hides the plain name.
         metadata = raw.metadataColumn("_metadata")
     # A URI: the "|" of a writer's segment name comes as %7C.
     path = F.url_decode(metadata.getField("file_path"))
-    internal = (corrupt, LINE, "_eventpipe_metadata")
+    internal = (corrupt, line, meta)
     columns = [ref(c).alias(reserved.escape(c)) for c in raw.columns if c not in internal]
     if corrupt in raw.columns:
         columns.append(F.col(corrupt).alias(CORRUPT))
@@ -266,7 +267,7 @@ def read_events(
     if by_segment:
         columns.append(F.regexp_extract(path, r"([^/]+)$", 1).alias(SEGMENT))
     if lines:
-        columns.append(F.col(LINE))
+        columns.append(F.col(line).alias(LINE))
     return raw.select(*columns)
 
 
