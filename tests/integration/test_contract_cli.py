@@ -86,6 +86,10 @@ def test_check_counts_what_a_stricter_plan_would_refuse_by_place_and_rule(
     assert "  /currency enum: 66 event(s)" in report
     assert '    e.g. c-1: 1.5 is not of type "integer"' in report
     assert "186 archived event(s) would break their plan" in checked.stderr
+    empty = run("contract", "check", str(plan), "--from", "2026-10-01", "--to", "2026-10-02",
+                "-c", str(config))  # fmt: skip
+    assert empty.returncode == 1
+    assert "the archive has no event from 2026-10-01 to 2026-10-02" in empty.stderr
     hostile = tmp_path / "remote.json"
     hostile.write_text(json.dumps({"x-eventpipe": {"event_type": "a"},
                                    "$ref": "https://evil.example/s.json"}))  # fmt: skip

@@ -81,6 +81,11 @@ def contract_check(config_path: Path | None, plans: tuple[Path, ...], first: Any
     except PlanError as exc:
         raise ConfigError(f"tracking plan {exc}") from None
     found = replayed(_lines(config, first.date(), last.date()), contracts)
+    if not found.events:
+        raise EventpipeError(
+            f"the archive has no event from {first:%Y-%m-%d} to {last:%Y-%m-%d}",
+            fix="`eventpipe status` shows the days the archive has",
+        )
     for line in found.lines():
         click.echo(line)
     if not found.ok:
