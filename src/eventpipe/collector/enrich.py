@@ -255,9 +255,11 @@ def enrich_batch(
             context["event_id"] = browser_ids + event_id
         else:
             context["event_id"] = event_id
-        if contracts is not None and _breaks_contract(item, context, contracts, reject, out):
-            _reject(out, ctx, index, item, ("contract_violation", context.pop(_VIOLATION)))
-            continue
+        if contracts is not None:
+            refusal = _contract_refusal(item, context, contracts, reject, out)
+            if refusal is not None:
+                _reject(out, ctx, index, item, ("contract_violation", refusal))
+                continue
         try:
             line = dumps(item, option=_APPEND_NEWLINE)
         except orjson.JSONEncodeError as exc:
@@ -285,38 +287,30 @@ def enrich_batch(
     return out
 
 
-_VIOLATION = "_eventpipe_violation"
-"""Where :func:`_breaks_contract` leaves a refused event's reason, for a moment."""
-
-
-def _breaks_contract(
+def _contract_refusal(
     item: dict[str, Any],
     context: dict[str, Any],
     contracts: Contracts,
     reject: bool,
     out: EnrichedBatch,
-) -> bool:
-    """Check ``item`` against its plan: whether to refuse it (``reject``: the reason left
-    in ``context``); otherwise it records its plan in ``eventn_ctx.contract`` and, when
-    it breaks it, the violations in ``eventn_ctx.contract_violations``. What a client
-    sent under those two names is never kept (a browser could claim a clean check)."""
+) -> str | None:
+    """Check ``item`` against its plan: why it is refused (``reject`` and a violation),
+    else None, its plan then recorded in ``eventn_ctx.contract`` and, when it broke it,
+    the violations in ``eventn_ctx.contract_violations``. What a client sent under those
+    two names is never kept (a browser could claim a clean check)."""
     context.pop("contract", None)
     context.pop("contract_violations", None)
-    try:
-        verdict = contracts.check(item)
-    except (TypeError, ValueError):  # an integer past 64 bits, say: not checkable
-        verdict = None
+    verdict = contracts.check(item)
     if verdict is None:
-        return False
+        return None
     for rule in {v.rule for v in verdict.violations}:
         out.violations[(verdict.plan, rule)] += 1
     if verdict.violations and reject:
-        context[_VIOLATION] = verdict.summary()
-        return True
+        return verdict.summary()
     context["contract"] = verdict.plan
     if verdict.violations:
         context["contract_violations"] = [str(v) for v in verdict.violations]
-    return False
+    return None
 
 
 def _reject(
