@@ -1,6 +1,7 @@
 """Tracking plans in the job, end to end over HTTP: every event checked against its plan
-as it was stored (not as Spark read it), marked in its row (``flag``) or sent to failed/
-with its violations (``reject``) per destination, whatever the client claimed."""
+as it was stored (not as Spark read it), marked in its row (``flag``), sent to failed/
+with its violations (``reject``) or loaded into its table's side table (``quarantine``)
+per destination, whatever the client claimed."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ PLAN = {
 }  # fmt: skip
 
 
-def test_each_destination_flags_or_rejects_what_breaks_its_plan(
+def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
     start_collector: Any, spark: Any, tmp_path: Path
 ) -> None:
     plans = tmp_path / "plans"
@@ -35,6 +36,8 @@ def test_each_destination_flags_or_rejects_what_breaks_its_plan(
             "flagged": {"type": "duckdb", "path": str(tmp_path / "flagged.duckdb")},
             "strict": {"type": "duckdb", "path": str(tmp_path / "strict.duckdb"),
                        "on_violation": "reject"},
+            "aside": {"type": "duckdb", "path": str(tmp_path / "aside.duckdb"),
+                      "on_violation": "quarantine", "table_name_template": "{{ event_type }}"},
         },
     )  # fmt: skip
     # "total" comes as a number and as text: Spark reads both as text, the plan's check
@@ -85,3 +88,12 @@ def test_each_destination_flags_or_rejects_what_breaks_its_plan(
         (5, 'contract checkout/1: / required: "total" is a required property'),
     ]
     assert not c.layout.failed_destination("flagged").exists()
+    # Quarantined: what broke its plan loads into its table's side table, with why.
+    aside = DuckDBDestination("w", tmp_path / "aside.duckdb", FileLocks(c.layout.locks))
+    tables = sorted(t for t in aside.tables() if not t.startswith("_eventpipe"))
+    assert tables == ["checkout", "checkout_quarantine", "page_view"]
+    assert aside.query("SELECT n FROM checkout")[1] == [(1,)]
+    quarantined = aside.query("SELECT n, eventn_ctx_contract_violations "
+                              "FROM checkout_quarantine ORDER BY n")[1]  # fmt: skip
+    assert [(n, orjson.loads(v)) for n, v in quarantined] == [(n, violations[n]) for n in (2, 3, 5)]
+    assert not c.layout.failed_destination("aside").exists()

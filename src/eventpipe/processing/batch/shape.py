@@ -73,6 +73,11 @@ def _checked(frame: DataFrame, error: Column, on_violation: str) -> tuple[DataFr
     return frame, error
 
 
+QUARANTINE_SUFFIX = "_quarantine"
+"""What names the side table of the events that broke their plan (``on_violation:
+quarantine``): ``checkout`` -> ``checkout_quarantine``."""
+
+
 @dataclass(frozen=True)
 class Flattened:
     """A destination's events as its tables take them (before typing per table)."""
@@ -106,8 +111,17 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
     event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT, SEGMENT, VERDICT).schema
     template = Template.parse(dest.table_name_template)
     text, error = render(template, event_schema)
+    quarantined = None
+    if VERDICT in frame.columns and dest.on_violation == "quarantine":
+        # An event that broke its plan: its table's side table (<table>_quarantine).
+        quarantined = F.col(VERDICT).getField("violations").isNotNull()
+        text = F.when(quarantined & (text != F.lit("")),
+                      F.concat(text, F.lit(QUARANTINE_SUFFIX))).otherwise(text)  # fmt: skip
     if template.literal is not None:
         name = F.lit(table_name(template.literal))
+        if quarantined is not None and template.literal:
+            side = F.lit(table_name(template.literal + QUARANTINE_SUFFIX))
+            name = F.when(quarantined, side).otherwise(name)
     elif run.staged:
         with step(f"{dest_id}: table names"):
             name = table_names(frame, text)
