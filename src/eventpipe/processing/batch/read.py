@@ -114,10 +114,11 @@ def stage_events(
         if not staged:
             spark = run_session(spark, layout.tmp / run_id)
         how = "merge the kept schemas" if kept is not None else "infer the schema"
-        check = plan_check(config)
+        with_plans = bool(config.contracts.plans)
         with step(f"{how} of {len(paths)} segment(s)"):
             raw = read_events(spark, paths, inferred=kept, by_segment=by_segment,
-                              lines=check is not None)  # fmt: skip
+                              lines=with_plans)  # fmt: skip
+        check = plan_check(config, raw.schema) if with_plans else None
         if days is not None:
             raw = raw.filter(day_of(raw.schema).isin(list(days)))
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
@@ -125,7 +126,7 @@ def stage_events(
         if check is not None:
             extra[VERDICT] = check(F.col(LINE))
         if not staged and CORRUPT not in raw.columns:
-            return raw.withColumns(extra).drop(LINE)
+            return raw.withColumns(extra).drop(LINE)  # (absent without plans)
         with step(f"read {len(paths)} segment(s) and look up"):
             staging_writer(raw.withColumns(extra).drop(LINE)).parquet(str(out))
     return spark.read.parquet(str(out))

@@ -24,6 +24,7 @@ from eventpipe.errors import ConfigError
 
 if TYPE_CHECKING:
     from pyspark.sql import Column
+    from pyspark.sql.types import StructType
 
 VERDICT_TYPE = "struct<plan:string,violations:string,summary:string>"
 
@@ -101,15 +102,25 @@ def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
     )  # fmt: skip
 
 
-def plan_check(config: Config) -> Callable[[Column], Column] | None:
-    """The verdict function of the config's tracking plans (read now); None without
-    plans."""
+def plan_check(config: Config, schema: StructType) -> Callable[[Column], Column] | None:
+    """The function from a column of log lines to their verdicts under the config's
+    tracking plans (read now), for a batch of events with ``schema``: only the lines of
+    events of a type some plan is for go to the Python workers (the rest have no
+    verdict); None without plans, or when no event of the batch can have one."""
+    from pyspark.sql import functions as F
+
+    from eventpipe.contracts.check import EVENT_TYPE
     from eventpipe.contracts.plans import PlanError, read_plans
 
-    if not config.contracts.plans:
+    if not config.contracts.plans or EVENT_TYPE not in schema.fieldNames():
         return None
     try:
         plans = read_plans(config.contracts.plans)
     except PlanError as exc:
         raise ConfigError(f"tracking plan {exc}") from None
-    return verdict_function(plans, config.contracts.version_field) if plans else None
+    if not plans:
+        return None
+    verdict = verdict_function(plans, config.contracts.version_field)
+    planned = sorted({p.event_type for p in plans})
+    is_planned = F.col(EVENT_TYPE).cast("string").isin(planned)
+    return lambda line: verdict(F.when(is_planned, line))
