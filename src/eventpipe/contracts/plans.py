@@ -272,24 +272,35 @@ def _resolve(schema: Any, pointer: str) -> Any:
     return node
 
 
-_compiled: dict[int, Any] = {}
+_compiled: dict[bytes, Any] = {}
+"""Validators by their schema's content (plans are read again at every run: a stream's
+micro-batch each second must not compile, nor keep, a validator each time)."""
 _compiled_lock = threading.Lock()
+MAX_COMPILED = 1000
 
 
 def compiled(path: Path, schema: dict[str, Any]) -> Any:
     """The plan's validator (jsonschema-rs, offline, formats checked), made once per
-    schema object: PlanError for a schema that is not valid JSON Schema."""
-    import jsonschema_rs
+    schema: PlanError for a schema that is not valid JSON Schema."""
+    import hashlib
 
-    key = id(schema)
+    import jsonschema_rs
+    import orjson
+
+    try:
+        key = hashlib.sha256(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)).digest()
+    except TypeError as exc:  # YAML that is not JSON: a set, a key that is not text
+        raise PlanError(f"{path}: not a JSON Schema: {exc}") from None
     with _compiled_lock:
-        if key in _compiled and _compiled[key][0] is schema:
-            return _compiled[key][1]
+        if key in _compiled:
+            return _compiled[key]
     try:
         jsonschema_rs.meta.validate(schema)
         validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True)
     except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
         raise PlanError(f"{path}: not a valid JSON Schema: {str(exc).splitlines()[0]}") from None
     with _compiled_lock:
-        _compiled[key] = (schema, validator)
+        if len(_compiled) >= MAX_COMPILED:
+            _compiled.clear()
+        _compiled[key] = validator
     return validator

@@ -77,6 +77,10 @@ def test_a_plan_too_large_unparsable_or_saying_nothing_of_its_events_is_refused(
     broken.write_bytes(b'{"x-eventpipe": ')
     with pytest.raises(PlanError, match=r"broken\.json: not JSON"):
         read_plans([broken])
+    not_json = tmp_path / "not_json.yaml"
+    not_json.write_text("x-eventpipe: {event_type: a}\nenum: !!set {a, b}\n")
+    with pytest.raises(PlanError, match=r"not_json\.yaml: not a JSON Schema"):
+        read_plans([not_json])
     anonymous = tmp_path / "anonymous.yaml"
     anonymous.write_text("type: object\n")
     with pytest.raises(PlanError, match='add "x-eventpipe"'):
@@ -167,3 +171,12 @@ def test_the_jobs_verdicts_of_an_arrow_batch_of_lines(tmp_path: Path) -> None:
         "summary": 'contract page_view/1: /url type: 5 is not of type "string"',
     }
     assert found[2:] == [{"plan": None, "violations": None, "summary": None}] * 4
+
+
+def test_plans_read_again_reuse_their_validators(tmp_path: Path) -> None:
+    from eventpipe.contracts.plans import compiled
+
+    path = _plan(tmp_path, "page.json", "page_view", **PAGE)
+    first, again = read_plans([path]), read_plans([path])  # as every run reads them
+    assert first[0].schema is not again[0].schema
+    assert compiled(path, first[0].schema) is compiled(path, again[0].schema)
