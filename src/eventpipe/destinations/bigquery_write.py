@@ -114,6 +114,7 @@ class StorageWriter:
     ) -> tuple[str, int]:
         """The rows of ``files`` (``columns`` of them, sent in their Arrow types) appended
         to a new pending stream of ``table``, then finalized: its name and row count."""
+        import pyarrow.parquet as pq
         from google.cloud.bigquery_storage_v1 import types
 
         client = self.client()
@@ -122,8 +123,6 @@ class StorageWriter:
             write_stream=types.WriteStream(type_=types.WriteStream.Type.PENDING),
             timeout=self.timeout,
         )
-        import pyarrow.parquet as pq
-
         offsets: list[int] = []
         if sum(pq.ParquetFile(f).metadata.num_rows for f in files):
             requests = self._requests(stream.name, files, columns, offsets)
@@ -151,7 +150,7 @@ class StorageWriter:
 
         schema = pa.schema([(c, arrow_type(t)) for c, t in columns.items()])
         writer_schema = types.ArrowSchema(serialized_schema=schema.serialize().to_pybytes())
-        first = True
+        first, offset = True, 0
         for file in files:
             parquet = pq.ParquetFile(file)
             present = [c for c in columns if c in parquet.schema_arrow.names]
@@ -163,10 +162,10 @@ class StorageWriter:
                     )
                     if first:
                         data.writer_schema = writer_schema
-                    yield types.AppendRowsRequest(write_stream=stream, offset=sum(sizes),
+                    yield types.AppendRowsRequest(write_stream=stream, offset=offset,
                                                   arrow_rows=data)  # fmt: skip
                     sizes.append(rows)
-                    first = False
+                    first, offset = False, offset + rows
 
     def commit(self, table: str, stream: str) -> bool:
         """Commit ``stream`` of ``table``: True when its rows are in (now or by an
