@@ -97,3 +97,90 @@ def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
                               "FROM checkout_quarantine ORDER BY n")[1]  # fmt: skip
     assert [(n, orjson.loads(v)) for n, v in quarantined] == [(n, violations[n]) for n in (2, 3, 5)]
     assert not c.layout.failed_destination("aside").exists()
+
+
+def test_each_destination_evolves_freezes_or_discards_what_its_tables_lack(
+    start_collector: Any, spark: Any, tmp_path: Path
+) -> None:
+    """Schema contracts at load (dlt's vocabulary): the same two batches into five
+    destinations. The second brings a new field (``coupon``) and a value its column's
+    type cannot take (``total`` "abc" into BIGINT)."""
+    from eventpipe.state.store import open_state
+
+    def duckdb(name: str, contract: Any) -> dict[str, Any]:
+        return {"type": "duckdb", "path": str(tmp_path / f"{name}.duckdb"),
+                "schema_contract": contract}  # fmt: skip
+
+    c = start_collector(destinations={
+        "frozen": duckdb("frozen", {"columns": "freeze"}),
+        "lenient": duckdb("lenient", {"columns": "discard_value", "data_type": "discard_value"}),
+        "dropping": duckdb("dropping", {"columns": "discard_row", "data_type": "discard_row"}),
+        "evolving": duckdb("evolving", "evolve"),
+        "closed": {**duckdb("closed", {"tables": "freeze",
+                                       "per_table": {"order": {"tables": "evolve"}}}),
+                   "table_name_template": "{{ event_type }}"},
+    })  # fmt: skip
+    _post(c, [{"event_type": "order", "n": 1, "total": 10}], server=True)
+    _seal(c)
+    process_once(c.config, spark)
+    _post(c, [
+        {"event_type": "order", "n": 2, "total": 11, "coupon": "X"},
+        {"event_type": "order", "n": 3, "total": "abc"},
+        {"event_type": "order", "n": 4, "total": 12},
+        {"event_type": "refund", "n": 5},
+    ], server=True)  # fmt: skip
+    _seal(c)
+    process_once(c.config, spark)
+
+    def table(name: str) -> tuple[list[str], list[tuple[Any, ...]]]:
+        warehouse = DuckDBDestination("w", tmp_path / f"{name}.duckdb", FileLocks(c.layout.locks))
+        described = warehouse.describe("events")
+        assert described is not None, f"{name} has no table events"
+        columns = [k for k in ("n", "total", "coupon", "total__v_string")
+                   if k in described.columns]  # fmt: skip
+        return columns, warehouse.query(f"SELECT {', '.join(columns)} FROM events ORDER BY n")[1]
+
+    def failed(name: str) -> list[tuple[int, str]]:
+        records = read_lines([c.layout.failed_destination(name)])
+        return sorted((f["event"]["n"], f["error"]) for f in records)
+
+    # freeze: the table gets no new column; the events it cannot take go to failed/.
+    assert table("frozen") == (["n", "total"], [(1, 10), (4, 12), (5, None)])
+    assert failed("frozen") == [
+        (2, "column coupon: table events has no such column and its schema contract "
+            "freezes its columns (schema_contract.columns: freeze)"),
+        (3, "column total (INT64) cannot take abc"),
+    ]  # fmt: skip
+    # discard_value: what does not fit is dropped, the rest of the event loads.
+    assert table("lenient") == (["n", "total"], [(1, 10), (2, 11), (3, None), (4, 12), (5, None)])
+    # discard_row: the event is dropped.
+    assert table("dropping") == (["n", "total"], [(1, 10), (4, 12), (5, None)])
+    # evolve: the column is added; a value of another type lands beside its column.
+    assert table("evolving") == (
+        ["n", "total", "coupon", "total__v_string"],
+        [(1, 10, None, None), (2, 11, "X", None), (3, None, None, "abc"), (4, 12, None, None),
+         (5, None, None, None)],
+    )  # fmt: skip
+    for name in ("lenient", "dropping", "evolving"):
+        assert not c.layout.failed_destination(name).exists(), name
+    # tables: freeze (but for its table "order"): no other table is created; its events
+    # fail, saying why.
+    closed = DuckDBDestination("w", tmp_path / "closed.duckdb", FileLocks(c.layout.locks))
+    assert [t for t in closed.tables() if not t.startswith("_eventpipe")] == ["order"]
+    assert failed("closed") == [
+        (3, "column total (INT64) cannot take abc"),
+        (5, "table refund: closed has no such table and its schema contract freezes its "
+            "tables (schema_contract.tables: freeze)"),
+    ]  # fmt: skip
+    # Every event held back is counted per table and what the contract did.
+    state = open_state(c.config)
+    counted = {d: {(k.subject, k.rule): k.events for k in state.contract_counts(d)}
+               for d in ("frozen", "lenient", "dropping", "evolving", "closed")}  # fmt: skip
+    assert counted == {
+        "frozen": {("events", "columns:freeze"): 1, ("events", "data_type:freeze"): 1},
+        "lenient": {("events", "columns:discard_value"): 1,
+                    ("events", "data_type:discard_value"): 1},
+        "dropping": {("events", "columns:discard_row"): 1, ("events", "data_type:discard_row"): 1},
+        "evolving": {("events", "data_type:evolve"): 1},
+        "closed": {("order", "data_type:freeze"): 1, ("refund", "tables:freeze"): 1},
+    }  # fmt: skip

@@ -97,3 +97,34 @@ def test_check_counts_what_a_stricter_plan_would_refuse_by_place_and_rule(
                   "2026-11-20", "-c", str(config))  # fmt: skip
     assert refused.returncode == 2
     assert "outside this plan" in refused.stderr
+
+
+def test_status_and_the_history_show_what_contracts_found_and_held_back(tmp_path: Path) -> None:
+    from eventpipe.state.records import ContractCount
+    from eventpipe.state.store import StateStore
+
+    data = tmp_path / "data"
+    config = write_config(tmp_path / "eventpipe.yaml", data, 0,
+                          destinations={"warehouse": {"type": "duckdb"}})  # fmt: skip
+    data.mkdir()
+    store = StateStore(data / "state.sqlite")
+    run_id = store.begin_run(["s1"], "once").run_id
+    store.record_destination_run(run_id, "warehouse", skipped=0, failed=1, contracts=[
+        ContractCount("table", "orders", "columns:freeze", 1),
+        ContractCount("table", "orders", "data_type:discard_value", 3),
+    ])  # fmt: skip
+    status = run("status", "-c", str(config))
+    assert status.returncode == 0, status.stderr
+    lines = [line for line in status.stdout.splitlines() if "(contracts" in line]
+    assert lines == [
+        "warehouse: table orders: columns:freeze 1 event(s) (contracts, docs/contracts.md)",
+        "warehouse: table orders: data_type:discard_value 3 event(s) (contracts, "
+        "docs/contracts.md)",
+    ]
+    history = run("status", "--history", "-c", str(config))
+    assert history.returncode == 0, history.stderr
+    header, _, row, _ = history.stdout.splitlines()
+    assert header.split("|")[-1].strip() == "contracts"
+    assert row.split("|")[-1].strip() == (
+        "table orders: columns:freeze 1; table orders: data_type:discard_value 3"
+    )

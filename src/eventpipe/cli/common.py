@@ -106,6 +106,9 @@ def print_report(report: Any) -> None:
     for dest, count in sorted(report.failed.items()):
         if count:
             click.echo(f"  {dest}: {count} event(s) failed -> data/failed/failed.dst={dest}.log")
+    for (dest, table, what), count in sorted(report.held.items()):
+        click.echo(f"  {dest}.{table}: {count} event(s) held back by its schema contract "
+                   f"({what})")  # fmt: skip
     if report.corrupt:
         click.echo(f"  {report.corrupt} unreadable line(s) -> data/failed/")
     click.echo(f"  archived {len(report.archived)} segment(s)")

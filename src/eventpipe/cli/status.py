@@ -74,6 +74,13 @@ def status(
     for dest_id in config.destinations:
         for table, error in store.failing_tables(dest_id):
             click.echo(f"{dest_id}: table {table} failing, its events go to failed/: {error}")
+    for dest_id in config.destinations:
+        found = store.contract_counts(dest_id)
+        for each in found[:MAX_CONTRACT_LINES]:
+            click.echo(f"{dest_id}: {each} event(s) (contracts, docs/contracts.md)")
+        if len(found) > MAX_CONTRACT_LINES:
+            click.echo(f"{dest_id}: and {len(found) - MAX_CONTRACT_LINES} more contract "
+                       "count(s) (status --history shows each run's)")  # fmt: skip
     active = sum(p.stat().st_size for p in layout.active_segments())
     click.echo(f"incoming: {len(sealed)} sealed segment(s), {active / 1e6:.1f} MB being written")
     _print_writers(config)
@@ -88,6 +95,9 @@ def status(
         click.echo(f"failed/failed.tok=*.log: {damaged:,} damaged line(s), cut short by a "
                    "crash mid-write (kept as they are)")  # fmt: skip
 
+
+MAX_CONTRACT_LINES = 20
+"""Lines of contract counts ``status`` shows per destination at most."""
 
 SPARKS = "▁▂▃▄▅▆▇█"
 
@@ -221,10 +231,11 @@ def _print_history(store: Any, limit: int) -> None:
                 run.run_id, run.started_at[:19].replace("T", " "), took, run.trigger,
                 run.status, run.segments, dest, run.code_versions.get(dest, ""),
                 loaded, f"{skipped:,}", f"{failed:,}", f"{filtered:,}",
+                "; ".join(str(c) for c in run.contracts if c.destination == dest),
             ))  # fmt: skip
     print_table(["run", "started (UTC)", "seconds", "trigger", "status", "segments",
                   "destination", "code version", "loaded (table events)", "skipped",
-                  "failed", "filtered"], rows)  # fmt: skip
+                  "failed", "filtered", "contracts"], rows)  # fmt: skip
 
 
 def _archive_line(config: Any) -> str:

@@ -23,6 +23,7 @@ from eventpipe.config.base import (
     regular_expression,
     sql_name,
 )
+from eventpipe.config.contracts import SchemaContract
 from eventpipe.config.rules import EnrichmentRule, MappingConfig, MeteringConfig, TransformStep
 from eventpipe.errors import ConfigError
 from eventpipe.objectstore import check_s3_uri, is_s3
@@ -121,6 +122,12 @@ class TableDestinationConfig(DestinationConfig):
     """A source's changes (docs/cdc.md): ``apply``: by key, the table the source's (each
     key's last change); ``append``: every change a row, the history (``_op``, ``_lsn``,
     ``_seq`` say what and in which order)."""
+    schema_contract: SchemaContract = SchemaContract()
+    """What may change in its tables as events arrive (dlt's vocabulary): ``tables``
+    (``evolve|freeze|discard_row``), ``columns`` and ``data_type``
+    (``evolve|freeze|discard_row|discard_value``), one word for all three, and
+    ``per_table`` exceptions. Default: tables and columns evolve, types freeze (a value
+    its column cannot take exactly fails its event). docs/contracts.md."""
 
     @model_validator(mode="after")
     def _key_where_rows_can_be_replaced(self) -> TableDestinationConfig:

@@ -90,6 +90,15 @@ CREATE TABLE IF NOT EXISTS destination_runs (
     filtered INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (run_id, destination)
 );
+CREATE TABLE IF NOT EXISTS contract_counts (
+    run_id TEXT NOT NULL,
+    destination TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    rule TEXT NOT NULL,
+    events INTEGER NOT NULL,
+    PRIMARY KEY (run_id, destination, kind, subject, rule)
+);
 """
 
 ADDED_COLUMNS = {

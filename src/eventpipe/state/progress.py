@@ -10,6 +10,7 @@ from eventpipe.state.db import Store, Transaction
 from eventpipe.state.records import (
     ACKED_TABLE,
     ALL_TABLES,
+    ContractCount,
     micro_batch,
     now_text,
     stream_run,
@@ -137,9 +138,26 @@ class SegmentProgress(Store):
         return [s for s in segments if s in done]
 
     def record_destination_run(
-        self, run_id: str, destination: str, *, skipped: int, failed: int, filtered: int = 0
+        self,
+        run_id: str,
+        destination: str,
+        *,
+        skipped: int,
+        failed: int,
+        filtered: int = 0,
+        contracts: Sequence[ContractCount] = (),
     ) -> None:
+        """A destination's counts of one run (a resumed run's replace the earlier try's),
+        with what its contracts held back or found (each replacing its own count)."""
         with self._db() as db:
+            if contracts:
+                db.executemany(
+                    "INSERT INTO contract_counts (run_id, destination, kind, subject, rule, "
+                    "events) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (run_id, destination, kind, "
+                    "subject, rule) DO UPDATE SET events = excluded.events",
+                    [(run_id, destination, c.kind, c.subject, c.rule, c.events)
+                     for c in contracts],
+                )  # fmt: skip
             db.execute(
                 "INSERT INTO destination_runs (run_id, destination, skipped, failed, "
                 "finished_at, filtered) VALUES (?, ?, ?, ?, ?, ?) "
@@ -199,6 +217,19 @@ class SegmentProgress(Store):
             )
             db.execute(
                 f"DELETE FROM destination_runs WHERE destination = ? AND run_id IN ({marks})",
+                (destination, *older),
+            )
+            db.execute(
+                "INSERT INTO contract_counts (run_id, destination, kind, subject, rule, events) "
+                "SELECT ?, destination, kind, subject, rule, sum(events) FROM contract_counts "
+                f"WHERE destination = ? AND run_id IN ({marks}) "
+                "GROUP BY destination, kind, subject, rule "
+                "ON CONFLICT (run_id, destination, kind, subject, rule) DO UPDATE SET "
+                "events = contract_counts.events + excluded.events",
+                (folded_run, destination, *older),
+            )
+            db.execute(
+                f"DELETE FROM contract_counts WHERE destination = ? AND run_id IN ({marks})",
                 (destination, *older),
             )
 

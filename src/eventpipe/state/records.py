@@ -91,6 +91,24 @@ class TableRun:
 
 
 @dataclass(frozen=True)
+class ContractCount:
+    """Events of one run a contract found or held back at one destination."""
+
+    kind: str
+    """``plan`` (a tracking plan's violations) or ``table`` (a table's schema contract)."""
+    subject: str
+    """The plan's id, or the table."""
+    rule: str
+    """The plan's rule that failed (``required``, ``type``...), or what the table's
+    contract did (``columns:freeze``, ``data_type:discard_value``...)."""
+    events: int
+    destination: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.kind} {self.subject}: {self.rule} {self.events:,}"
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """One run of the history (``eventpipe status --history``)."""
 
@@ -106,6 +124,8 @@ class RunRecord:
     events: tuple[tuple[str, int, int, int], ...]
     """Per destination: events skipped (empty table name), failed, and filtered (by its
     namespace or transforms)."""
+    contracts: tuple[ContractCount, ...] = ()
+    """What the destinations' contracts found or held back (each with its destination)."""
 
 
 @dataclass(frozen=True)

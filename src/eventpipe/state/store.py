@@ -22,8 +22,12 @@
 * A stream destination records each micro-batch like a segment
   (``queue.dst=<id>/batch-<n>``), one a second: once a later micro-batch is recorded,
   the older ones are folded into one row per table (``queue.dst=<id>/folded``, rows
-  summed), and their skipped/filtered/failed counts into one ``destination_runs`` row, so the
-  store stays small however long the stream runs.
+  summed), and their skipped/filtered/failed counts into one ``destination_runs`` row
+  (their ``contract_counts`` likewise), so the store stays small however long the stream
+  runs.
+* ``contract_counts``: run x destination x what a contract found or held back (a tracking
+  plan's violations by plan and rule; a table's schema contract by table and what it
+  did: ``columns:freeze``): ``status`` and ``status --history`` show them.
 
 Every change is one transaction, one writer at a time (SQLite in WAL mode), so a crash
 leaves either the old or the new state.

@@ -8,6 +8,7 @@ import json
 from eventpipe.state.db import Store
 from eventpipe.state.records import (
     ALL_TABLES,
+    ContractCount,
     DestinationSummary,
     RunRecord,
     TableProgress,
@@ -40,6 +41,11 @@ class Summaries(Store):
                 f"WHERE run_id IN ({marks}) ORDER BY destination",
                 ids,
             ).fetchall()
+            contracts = db.execute(
+                "SELECT run_id, kind, subject, rule, events, destination FROM contract_counts "
+                f"WHERE run_id IN ({marks}) ORDER BY destination, kind, subject, rule",
+                ids,
+            ).fetchall()
         return [
             RunRecord(
                 run_id=run_id, trigger=trigger, started_at=started, finished_at=finished,
@@ -47,6 +53,7 @@ class Summaries(Store):
                 code_versions=json.loads(versions or "{}"),
                 tables=tuple(TableRun(*t[1:]) for t in tables if t[0] == run_id),
                 events=tuple((c[1], c[2], c[3], c[4]) for c in counts if c[0] == run_id),
+                contracts=tuple(ContractCount(*c[1:]) for c in contracts if c[0] == run_id),
             )
             for run_id, trigger, started, finished, status, segments, error, versions in runs
         ]  # fmt: skip
@@ -76,6 +83,16 @@ class Summaries(Store):
         return DestinationSummary(
             last, int(rows), int(skipped), int(failed), frozenset(done), int(filtered)
         )
+
+    def contract_counts(self, destination: str) -> list[ContractCount]:
+        """What the destination's contracts found or held back, over every run kept."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT kind, subject, rule, sum(events) FROM contract_counts "
+                "WHERE destination = ? GROUP BY kind, subject, rule ORDER BY kind, subject, rule",
+                (destination,),
+            ).fetchall()
+        return [ContractCount(k, s, r, int(n), destination) for k, s, r, n in rows]
 
     def tables(self, destination: str) -> list[TableProgress]:
         """Per table of one destination: what its records add up to."""

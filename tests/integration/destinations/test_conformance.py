@@ -20,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+from eventpipe.config.contracts import TableContract
 from eventpipe.destinations.base import Destination, LoadRequest
 from eventpipe.destinations.clickhouse import ClickHouseDestination
 from eventpipe.destinations.delta import DeltaDestination
@@ -28,6 +29,7 @@ from eventpipe.destinations.iceberg import IcebergDestination
 from eventpipe.destinations.parquet import ParquetDestination, SparkParquetDestination
 from eventpipe.destinations.postgres import PostgresDestination
 from eventpipe.locks import FileLocks
+from eventpipe.processing.batch.fit import fit_columns, variant_column
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.types import DataType
 
@@ -182,6 +184,32 @@ def test_patch_creates_then_adds_columns_and_describe_reads_them(dest: Destinati
     described = dest.describe("events")
     assert described is not None
     assert described.columns == {**EVENTS.columns, "new col": S, "select": N}
+
+
+def test_a_frozen_table_is_not_altered_and_a_variant_column_loads_beside_its_column(
+    dest: Destination, tmp_path: Path
+) -> None:
+    """Schema contracts (processing/batch/fit.py) on each destination: a batch with a new
+    field patches a frozen table with nothing, and loads without the field; under
+    ``data_type: evolve`` a value of another type loads in ``<column>__v_<type>``."""
+    _ensure(dest, Table("orders", {"n": N, "total": N}))
+    before = dest.describe("orders")
+    fit = fit_columns(TableContract(columns="freeze"), "orders", before,
+                      {"n": N, "total": N, "coupon": S})  # fmt: skip
+    patch = diff(before, Table("orders", fit.wanted))
+    assert patch.empty
+    dest.patch(patch)
+    assert dest.describe("orders") == before
+    variant = variant_column("total", S)
+    _ensure(dest, Table("orders", {**fit.wanted, variant: S}))
+    rows = [{"n": 1, "total": 10, variant: None}, {"n": 2, "total": None, variant: "abc"}]
+    request = LoadRequest("orders", "batch-1", (_parquet(tmp_path / "o.parquet", rows),),
+                          {"n": N, "total": N, variant: S})  # fmt: skip
+    assert dest.load(request).rows == 2
+    assert _rows(dest, f"SELECT n, total, {variant} FROM orders ORDER BY n") == [
+        (1, 10, None),
+        (2, None, "abc"),
+    ]
 
 
 def test_concurrent_patchers_of_one_table_do_not_collide(dest: Destination) -> None:

@@ -4,14 +4,18 @@ runs on both databases the store can live in: SQLite and PostgreSQL."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from eventpipe.errors import TransientError
 from eventpipe.state.db import PostgresDatabase
+from eventpipe.state.records import ContractCount
 from eventpipe.state.store import ALL_TABLES, REPROCESS, DayVersion, StateStore, micro_batch
 from tests.process import free_port
+
+HELD = ContractCount("table", "events", "columns:freeze", 2)
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -65,7 +69,7 @@ def test_a_streams_older_micro_batches_fold_into_one_row_per_table(store: StateS
             store.record([name], "live", "clicks", ok=True, rows=1)
         store.record([name], "live", ALL_TABLES, ok=True)
         store.record_destination_run(f"stream-live-{epoch}", "live", skipped=1, failed=2,
-                                     filtered=3)  # fmt: skip
+                                     filtered=3, contracts=[HELD])  # fmt: skip
         store.fold_stream("live", epoch)
     before = store.summary("live")
     assert before.rows_loaded == 7 + 12 * 10 + 6
@@ -84,6 +88,10 @@ def test_a_streams_older_micro_batches_fold_into_one_row_per_table(store: StateS
         runs = db.execute("SELECT run_id FROM destination_runs WHERE destination = 'live' "
                           "ORDER BY 1").fetchall()  # fmt: skip
     assert [tuple(r) for r in runs] == [("stream-live-11",), ("stream-live-folded",)]
+    assert store.contract_counts("live") == [replace(HELD, events=24, destination="live")]
+    with store.db.transaction() as db:
+        kept = db.execute("SELECT run_id, events FROM contract_counts ORDER BY 1").fetchall()
+    assert [tuple(r) for r in kept] == [("stream-live-11", 2), ("stream-live-folded", 22)]
     assert store.summary("batch").rows_loaded == 3  # other destinations untouched
 
 
@@ -96,10 +104,12 @@ def test_history_is_newest_first_even_within_one_millisecond(store: StateStore) 
         store.finish_run(run.run_id, "done")
     store.record(["s0"], "dw", "events", ok=True, rows=3, run_id=runs[0].run_id)
     store.record(["s0"], "dw", "events", ok=True, rows=4, run_id=runs[0].run_id)  # a retry
+    store.record_destination_run(runs[0].run_id, "dw", skipped=0, failed=0, contracts=[HELD])
     history = store.history(limit=10)
     assert [r.run_id for r in history] == [r.run_id for r in reversed(runs)]
     assert [r.status for r in history] == ["running"] + ["done"] * 4
     assert [(t.table, t.rows) for t in history[-1].tables] == [("events", 4)]
+    assert history[-1].contracts == (replace(HELD, destination="dw"),)
     assert [r.run_id for r in store.unfinished_runs()] == [runs[4].run_id]
     assert len(store.history(limit=2)) == 2
 
@@ -163,11 +173,17 @@ def test_cursors_only_move_forward_and_acknowledged_segments_are_done(store: Sta
 
 
 def test_a_destinations_event_counts_are_replaced_not_added(store: StateStore) -> None:
-    store.record_destination_run("run-a", "dw", skipped=1, failed=2)
-    store.record_destination_run("run-a", "dw", skipped=3, failed=4)  # the run's retry
-    store.record_destination_run("run-b", "dw", skipped=10, failed=0)
+    store.record_destination_run("run-a", "dw", skipped=1, failed=2, contracts=[HELD])
+    plan = ContractCount("plan", "checkout/1", "required", 5)
+    store.record_destination_run("run-a", "dw", skipped=3, failed=4,  # the run's retry
+                                 contracts=[replace(HELD, events=3), plan])  # fmt: skip
+    store.record_destination_run("run-b", "dw", skipped=10, failed=0, contracts=[HELD])
     summary = store.summary("dw")
     assert (summary.skipped, summary.failed) == (13, 4)
+    assert [str(c) for c in store.contract_counts("dw")] == [
+        "plan checkout/1: required 5",
+        "table events: columns:freeze 5",
+    ]
 
 
 def test_concurrent_writers_lose_no_update(store: StateStore) -> None:

@@ -437,4 +437,5 @@ def _process_destination(events: DataFrame, run: RunContext, target: Target) -> 
         skipped=report.skipped[dest_id],
         failed=report.failed[dest_id],
         filtered=report.filtered[dest_id],
+        contracts=report.contract_counts(dest_id),
     )

@@ -22,9 +22,10 @@ from eventpipe.errors import TerminalError, TransientError
 from eventpipe.events import Stage
 from eventpipe.files import replacing_path, write_file
 from eventpipe.processing.batch.failures import fail_once
+from eventpipe.processing.batch.fit import contract_of, fit_columns, refused_table, row_rules
 from eventpipe.processing.batch.halving import halve
 from eventpipe.processing.batch.read import staging_writer
-from eventpipe.processing.batch.run import RunContext, Target, ref, step
+from eventpipe.processing.batch.run import RunContext, Target, step
 from eventpipe.processing.batch.shape import (
     Flattened,
     StagedTable,
@@ -42,14 +43,14 @@ from eventpipe.reserved import (
     ROW,
     TABLE,
 )
-from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
+from eventpipe.schema.casts import SPARK_TYPES
 from eventpipe.schema.diff import Table, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN
 from eventpipe.schema.types import DataType
 
 if TYPE_CHECKING:
     import pyarrow as pa
-    from pyspark.sql import Column, DataFrame
+    from pyspark.sql import DataFrame
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -183,41 +184,50 @@ def _load_table_as(
     layout, run_id = run.layout, run.run_id
     table, frame = staged.name, staged.frame
 
+    contract = contract_of(dest, table)
+    if existing is None and contract.tables != "evolve":
+        return _no_new_table(staged, run, target, contract.tables)
     wanted = {c: flat.explicit.get(c, t) for c, t in batch_types.items()}
-    kept, overflow = within_max_columns(wanted, existing, dest.max_columns, flat.explicit)
+    fit = fit_columns(contract, table, existing, wanted)
+    kept, overflow = within_max_columns(fit.wanted, existing, dest.max_columns, flat.explicit)
     targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in kept.items()}
     spark_types = {f.name: f.dataType for f in frame.schema.fields}
     missing_key = [c for c in dest.primary_key if c not in targets]
     if (
         not overflow
         and not missing_key
+        and not fit.changes_rows
         and all(spark_types[c] == SPARK_TYPES[t] for c, t in targets.items())
     ):
         # Staged with the types it loads with (the common case): the partition's own files
         # are loaded, without a conversion pass.
         return load_files(staged, run, target, existing, targets, frame, retry_stale)
-    converted = {c: cast_to(ref(c), targets[c], spark_types[c]) for c in kept}
+    # A value that does not convert to its column's type sends its event to failed/,
+    # naming the column (schema/diff.py), unless the table's contract says otherwise;
+    # nothing is silently nulled.
+    rules = row_rules(fit, existing, wanted, targets, spark_types)
+    converted, targets, problems = rules.converted, rules.targets, rules.problems
     if overflow:
         converted[UNMAPPED_COLUMN] = with_overflow(frame, overflow, flat.pointers)
         targets[UNMAPPED_COLUMN] = DataType.STRING
-    # A value that does not convert to its column's type sends its event to failed/,
-    # naming the column (schema/diff.py); nothing is silently nulled.
-    problems: list[Column] = [
-        conversion_problem(ref(c), c, targets[c], converted[c])
-        for c in kept
-        if spark_types[c] != SPARK_TYPES[targets[c]]
-    ]
     if missing_key:
         problems.append(F.lit(f"primary key column(s) {', '.join(missing_key)} missing"))
     staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
     ok = checked = staging_rows = frame
     observed = Observation()
-    if problems:
-        checked = frame.withColumn(ERROR, F.concat_ws("; ", *problems))
-        ok = checked.filter(F.col(ERROR) == "")
-        # The failed rows are counted during the write: none (the usual case), no pass.
-        failing = F.count_if(F.col(ERROR) != "").alias("failed")
-        staging_rows = checked.observe(observed, failing).filter(F.col(ERROR) == "")
+    observing = bool(problems or rules.discards or rules.counted)
+    if observing:
+        error = F.concat_ws("; ", *problems) if problems else F.lit("")
+        checked = frame.withColumn(ERROR, error)
+        kept_rows = F.col(ERROR) == ""  # a row that fails is not also counted as dropped
+        for discard in rules.discards:
+            kept_rows &= ~F.coalesce(discard, F.lit(False))
+        ok = checked.filter(kept_rows)
+        # Counted during the write: none failed (the usual case) costs no pass.
+        counts = [F.count_if(F.col(ERROR) != "").alias("failed")]
+        counts += [F.count_if(F.coalesce(c, F.lit(False))).alias(n)
+                   for n, c in rules.counted.items()]  # fmt: skip
+        staging_rows = checked.observe(observed, *counts).filter(kept_rows)
     with step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (load_files).
         rows = staging_rows.select(ROW, *(value.alias(c) for c, value in converted.items()))
@@ -225,11 +235,33 @@ def _load_table_as(
     files = tuple(sorted(staging.glob("*.parquet")))
     loaded = load_files(StagedTable(table, frame, files), run, target, existing, targets, ok,
                          retry_stale)  # fmt: skip
-    if problems and observed.get["failed"]:
+    if rules.counted:
+        held = {n: observed.get[n] for n in rules.counted}
+        run.report.held_back(dest_id, table, held)
+    if observing and observed.get["failed"]:
         # After the load: a load retried with a fresh schema converts them again.
         fail_once(checked.filter(F.col(ERROR) != ""), run, dest_id, f"table={table}",
                    table=table, stage=Stage.LOADING)  # fmt: skip
     return loaded
+
+
+def _no_new_table(staged: StagedTable, run: RunContext, target: Target, mode: str) -> int:
+    """A table its destination lacks and may not create (``tables: freeze`` or
+    ``discard_row``): its events fail with the reason, or are dropped; counted. Nothing
+    loads."""
+    dest_id, table = target.id, staged.name
+    if mode == "freeze":
+        why = refused_table(table, dest_id)
+        log.warning("%s; its events of the batch go to failed/", why)
+        count = staged.frame.count()
+        fail_once(staged.frame.withColumn(ERROR, F.lit(why)), run, dest_id,
+                  f"table={table}.contract", table=table, stage=Stage.LOADING)  # fmt: skip
+    else:
+        count = staged.frame.count()
+        log.warning("%s.%s: no such table; %d event(s) dropped (schema_contract.tables: "
+                    "discard_row)", dest_id, table, count)  # fmt: skip
+    run.report.held_back(dest_id, table, {f"tables:{mode}": count})
+    return 0
 
 
 def load_files(

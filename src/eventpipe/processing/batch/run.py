@@ -24,6 +24,7 @@ from eventpipe.processing.steps import metering
 from eventpipe.processing.steps.fields import (
     reference,
 )
+from eventpipe.state.records import ContractCount
 from eventpipe.state.store import StateStore
 
 if TYPE_CHECKING:
@@ -52,6 +53,25 @@ class RunReport:
     their key."""
     corrupt: int = 0
     archived: list[Path] = field(default_factory=list)
+    held: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Events a table's schema contract held back, by (destination, table, what): what
+    is ``<part>:<mode>`` (``columns:discard_row``; processing/batch/fit.py)."""
+
+    def held_back(self, destination: str, table: str, counts: dict[str, int]) -> None:
+        """Count what a load's contract held back (tables load on several threads)."""
+        with COUNTS:
+            for what, count in counts.items():
+                if count:
+                    key = (destination, table, what)
+                    self.held[key] = self.held.get(key, 0) + count
+
+    def contract_counts(self, destination: str) -> list[ContractCount]:
+        """What the destination's contracts held back in this run."""
+        return [
+            ContractCount("table", table, what, count, destination)
+            for (dest, table, what), count in sorted(self.held.items())
+            if dest == destination
+        ]
 
 
 @dataclass(frozen=True)
