@@ -13,6 +13,7 @@ import orjson
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
 from eventpipe.processing.batch.job import process_once
+from eventpipe.state.store import open_state
 from tests.conftest import read_lines
 from tests.e2e.test_batch_pipeline import _post, _seal
 
@@ -20,7 +21,8 @@ PLAN = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
     "x-eventpipe": {"event_type": "checkout"},
     "type": "object", "required": ["total"],
-    "properties": {"total": {"type": "number", "minimum": 0}},
+    "properties": {"total": {"type": "number", "minimum": 0},
+                   "address": {"type": "object", "properties": {"zip": {"type": "string"}}}},
 }  # fmt: skip
 
 
@@ -38,6 +40,10 @@ def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
                        "on_violation": "reject"},
             "aside": {"type": "duckdb", "path": str(tmp_path / "aside.duckdb"),
                       "on_violation": "quarantine", "table_name_template": "{{ event_type }}"},
+            "dropping": {"type": "duckdb", "path": str(tmp_path / "dropping.duckdb"),
+                         "on_violation": "discard_value",
+                         "mappings": {"fields": [{"src": "/total", "dst": "/amount",
+                                                 "action": "move"}]}},
         },
     )  # fmt: skip
     # "total" comes as a number and as text: Spark reads both as text, the plan's check
@@ -49,6 +55,7 @@ def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
         {"event_type": "checkout", "n": 3, "total": -1},
         {"event_type": "page_view", "n": 4},
         {"event_type": "checkout", "n": 5, "eventn_ctx": {"contract": "checkout/1"}},
+        {"event_type": "checkout", "n": 6, "total": 5, "address": {"zip": 123, "city": "Oslo"}},
     ], server=True)  # fmt: skip
     _seal(c)
     process_once(c.config, spark)
@@ -65,6 +72,7 @@ def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
         (3, "checkout/1"),
         (4, None),
         (5, "checkout/1"),
+        (6, "checkout/1"),
     ]
     # The event's own fields named like the job's are its own columns, as without plans.
     warehouse = DuckDBDestination("w", tmp_path / "flagged.duckdb", FileLocks(c.layout.locks))
@@ -77,6 +85,7 @@ def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
         3: ["/total minimum: -1 is less than the minimum of 0"],
         4: None,
         5: ['/ required: "total" is a required property'],
+        6: ['/address/zip type: 123 is not of type "string"'],
     }
     # Only what met its plan (or had none) is loaded: no violations column is made.
     strict = rows(tmp_path / "strict.duckdb", "n, eventn_ctx_contract")
@@ -86,6 +95,7 @@ def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
         (2, 'contract checkout/1: /total type: "12" is not of type "number"'),
         (3, "contract checkout/1: /total minimum: -1 is less than the minimum of 0"),
         (5, 'contract checkout/1: / required: "total" is a required property'),
+        (6, 'contract checkout/1: /address/zip type: 123 is not of type "string"'),
     ]
     assert not c.layout.failed_destination("flagged").exists()
     # Quarantined: what broke its plan loads into its table's side table, with why.
@@ -95,8 +105,35 @@ def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
     assert aside.query("SELECT n FROM checkout")[1] == [(1,)]
     quarantined = aside.query("SELECT n, eventn_ctx_contract_violations "
                               "FROM checkout_quarantine ORDER BY n")[1]  # fmt: skip
-    assert [(n, orjson.loads(v)) for n, v in quarantined] == [(n, violations[n]) for n in (2, 3, 5)]
+    assert [(n, orjson.loads(v)) for n, v in quarantined] == [
+        (n, violations[n]) for n in (2, 3, 5, 6)
+    ]
     assert not c.layout.failed_destination("aside").exists()
+    # discard_value: the values that broke the plan are dropped (found where the mapping
+    # moved them), the rest loads with the violations; a missing field drops nothing.
+    dropped = rows(tmp_path / "dropping.duckdb",
+                   "n, amount, address_city, eventn_ctx_contract_violations")  # fmt: skip
+    assert [(n, amount, city, v and orjson.loads(v)) for n, amount, city, v in dropped] == [
+        (1, "12", None, None),
+        (2, None, None, violations[2]),
+        (3, None, None, violations[3]),
+        (4, None, None, None),
+        (5, None, None, violations[5]),
+        (6, "5", "Oslo", violations[6]),
+    ]
+    # The only zip sent broke the plan: dropped, it made no column.
+    warehouse = DuckDBDestination("w", tmp_path / "dropping.duckdb", FileLocks(c.layout.locks))
+    described = warehouse.describe("events")
+    assert described is not None
+    assert "address_zip" not in described.columns
+    assert not c.layout.failed_destination("dropping").exists()
+    # Each destination counts its events that broke each plan's rules (an event once per
+    # rule), in status and the run history.
+    state = open_state(c.config)
+    for name in ("flagged", "strict", "aside", "dropping"):
+        counted = {(k.subject, k.rule): k.events for k in state.contract_counts(name)}
+        assert counted == {("checkout/1", "type"): 2, ("checkout/1", "minimum"): 1,
+                           ("checkout/1", "required"): 1}, name  # fmt: skip
 
 
 def test_each_destination_evolves_freezes_or_discards_what_its_tables_lack(
@@ -105,7 +142,6 @@ def test_each_destination_evolves_freezes_or_discards_what_its_tables_lack(
     """Schema contracts at load (dlt's vocabulary): the same two batches into five
     destinations. The second brings a new field (``coupon``) and a value its column's
     type cannot take (``total`` "abc" into BIGINT)."""
-    from eventpipe.state.store import open_state
 
     def duckdb(name: str, contract: Any) -> dict[str, Any]:
         return {"type": "duckdb", "path": str(tmp_path / f"{name}.duckdb"),

@@ -303,7 +303,7 @@ def _contract_refusal(
     verdict = contracts.check(item)
     if verdict is None:
         return None
-    for rule in {v.rule for v in verdict.violations}:
+    for rule in verdict.rules:
         out.violations[(verdict.plan, rule)] += 1
     if verdict.violations and reject:
         return verdict.summary()

@@ -67,11 +67,12 @@ class DestinationConfig(Section):
     max_columns: int = Field(default=1000, ge=2)
     """Columns per table at most; further fields of an event go into its
     ``_unmapped_data`` JSON column, never dropped."""
-    on_violation: Literal["flag", "reject", "quarantine"] = "flag"
+    on_violation: Literal["flag", "reject", "quarantine", "discard_value"] = "flag"
     """What an event that breaks its tracking plan does here (``contracts.plans``;
     docs/contracts.md): ``flag``, loaded with ``eventn_ctx_contract_violations``;
     ``reject``, to failed/ with its violations; ``quarantine``, loaded into its table's
-    side table ``<table>_quarantine``, with its violations."""
+    side table ``<table>_quarantine``, with its violations; ``discard_value``, loaded
+    without the values that broke it, with its violations."""
     max_poison_events: int = Field(default=100, ge=1)
     """A load the database refuses (or a run that fails on its data) is retried in
     smaller parts to find the events that cause it (they go to failed/); beyond this many

@@ -44,6 +44,20 @@ class Verdict:
     violations: tuple[Violation, ...]
     more: int = 0
     """Violations past :data:`MAX_VIOLATIONS`, counted only."""
+    rules: tuple[str, ...] = ()
+    """The rules broken, each once, of every violation looked at (those past
+    :data:`MAX_VIOLATIONS` too)."""
+    pointers: tuple[str, ...] = ()
+    """Where the values that broke a rule are (JSON pointers, each once, of every
+    violation looked at; not the event itself): what ``discard_value`` drops."""
+
+    @classmethod
+    def of(cls, plan: str, found: Iterable[Violation]) -> Verdict:
+        """The verdict of ``found`` violations (at most :data:`MAX_VIOLATIONS` listed)."""
+        ordered = sorted(found, key=lambda v: (v.pointer, v.rule))
+        return cls(plan, tuple(ordered[:MAX_VIOLATIONS]), max(0, len(ordered) - MAX_VIOLATIONS),
+                   tuple(sorted({v.rule for v in ordered})),
+                   tuple(sorted({v.pointer for v in ordered if v.pointer})))  # fmt: skip
 
     @property
     def ok(self) -> bool:
@@ -93,8 +107,8 @@ class Contracts:
             pinned = [c for c in mine if c.plan.version == wanted]
             if not pinned:
                 known = ", ".join(str(c.plan.version) for c in mine)
-                return Verdict(chosen.plan.id, (Violation(
-                    f"/{self.version_field}", "version",
+                return Verdict.of(chosen.plan.id, (Violation(
+                    _pointer((self.version_field,)), "version",
                     f"no version {_short(repr(wanted))} of the plan for {event_type!r} "
                     f"(there are {known})"),))  # fmt: skip
             chosen = pinned[0]
@@ -103,13 +117,11 @@ class Contracts:
                 return chosen.ok
             errors = list(itertools.islice(chosen.validator.iter_errors(event), MAX_ERRORS))
         except (TypeError, ValueError) as exc:  # a value JSON has not (never from a body)
-            return Verdict(chosen.plan.id, (Violation("", "unchecked", _short(str(exc))),))
-        found = sorted(
-            (Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
-             for e in errors), key=lambda v: (v.pointer, v.rule),
-        )  # fmt: skip
-        return Verdict(chosen.plan.id, tuple(found[:MAX_VIOLATIONS]),
-                       max(0, len(found) - MAX_VIOLATIONS))  # fmt: skip
+            return Verdict.of(chosen.plan.id, (Violation("", "unchecked", _short(str(exc))),))
+        return Verdict.of(chosen.plan.id, (
+            Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
+            for e in errors
+        ))  # fmt: skip
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,10 @@ def test_violations_recorded_are_bounded_and_the_rest_counted(tmp_path: Path) ->
     assert (len(verdict.violations), verdict.more) == (MAX_VIOLATIONS, 30 - MAX_VIOLATIONS)
     assert all(len(v.message) <= 200 for v in verdict.violations)
     assert verdict.summary().endswith(f"and {30 - MAX_VIOLATIONS} more")
+    # Every violation's place and rule, past the ones listed too (what discard_value
+    # drops and the counts count).
+    assert verdict.rules == ("type",)
+    assert verdict.pointers == tuple(sorted(f"/p{i}" for i in range(30)))
 
 
 def test_the_config_names_a_plan_that_cannot_be_used(tmp_path: Path) -> None:
@@ -164,13 +168,16 @@ def test_the_jobs_verdicts_of_an_arrow_batch_of_lines(tmp_path: Path) -> None:
         None,
     ])  # fmt: skip
     found = verdicts(lines, contracts).to_pylist()
-    assert found[0] == {"plan": "page_view/1", "violations": None, "summary": None}
+    nothing = {"violations": None, "summary": None, "rules": None, "pointers": None}
+    assert found[0] == {"plan": "page_view/1", **nothing}
     assert found[1] == {
         "plan": "page_view/1",
         "violations": '["/url type: 5 is not of type \\"string\\""]',
         "summary": 'contract page_view/1: /url type: 5 is not of type "string"',
+        "rules": ["type"],
+        "pointers": ["/url"],
     }
-    assert found[2:] == [{"plan": None, "violations": None, "summary": None}] * 4
+    assert found[2:] == [{"plan": None, **nothing}] * 4
 
 
 def test_plans_read_again_reuse_their_validators(tmp_path: Path) -> None:

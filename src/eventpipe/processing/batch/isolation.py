@@ -183,8 +183,10 @@ class Isolation:
         with COUNTS:
             for key, rows in report.loaded.items():
                 self.report.loaded[key] = self.report.loaded.get(key, 0) + rows
-            for held, n in report.held.items():
-                self.report.held[held] = self.report.held.get(held, 0) + n
+            for found, part in ((self.report.held, report.held),
+                                (self.report.broken, report.broken)):  # fmt: skip
+                for what, n in part.items():
+                    found[what] = found.get(what, 0) + n
             for counts, more in ((self.report.skipped, report.skipped),
                                  (self.report.filtered, report.filtered),
                                  (self.report.failed, report.failed)):  # fmt: skip

@@ -73,6 +73,7 @@ from eventpipe.processing.batch.version import code_version
 from eventpipe.processing.runtime import shutdown
 from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.processing.steps import transforms
+from eventpipe.processing.steps.contracts import broken_rules
 from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
     CORRUPT,
@@ -427,6 +428,9 @@ def _process_destination(events: DataFrame, run: RunContext, target: Target) -> 
                    table=None, stage=Stage.PROCESSING)  # fmt: skip
     deliver = load_tables if target.config.tables else send  # by what it has, not its type
     deliver(staged, flattened, counts, where, run, target)
+    if flattened.verdicts is not None:
+        with step(f"{dest_id}: count what broke its plans"):
+            report.broke(dest_id, broken_rules(flattened.verdicts))
     if run.reprocessing is None:  # a reprocess records its days when it swaps them in
         days = sorted(counts.get("days") or ())
         run.state.record_days(dest_id, days, code_version(run.config, dest_id), run.run_id)

@@ -65,9 +65,23 @@ class RunReport:
                     key = (destination, table, what)
                     self.held[key] = self.held.get(key, 0) + count
 
+    broken: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Events that broke their tracking plan, by (destination, plan, rule)."""
+
+    def broke(self, destination: str, counts: dict[tuple[str, str], int]) -> None:
+        """Count the destination's events that broke each (plan, rule) (replacing what
+        an earlier try of the run counted)."""
+        with COUNTS:
+            for (plan, rule), count in counts.items():
+                self.broken[(destination, plan, rule)] = count
+
     def contract_counts(self, destination: str) -> list[ContractCount]:
-        """What the destination's contracts held back in this run."""
+        """What the destination's contracts found or held back in this run."""
         return [
+            ContractCount("plan", plan, rule, count, destination)
+            for (dest, plan, rule), count in sorted(self.broken.items())
+            if dest == destination
+        ] + [
             ContractCount("table", table, what, count, destination)
             for (dest, table, what), count in sorted(self.held.items())
             if dest == destination

@@ -23,10 +23,16 @@ from eventpipe.contracts.plans import Plan
 from eventpipe.errors import ConfigError
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column
+    from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-VERDICT_TYPE = "struct<plan:string,violations:string,summary:string>"
+VERDICT_TYPE = (
+    "struct<plan:string,violations:string,summary:string,rules:array<string>,"
+    "pointers:array<string>>"
+)
+"""Each line's verdict: its plan; its violations (JSON text of the list) and their
+summary; the rules it broke and where (JSON pointers), each once; null where no plan is
+for the event. Violations, summary, rules and pointers are null where it met its plan."""
 
 _checkers: dict[str, Contracts] = {}
 _checkers_lock = threading.Lock()
@@ -70,6 +76,8 @@ def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
     plans: list[str | None] = []
     listed: list[str | None] = []
     summaries: list[str | None] = []
+    rules: list[tuple[str, ...] | None] = []
+    pointers: list[tuple[str, ...] | None] = []
     loads = orjson.loads
     for line in lines.to_pylist():
         verdict = None
@@ -80,25 +88,25 @@ def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
                 event = None
             if type(event) is dict:
                 verdict = contracts.check(event)
-        if verdict is None:
-            plans.append(None)
+        plans.append(None if verdict is None else verdict.plan)
+        if verdict is None or verdict.ok:
             listed.append(None)
             summaries.append(None)
-            continue
-        plans.append(verdict.plan)
-        if verdict.ok:
-            listed.append(None)
-            summaries.append(None)
+            rules.append(None)
+            pointers.append(None)
             continue
         found = [str(v) for v in verdict.violations]
         if verdict.more:
             found.append(f"and {verdict.more} more")
         listed.append(orjson.dumps(found).decode())
         summaries.append(verdict.summary())
+        rules.append(verdict.rules)
+        pointers.append(verdict.pointers)
+    texts = pa.list_(pa.string())
     return pa.StructArray.from_arrays(
         [pa.array(plans, pa.string()), pa.array(listed, pa.string()),
-         pa.array(summaries, pa.string())],
-        names=["plan", "violations", "summary"],
+         pa.array(summaries, pa.string()), pa.array(rules, texts), pa.array(pointers, texts)],
+        names=["plan", "violations", "summary", "rules", "pointers"],
     )  # fmt: skip
 
 
@@ -124,3 +132,15 @@ def plan_check(config: Config, schema: StructType) -> Callable[[Column], Column]
     planned = sorted({p.event_type for p in plans})
     is_planned = F.col(EVENT_TYPE).cast("string").isin(planned)
     return lambda line: verdict(F.when(is_planned, line))
+
+
+def broken_rules(verdicts: DataFrame) -> dict[tuple[str, str], int]:
+    """How many events broke each (plan, rule), from a frame of ``verdicts`` (VERDICT_TYPE,
+    in column ``verdict``): one pass over the verdicts alone."""
+    from pyspark.sql import functions as F
+
+    verdict = F.col("verdict")
+    broken = verdicts.select(verdict.getField("plan").alias("plan"),
+                             F.explode(verdict.getField("rules")).alias("rule"))  # fmt: skip
+    counted = broken.groupBy("plan", "rule").count().collect()
+    return {(row["plan"], row["rule"]): int(row["count"]) for row in counted}

@@ -69,6 +69,9 @@ class Flat:
     """Columns with a type set by a mapping rule or seed 1's implicit casts."""
     pointers: dict[str, str]
     """Each column's JSON pointer (of the winning path): its key in ``_unmapped_data``."""
+    sources: dict[str, str]
+    """Each column's JSON pointer in the event as it came (a mapping may have moved it;
+    absent for a constant)."""
 
 
 def flatten(frame: DataFrame, *, passthrough: Sequence[str] = (reserved.CORRUPT,)) -> DataFrame:
@@ -97,9 +100,12 @@ def flatten_mapped(
     columns: list[Column] = [F.col(f"`{c}`") for c in passthrough if c in frame.columns]
     losers: list[Column] = []
     pointers: dict[str, str] = {}
+    sources: dict[str, str] = {}
     for name, group in sorted(groups.items()):
         ordered = sorted(group, key=lambda leaf: (len(leaf.path), leaf.path))
         pointers[name] = pointer(ordered[0].path)
+        if source := ordered[0].source:  # Spark's names: the top-level one escaped
+            sources[name] = pointer((reserved.unescape(source[0]), *source[1:]))
         if len(ordered) == 1:
             columns.append(ordered[0].column.alias(name))
             continue
@@ -113,4 +119,4 @@ def flatten_mapped(
         unmapped = F.to_json(F.struct(*losers))
         columns.append(F.when(unmapped != F.lit("{}"), unmapped).alias(UNMAPPED_COLUMN))
         pointers[UNMAPPED_COLUMN] = pointer((UNMAPPED_COLUMN,))
-    return Flat(frame.select(*columns), explicit, pointers)
+    return Flat(frame.select(*columns), explicit, pointers, sources)
