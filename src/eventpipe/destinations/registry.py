@@ -3,7 +3,7 @@ what it can do.
 
 The pipeline asks this registry, never a type's name: whether a destination has tables
 (or is a sink that sends events), whether reprocess can replace its days, which local
-file holds its tables. The settings model (config/destinations.py) says which modes a
+file holds its tables. The settings model (config/destinations/) says which modes a
 type runs in, whether it upserts and whether it meters; the checks of eventpipe.yaml
 read the same. Adding a destination type is its settings model, its module and tests,
 and one entry here.
