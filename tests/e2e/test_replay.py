@@ -56,8 +56,13 @@ def test_replay_loads_what_now_succeeds_and_keeps_what_fails_again(
     config_file = write_config(c.layout.root.parent / "status.yaml", c.layout.root, 1,
                                destinations=destinations)  # fmt: skip
     shown = run("status", "-c", str(config_file))
-    [line] = [x for x in shown.stdout.splitlines() if x.startswith("warehouse")]
+    [line] = [x for x in shown.stdout.splitlines() if x.startswith("warehouse ")]
     assert [cell.strip() for cell in line.split("|")][5] == "1"
+    # Why: the table's contract (types freeze, the default) held it back, counted.
+    assert (
+        "warehouse: table _2026: data_type:freeze 1 event(s) (contracts, "
+        "docs/contracts.md)" in shown.stdout.splitlines()
+    )
     # The replayed file is archived whole; nothing is left to replay in failed/replay/.
     [archived] = report.archived
     assert archived.name.startswith("replayed.dst=warehouse.")
