@@ -5,9 +5,9 @@ JSON pointer of the value, the rule (the schema keyword) and the validator's mes
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from eventpipe.contracts.plans import Plan, compiled
 
@@ -23,8 +23,9 @@ MAX_MESSAGE = 200
 EVENT_TYPE = "event_type"
 
 
-@dataclass(frozen=True)
-class Violation:
+class Violation(NamedTuple):
+    """(A tuple: made for every violation of every event the job checks.)"""
+
     pointer: str
     """Where in the event, as a JSON pointer (``""``: the event itself)."""
     rule: str
@@ -53,21 +54,31 @@ class Verdict:
 
     @classmethod
     def of(cls, plan: str, found: Iterable[Violation]) -> Verdict:
-        """The verdict of ``found`` violations (at most :data:`MAX_VIOLATIONS` listed)."""
-        ordered = sorted(found, key=lambda v: (v.pointer, v.rule))
+        """The verdict of ``found`` violations (at most :data:`MAX_VIOLATIONS` listed, in
+        the order of their places and rules)."""
+        ordered = sorted(found)
+        if len(ordered) == 1:  # the usual case, for less work per event
+            (only,) = ordered
+            return cls(plan, (only,), 0, (only.rule,), (only.pointer,) if only.pointer else ())
         return cls(plan, tuple(ordered[:MAX_VIOLATIONS]), max(0, len(ordered) - MAX_VIOLATIONS),
                    tuple(sorted({v.rule for v in ordered})),
                    tuple(sorted({v.pointer for v in ordered if v.pointer})))  # fmt: skip
+
+    def listed(self) -> list[str]:
+        """Each violation as text, and how many more there were (if any)."""
+        texts = [str(v) for v in self.violations]
+        if self.more:
+            texts.append(f"and {self.more} more")
+        return texts
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
     def summary(self) -> str:
-        """One line: the plan and each violation."""
-        listed = "; ".join(str(v) for v in self.violations)
-        extra = f"; and {self.more} more" if self.more else ""
-        return f"contract {self.plan}: {listed}{extra}"
+        """One line: the plan and each violation (as the job's :func:`summary` makes it
+        from :meth:`listed`)."""
+        return f"contract {self.plan}: {'; '.join(self.listed())}"
 
 
 class Contracts:
@@ -132,13 +143,18 @@ class _Checked:
     """The verdict of an event that meets the plan (one object for all of them)."""
 
 
-def _pointer(path: Iterable[Any]) -> str:
-    return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in path)
+def _pointer(path: Sequence[Any]) -> str:
+    """The JSON pointer of a path of keys and indexes (RFC 6901: ``~`` and ``/`` escaped)."""
+    if not path:
+        return ""
+    keys = [p if type(p) is str else str(p) for p in path]
+    if any("~" in k or "/" in k for k in keys):
+        keys = [k.replace("~", "~0").replace("/", "~1") for k in keys]
+    return "/" + "/".join(keys)
 
 
-def _rule(schema_path: Iterable[Any]) -> str:
-    parts = [str(p) for p in schema_path]
-    return parts[-1] if parts else "schema"
+def _rule(schema_path: Sequence[Any]) -> str:
+    return str(schema_path[-1]) if schema_path else "schema"
 
 
 def _short(message: str) -> str:

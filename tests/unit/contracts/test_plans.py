@@ -168,12 +168,11 @@ def test_the_jobs_verdicts_of_an_arrow_batch_of_lines(tmp_path: Path) -> None:
         None,
     ])  # fmt: skip
     found = verdicts(lines, contracts).to_pylist()
-    nothing = {"violations": None, "summary": None, "rules": None, "pointers": None}
+    nothing = {"violations": None, "rules": None, "pointers": None}
     assert found[0] == {"plan": "page_view/1", **nothing}
     assert found[1] == {
         "plan": "page_view/1",
         "violations": '["/url type: 5 is not of type \\"string\\""]',
-        "summary": 'contract page_view/1: /url type: 5 is not of type "string"',
         "rules": ["type"],
         "pointers": ["/url"],
     }

@@ -18,6 +18,7 @@ from eventpipe.files import write_file
 from eventpipe.processing.batch.read import of_segments, read_events, staging_writer
 from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
 from eventpipe.processing.steps import metering, transforms
+from eventpipe.processing.steps.contracts import summary
 from eventpipe.processing.steps.fields import (
     assign,
     set_path,
@@ -72,7 +73,7 @@ def _checked(frame: DataFrame, error: Column, on_violation: str) -> tuple[DataFr
     frame = assign(frame, ("eventn_ctx", "contract"), verdict.getField("plan"))
     frame = assign(frame, ("eventn_ctx", "contract_violations"), verdict.getField("violations"))
     if on_violation == "reject":
-        error = F.coalesce(error, verdict.getField("summary"))
+        error = F.coalesce(error, summary(verdict))
     return frame, error
 
 

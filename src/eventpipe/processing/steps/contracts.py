@@ -26,13 +26,11 @@ if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
     from pyspark.sql.types import StructType
 
-VERDICT_TYPE = (
-    "struct<plan:string,violations:string,summary:string,rules:array<string>,"
-    "pointers:array<string>>"
-)
-"""Each line's verdict: its plan; its violations (JSON text of the list) and their
-summary; the rules it broke and where (JSON pointers), each once; null where no plan is
-for the event. Violations, summary, rules and pointers are null where it met its plan."""
+VERDICT_TYPE = "struct<plan:string,violations:string,rules:array<string>,pointers:array<string>>"
+"""Each line's verdict: its plan; its violations (JSON text of the list: :func:`summary`
+makes the one line of them); the rules it broke and where (JSON pointers), each once;
+null where no plan is for the event. Violations, rules and pointers are null where it
+met its plan."""
 
 _checkers: dict[str, Contracts] = {}
 _checkers_lock = threading.Lock()
@@ -75,7 +73,6 @@ def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
 
     plans: list[str | None] = []
     listed: list[str | None] = []
-    summaries: list[str | None] = []
     rules: list[tuple[str, ...] | None] = []
     pointers: list[tuple[str, ...] | None] = []
     loads = orjson.loads
@@ -91,22 +88,17 @@ def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
         plans.append(None if verdict is None else verdict.plan)
         if verdict is None or verdict.ok:
             listed.append(None)
-            summaries.append(None)
             rules.append(None)
             pointers.append(None)
             continue
-        found = [str(v) for v in verdict.violations]
-        if verdict.more:
-            found.append(f"and {verdict.more} more")
-        listed.append(orjson.dumps(found).decode())
-        summaries.append(verdict.summary())
+        listed.append(orjson.dumps(verdict.listed()).decode())
         rules.append(verdict.rules)
         pointers.append(verdict.pointers)
     texts = pa.list_(pa.string())
     return pa.StructArray.from_arrays(
         [pa.array(plans, pa.string()), pa.array(listed, pa.string()),
-         pa.array(summaries, pa.string()), pa.array(rules, texts), pa.array(pointers, texts)],
-        names=["plan", "violations", "summary", "rules", "pointers"],
+         pa.array(rules, texts), pa.array(pointers, texts)],
+        names=["plan", "violations", "rules", "pointers"],
     )  # fmt: skip
 
 
@@ -132,6 +124,16 @@ def plan_check(config: Config, schema: StructType) -> Callable[[Column], Column]
     planned = sorted({p.event_type for p in plans})
     is_planned = F.col(EVENT_TYPE).cast("string").isin(planned)
     return lambda line: verdict(F.when(is_planned, line))
+
+
+def summary(verdict: Column) -> Column:
+    """The one line of a verdict's violations (``contract <plan>: <violation>; ...``, as
+    eventpipe.contracts.check.Verdict.summary makes it); null where it met its plan."""
+    from pyspark.sql import functions as F
+
+    listed = F.from_json(verdict.getField("violations"), "array<string>")
+    return F.concat(F.lit("contract "), verdict.getField("plan"), F.lit(": "),
+                    F.array_join(listed, "; "))  # fmt: skip
 
 
 def broken_rules(verdicts: DataFrame) -> dict[tuple[str, str], int]:
