@@ -54,8 +54,8 @@ DAY = "_eventpipe_day"
 LINE = "_eventpipe_line"
 """An event's line of the log as read (kept only while its tracking plan is checked)."""
 VERDICT = "_eventpipe_verdict"
-"""An event's check against its tracking plan: its plan, its violations (JSON text) and
-their summary, the rules broken and where; null when no plan is for it."""
+"""An event's check against its tracking plan: its plan, its violations (JSON text), the
+rules broken and where; null when no plan is for it."""
 DISCARD = "_eventpipe_discard"
 """Where the values that broke an event's plan are (JSON pointers), carried through the
 mapping to the flat columns of a destination that drops them (``discard_value``)."""

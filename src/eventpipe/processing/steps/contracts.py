@@ -1,7 +1,7 @@
 """Tracking plans in the job: every event's line of the log checked against its plan on
 Arrow batches (jsonschema-rs, eventpipe.contracts), in the pass that reads the run's
 events, so that each destination reads the verdict (VERDICT: the plan, the violations as
-JSON text, and their one-line summary; null when no plan is for the event).
+JSON text, the rules broken and where; null when no plan is for the event).
 
 The line is checked as it was stored, not as Spark read it: a batch where a field came
 as a number and as text reads both as text, and a check of what Spark read would call
