@@ -305,6 +305,6 @@ def test_a_record_after_a_torn_failed_line_starts_a_line_of_its_own(layout: Data
         b'{"error":"to',
         b'{"error":"after"}',
     ]
-    from eventpipe.cli.common import failed_records
+    from eventpipe.figures import failed_records
 
     assert failed_records([failed]) == (2, 1)  # two records and the torn line, told apart

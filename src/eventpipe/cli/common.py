@@ -3,7 +3,7 @@ config, a Spark session for a call, and how reports and tables are printed."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -139,24 +139,6 @@ def backlog(
     size = sum(p.stat().st_size for p in pending)
     waiting = f" + {unsealed:,} event(s) not sealed yet" if unsealed else ""
     return f"{len(pending)} segment(s), {size / 1e6:.1f} MB{waiting}"
-
-
-def failed_records(paths: Sequence[Path]) -> tuple[int, int]:
-    """The records of failed/ files, and their damaged lines: a line that is no JSON
-    object (a crash cut it short; the next record starts on a line of its own)."""
-    import orjson
-
-    records = damaged = 0
-    for path in paths:
-        with path.open("rb") as lines:
-            for line in lines:
-                try:
-                    whole = isinstance(orjson.loads(line), dict)
-                except orjson.JSONDecodeError:
-                    whole = False
-                records += whole
-                damaged += not whole and bool(line.strip())
-    return records, damaged
 
 
 def idle_option(command: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,7 +11,6 @@ from eventpipe.cli.common import (
     backlog,
     cli,
     config_option,
-    failed_records,
     idle_exit,
     idle_option,
     last_error,
@@ -19,6 +18,7 @@ from eventpipe.cli.common import (
     print_table,
     with_spark,
 )
+from eventpipe.figures import failed_events
 
 
 @cli.group("log")
@@ -45,7 +45,7 @@ def log_status(config_path: Path | None) -> None:
                          (t.last_error or "")[:60]))  # fmt: skip
         pending = backlog(config, dest_id, store.summary(dest_id).done_segments, sealed)
         failed = layout.failed_destination(dest_id)
-        events = failed_records([failed])[0] if failed.exists() else 0  # as status counts
+        events = failed_events(failed)  # as status counts
         rows.append((dest_id, "(pending)", "", "", "", "", pending))
         rows.append((dest_id, "(failed/)", "", "", "", "", f"{events:,} event(s) in {failed.name}"))
     print_table(["destination", "table", "batches ok", "rows", "batches failed",

@@ -13,7 +13,6 @@ from eventpipe.cli.common import (
     backlog,
     cli,
     config_option,
-    failed_records,
     load,
     print_table,
 )
@@ -21,6 +20,7 @@ from eventpipe.config import TableDestinationConfig
 from eventpipe.destinations.base import Destination
 from eventpipe.destinations.registry import kind
 from eventpipe.errors import ConfigError, EventpipeError, QueryError
+from eventpipe.figures import failed_events, failed_records
 
 
 @cli.command()
@@ -62,8 +62,7 @@ def status(
         summary = store.summary(dest_id)
         # What its failed/ file holds now: a replay takes events out (the runs' count
         # of failures said 4 where the file held 2).
-        failed_file = layout.failed_destination(dest_id)
-        failed = failed_records([failed_file])[0] if failed_file.exists() else 0
+        failed = failed_events(layout.failed_destination(dest_id))
         rows.append((
             dest_id, dest.type,
             backlog(config, dest_id, summary.done_segments, sealed, unsealed),
@@ -112,52 +111,37 @@ def sparkline(values: Sequence[float]) -> str:
 
 def _watch(config: Any, interval: float, count: int | None) -> None:
     """``status --watch``: redrawn every ``interval`` seconds (``count`` times, or until
-    Ctrl-C); on a terminal the screen is cleared first, otherwise each redraw follows."""
+    Ctrl-C); on a terminal the screen is cleared first, otherwise each redraw follows.
+    The figures are eventpipe.figures', as the console's."""
     import sys
     import time
     from collections import deque
-    from datetime import UTC, datetime
 
-    from eventpipe.paths import SegmentName, sealed_at
+    from eventpipe.figures import Watch
     from eventpipe.state.store import open_state
 
-    store = open_state(config)
-    layout = config.layout
+    watch = Watch(config, open_state(config))
     width = max(2, int(60 / interval))  # about a minute of history
     history: dict[str, deque[float]] = {d: deque(maxlen=width) for d in config.destinations}
-    last: dict[str, tuple[float, int]] = {}
-    incoming: tuple[float, int] | None = None
     terminal = sys.stdout.isatty()
     drawn = 0
     while count is None or drawn < count:
-        now, wall = time.monotonic(), datetime.now(UTC)
-        sealed = layout.sealed_segments()
+        sample = watch.sample()
         rows = []
-        for dest_id in config.destinations:
-            summary = store.summary(dest_id)
-            before = last.get(dest_id)
-            rate = (summary.rows_loaded - before[1]) / (now - before[0]) if before else 0.0
-            last[dest_id] = (now, summary.rows_loaded)
-            history[dest_id].append(max(rate, 0.0))
-            pending = [p for p in sealed if p.name not in summary.done_segments]
-            oldest = SegmentName.parse(pending[0].name) if pending else None
-            lag = "-"
-            if oldest is not None and oldest.sealed is not None:  # its oldest waiting event
-                lag = f"{(wall - sealed_at(oldest.sealed)).total_seconds():,.0f} s"
-            rows.append((dest_id, f"{rate:,.0f}", sparkline(history[dest_id]),
-                         backlog(config, dest_id, summary.done_segments, sealed), lag,
-                         summary.last_load or "never"))  # fmt: skip
-        written = sum(p.stat().st_size for p in (*sealed, *layout.active_segments())
-                      if p.exists())  # fmt: skip
+        for dest in sample.destinations:
+            history[dest.id].append(dest.rate)
+            lag = "-" if dest.lag_seconds is None else f"{dest.lag_seconds:,.0f} s"
+            rows.append((dest.id, f"{dest.rate:,.0f}", sparkline(history[dest.id]),
+                         dest.backlog, lag, dest.last_load or "never"))  # fmt: skip
         if terminal:
             click.clear()
-        click.echo(f"eventpipe status --watch, {wall:%Y-%m-%d %H:%M:%S} UTC (Ctrl-C stops)")
+        at = sample.at.replace("T", " ").removesuffix("+00:00")
+        click.echo(f"eventpipe status --watch, {at} UTC (Ctrl-C stops)")
         print_table(["destination", "events/s", "last minute", "backlog", "lag",
                      "last load (UTC)"], rows)  # fmt: skip
-        if incoming is not None:
-            speed = (written - incoming[1]) / (now - incoming[0]) / 1e6
-            click.echo(f"incoming: {max(speed, 0):.2f} MB/s written to the log")
-        incoming = (now, written)
+        if sample.incoming_bytes_per_second is not None:
+            speed = sample.incoming_bytes_per_second / 1e6
+            click.echo(f"incoming: {speed:.2f} MB/s written to the log")
         drawn += 1
         if count is None or drawn < count:
             time.sleep(interval)
