@@ -59,6 +59,8 @@ RELEASED_EXIT = 4
 """The exit code of ``eventpipe process --release-when-idle`` that stopped because it had
 nothing to do (processing.release_idle_seconds): its supervisor starts it again when a
 segment is sealed, not as a crash."""
+CONSOLE_STOP_SECONDS = 5.0
+"""How long the console may take to stop (it holds nothing but open pages)."""
 READER_STOP_SECONDS = 30.0
 """How long a source's reader may take to finish the read under way (it resumes from its
 slot if killed: nothing is lost)."""
@@ -344,6 +346,10 @@ def run(loaded: LoadedConfig, config_path: Path | None) -> None:
                            wake=lambda: bool(config.layout.sealed_segments()))]  # fmt: skip
     children += [Supervisor(f"source {s}", ["read", s], config_path, READER_STOP_SECONDS)
                  for s in loaded.config.sources]  # fmt: skip
+    if config.console.enabled:  # a small process of its own, never Spark's
+        children.append(Supervisor("console", ["console"], config_path, CONSOLE_STOP_SECONDS))
+    else:
+        log.info("console: off (set console.token to serve it; docs/console.md)")
     for child in children:
         child.start()
     archive = _build_class_data_in_background(config)

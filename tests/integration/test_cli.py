@@ -28,6 +28,7 @@ def test_help_lists_the_commands_that_exist() -> None:
     assert listed == {
         "archive",
         "collect",
+        "console",
         "contract",
         "import",
         "init",

@@ -18,6 +18,7 @@ import click
 from eventpipe.cli import (  # noqa: F401
     archive,
     collector,
+    console,
     contract,
     lake,
     log,

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from eventpipe.config.base import DestinationId, Section
 from eventpipe.config.collector import ApiKey, IncomingConfig, ServerConfig
+from eventpipe.config.console import ConsoleConfig
 from eventpipe.config.contracts import ContractsConfig
 from eventpipe.config.destinations import (
     AnyDestination,
@@ -71,6 +72,19 @@ class Config(Section):
     are logged under its id as their key id (``only_keys: [ID]`` routes them)."""
     contracts: ContractsConfig = ContractsConfig()
     """Tracking plans, and whether the collector checks events against them."""
+    console: ConsoleConfig = ConsoleConfig()
+    """The web console: what arrives, where it went, what failed (docs/console.md)."""
+
+    @model_validator(mode="after")
+    def _console_token_is_no_event_key(self) -> Config:
+        token = self.console.token
+        secrets = {s.get_secret_value() for k in self.api_keys for s in (k.js, k.server) if s}
+        if token is not None and token.get_secret_value() in secrets:
+            raise ValueError(
+                "console.token is one of the api keys' secrets: the console's token must "
+                "be its own (an event key is public in every browser that sends events)"
+            )
+        return self
 
     @model_validator(mode="after")
     def _sources_apart_from_keys(self) -> Config:

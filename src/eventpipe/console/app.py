@@ -1,0 +1,269 @@
+"""The console's pages and API (Starlette), and :func:`serve`.
+
+Pages (server-rendered, a little script for what updates live):
+
+``GET  /``                      overview: per destination events/s, backlog, lag,
+                                failures, last load; charts of the last hour
+``GET  /live``                  the events arriving (a sample at high rates), filtered
+``GET  /login``, ``POST /login``, ``POST /logout``
+
+API (JSON; the pages are one client of it, scripts another; docs/console.md):
+
+``GET  /api/overview``          the latest figures and the last hour's
+``GET  /api/overview/stream``   server-sent events: each new sample of the figures
+``GET  /api/events/stream``     server-sent events: arriving events (``key``, ``type``,
+                                ``source``, ``q`` filter them)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import deque
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from importlib import resources
+from typing import Any
+
+import orjson
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import (
+    HTMLResponse,
+    JSONResponse,
+    RedirectResponse,
+    Response,
+    StreamingResponse,
+)
+from starlette.routing import Mount, Route
+from starlette.staticfiles import StaticFiles
+
+from eventpipe.config import Config
+from eventpipe.console.live import Filters, LiveTail
+from eventpipe.console.security import (
+    LOGIN_COOKIE,
+    SESSION_COOKIE,
+    SESSION_SECONDS,
+    SecurityHeaders,
+    Session,
+    Sessions,
+    same,
+)
+from eventpipe.figures import Sample, Watch
+
+log = logging.getLogger("eventpipe.console")
+
+HISTORY_SECONDS = 3600
+"""How much of the figures' history the charts show."""
+LIVE_POLL_SECONDS = 0.5
+
+
+class Figures:
+    """The figures sampled every ``console.sample_seconds`` and the last hour of them."""
+
+    def __init__(self, config: Config) -> None:
+        from eventpipe.state.store import open_state
+
+        self.every = config.console.sample_seconds
+        self.watch = Watch(config, open_state(config))
+        self.history: deque[Sample] = deque(maxlen=max(2, int(HISTORY_SECONDS / self.every)))
+        self.changed = asyncio.Condition()
+
+    async def run(self) -> None:
+        while True:
+            try:
+                sample = await asyncio.to_thread(self.watch.sample)
+            except Exception:
+                log.exception("console: the figures could not be sampled; trying again")
+            else:
+                self.history.append(sample)
+                async with self.changed:
+                    self.changed.notify_all()
+            await asyncio.sleep(self.every)
+
+    @property
+    def latest(self) -> Sample | None:
+        return self.history[-1] if self.history else None
+
+
+def console_app(config: Config) -> Starlette:
+    """The console of ``config`` (its ``console.token`` set)."""
+    assert config.console.token is not None, "the console needs console.token"
+    sessions = Sessions(config.console.token.get_secret_value())
+    pages = Environment(
+        loader=PackageLoader("eventpipe.console", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+    )
+    figures = Figures(config)
+    live_most = max(1, int(config.console.live_events_per_second * LIVE_POLL_SECONDS))
+
+    def page(request: Request, name: str, session: Session | None, **values: Any) -> Response:
+        html = pages.get_template(name).render(
+            csrf=session.csrf if session else None, path=request.url.path, **values
+        )
+        return HTMLResponse(html)
+
+    def guarded(
+        handler: Callable[[Request, Session | None], Response], *, api: bool = False
+    ) -> Callable[[Request], Any]:
+        """``handler`` for a logged-in browser (or, for the API, a bearer token); a POST
+        from a session needs its CSRF token."""
+
+        async def endpoint(request: Request) -> Response:
+            session = sessions.of(request)
+            if session is None and not (api and sessions.bearer(request)):
+                if api:
+                    return JSONResponse({"error": "the console's admin token is needed"}, 401)
+                return RedirectResponse("/login", 303)
+            if request.method == "POST" and session is not None:
+                form = await request.form()
+                given = request.headers.get("x-csrf-token") or form.get("csrf")
+                if not same(given if isinstance(given, str) else None, session.csrf):
+                    return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
+            answer: Response = handler(request, session)
+            return answer
+
+        return endpoint
+
+    async def login_form(request: Request) -> Response:
+        nonce = request.cookies.get(LOGIN_COOKIE) or _nonce()
+        response = page(request, "login.html", None, login_csrf=nonce, failed=False)
+        response.set_cookie(LOGIN_COOKIE, nonce, httponly=True, samesite="strict", path="/login")
+        return response
+
+    async def login(request: Request) -> Response:
+        form = await request.form()
+        given, token = form.get("csrf"), form.get("token")
+        cookie = request.cookies.get(LOGIN_COOKIE)
+        if cookie is None or not same(given if isinstance(given, str) else None, cookie):
+            return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
+        if not isinstance(token, str) or not sessions.token_matches(token):
+            await asyncio.sleep(0.5)  # a guesser's pace
+            response = page(request, "login.html", None, login_csrf=cookie, failed=True)
+            response.status_code = 401
+            return response
+        key, _ = sessions.open()
+        response = RedirectResponse("/", 303)
+        secure = request.url.scheme == "https"
+        response.set_cookie(SESSION_COOKIE, key, max_age=SESSION_SECONDS, httponly=True,
+                            samesite="strict", secure=secure, path="/")  # fmt: skip
+        response.delete_cookie(LOGIN_COOKIE, path="/login")
+        return response
+
+    def logout(request: Request, session: Session | None) -> Response:
+        if (key := request.cookies.get(SESSION_COOKIE)) is not None:
+            sessions.close(key)
+        response = RedirectResponse("/login", 303)
+        response.delete_cookie(SESSION_COOKIE, path="/")
+        return response
+
+    def overview(request: Request, session: Session | None) -> Response:
+        return page(request, "overview.html", session, sample=figures.latest,
+                    every=config.console.sample_seconds)  # fmt: skip
+
+    def live(request: Request, session: Session | None) -> Response:
+        filters = _filters(request)
+        return page(request, "live.html", session, filters=filters,
+                    per_second=config.console.live_events_per_second)  # fmt: skip
+
+    def overview_api(request: Request, session: Session | None) -> Response:
+        latest = figures.latest
+        return _json({"latest": latest.as_json() if latest else None,
+                      "history": [s.as_json() for s in figures.history]})  # fmt: skip
+
+    def overview_stream(request: Request, session: Session | None) -> Response:
+        async def samples() -> AsyncIterator[bytes]:
+            seen = None
+            while not await request.is_disconnected():
+                latest = figures.latest
+                if latest is not None and latest is not seen:
+                    seen = latest
+                    yield _event("sample", latest.as_json())
+                async with figures.changed:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(figures.changed.wait(), 15)
+                yield b": keep-alive\n\n"
+
+        return _stream(samples())
+
+    def events_stream(request: Request, session: Session | None) -> Response:
+        filters = _filters(request)
+        tail = LiveTail(config.layout)
+
+        async def arriving() -> AsyncIterator[bytes]:
+            while not await request.is_disconnected():
+                polled = await asyncio.to_thread(tail.poll, live_most, filters)
+                for event in polled.events:
+                    yield _event("event", event)
+                if polled.passed_over:
+                    yield _event("passed_over", {"events": polled.passed_over})
+                yield b": keep-alive\n\n"
+                await asyncio.sleep(LIVE_POLL_SECONDS)
+
+        return _stream(arriving())
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        sampling = asyncio.create_task(figures.run())
+        try:
+            yield
+        finally:
+            sampling.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sampling
+
+    static = resources.files("eventpipe.console") / "static"
+    app = Starlette(
+        routes=[
+            Route("/login", login_form, methods=["GET"]),
+            Route("/login", login, methods=["POST"]),
+            Route("/logout", guarded(logout), methods=["POST"]),
+            Route("/", guarded(overview)),
+            Route("/live", guarded(live)),
+            Route("/api/overview", guarded(overview_api, api=True)),
+            Route("/api/overview/stream", guarded(overview_stream, api=True)),
+            Route("/api/events/stream", guarded(events_stream, api=True)),
+            Mount("/static", StaticFiles(directory=str(static)), name="static"),
+        ],
+        lifespan=lifespan,
+    )
+    app.add_middleware(SecurityHeaders)
+    return app
+
+
+def serve(config: Config) -> None:
+    """Serve the console until SIGTERM or Ctrl-C."""
+    import uvicorn
+
+    console = config.console
+    log.info("console on http://%s:%d (docs/console.md)", console.host, console.port)
+    uvicorn.run(console_app(config), host=console.host, port=console.port, log_level="warning",
+                access_log=False, server_header=False, proxy_headers=False)  # fmt: skip
+
+
+def _filters(request: Request) -> Filters:
+    q = request.query_params
+    return Filters(q.get("key") or None, q.get("type") or None, q.get("source") or None,
+                   q.get("q") or None)  # fmt: skip
+
+
+def _json(value: Any) -> Response:
+    return Response(orjson.dumps(value), media_type="application/json")
+
+
+def _event(kind: str, value: Any) -> bytes:
+    """One server-sent event: JSON has no raw newline, so one ``data:`` line."""
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(value) + b"\n\n"
+
+
+def _stream(chunks: AsyncIterator[bytes]) -> Response:
+    return StreamingResponse(chunks, media_type="text/event-stream",
+                             headers={"x-accel-buffering": "no"})  # fmt: skip
+
+
+def _nonce() -> str:
+    import secrets
+
+    return secrets.token_urlsafe(32)

@@ -1,0 +1,80 @@
+"""The console in a real browser (Debian's Chromium, headless): logged in with the admin
+token, its pages load with no console error and no request outside the console; the
+live view shows an event posted by the test within 2 s, and an event whose fields hold
+HTML and script renders as text (nothing of it runs or becomes an element)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.conftest import WEB_JS
+from tests.integration.test_console import TOKEN, RunningConsole
+
+HOSTILE = {
+    "event_type": "xss",
+    "title": "<script>window.pwned = 1</script>",
+    "url": "javascript:window.pwned=2",
+    "img": '<img src=x onerror="window.pwned=3">',
+}
+
+
+@pytest.fixture
+def console(start_collector: Any) -> Iterator[tuple[RunningConsole, Any]]:
+    collector = start_collector(console={"token": TOKEN, "sample_seconds": 0.5})
+    running = RunningConsole(collector.config)
+    yield running, collector
+    running.stop()
+
+
+def _errors(browser: Any) -> list[str]:
+    return [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def _requested(browser: Any) -> set[str]:
+    """Every origin the page asked something of (its resources, fetches and streams)."""
+    urls = browser.execute_script(
+        "return [location.href, ...performance.getEntriesByType('resource').map(e => e.name)]"
+    )
+    return {"/".join(url.split("/")[:3]) for url in urls}
+
+
+def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    running, collector = console
+    browser.get(running.url + "/")  # not logged in: the login page
+    assert browser.current_url == running.url + "/login"
+    browser.find_element(By.NAME, "token").send_keys(TOKEN)
+    browser.find_element(By.CSS_SELECTOR, "form.login button").click()
+    deadline = time.monotonic() + 10
+    while not browser.find_elements(By.CSS_SELECTOR, "#destinations tr[data-destination]"):
+        assert time.monotonic() < deadline, browser.page_source
+        time.sleep(0.1)
+    row = browser.find_element(By.CSS_SELECTOR, "#destinations tr[data-destination]")
+    assert row.text.startswith("warehouse duckdb")
+    assert _requested(browser) == {running.url}
+    assert _errors(browser) == []
+
+    browser.get(running.url + "/live")
+    time.sleep(1.0)  # the page's stream is open (it shows what arrives from then on)
+    posted = httpx.post(collector.url + "/api/v1/event", params={"token": WEB_JS},
+                        content=orjson.dumps([HOSTILE]))  # fmt: skip
+    assert posted.status_code == 200
+    sent = time.monotonic()
+    while not browser.find_elements(By.CSS_SELECTOR, "#events li"):
+        assert time.monotonic() - sent < 2, "the live view showed no event within 2 s"
+        time.sleep(0.05)
+    shown = browser.find_element(By.CSS_SELECTOR, "#events li pre").text
+    for value in HOSTILE.values():
+        assert orjson.dumps(value).decode() in shown  # the fields, as text
+    # Nothing of it ran or became an element.
+    assert browser.execute_script("return window.pwned === undefined")
+    assert browser.find_elements(By.CSS_SELECTOR, "#events script, #events img") == []
+    assert _requested(browser) == {running.url}
+    assert _errors(browser) == []
