@@ -1,12 +1,14 @@
 """The console in a real browser (Debian's Chromium, headless): logged in with the admin
 token, its pages load with no console error and no request outside the console; the
 live view shows an event posted by the test within 2 s, and an event whose fields hold
-HTML and script renders as text (nothing of it runs or becomes an element)."""
+HTML and script renders as text (nothing of it runs or becomes an element); a failed
+event, replayed from the page, loads."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,7 +16,8 @@ import orjson
 import pytest
 
 from tests.conftest import WEB_JS
-from tests.integration.test_console import TOKEN, RunningConsole
+from tests.integration.test_console import TOKEN, RunningConsole, _fail
+from tests.process import write_config
 
 HOSTILE = {
     "event_type": "xss",
@@ -25,9 +28,11 @@ HOSTILE = {
 
 
 @pytest.fixture
-def console(start_collector: Any) -> Iterator[tuple[RunningConsole, Any]]:
+def console(start_collector: Any, tmp_path: Path) -> Iterator[tuple[RunningConsole, Any]]:
     collector = start_collector(console={"token": TOKEN, "sample_seconds": 0.5})
-    running = RunningConsole(collector.config)
+    # The file a replay started from the page reads (its own process, its own Spark).
+    config_file = write_config(tmp_path / "eventpipe.yaml", collector.layout.root, 0)
+    running = RunningConsole(collector.config, config_file)
     yield running, collector
     running.stop()
 
@@ -61,6 +66,21 @@ def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     assert _requested(browser) == {running.url}
     assert _errors(browser) == []
 
+    # Replay from the page: a fixed event's failure, replayed, loads.
+    _fail(collector, 7, "column n (INT64) cannot take seven")
+    browser.get(running.url + "/failed?destination=warehouse")
+    assert "column n (INT64) cannot take seven" in browser.find_element(By.ID, "reasons").text
+    browser.find_element(By.CSS_SELECTOR, "form.replay button").click()
+    deadline = time.monotonic() + 180
+    while not browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done, #replay.replay-failed"):
+        assert time.monotonic() < deadline, browser.page_source
+        time.sleep(2)
+        browser.refresh()
+    assert browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done"), browser.page_source
+    assert "warehouse.events: 1 rows" in browser.find_element(By.CSS_SELECTOR, "#replay pre").text
+    assert "None." in browser.find_element(By.ID, "failed").text  # nothing failed is left
+    assert _errors(browser) == []
+
     browser.get(running.url + "/live")
     time.sleep(1.0)  # the page's stream is open (it shows what arrives from then on)
     posted = httpx.post(collector.url + "/api/v1/event", params={"token": WEB_JS},
@@ -77,4 +97,19 @@ def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     assert browser.execute_script("return window.pwned === undefined")
     assert browser.find_elements(By.CSS_SELECTOR, "#events script, #events img") == []
     assert _requested(browser) == {running.url}
+    assert _errors(browser) == []
+
+    # Replay from the page: a fixed event's failure, replayed, loads.
+    _fail(collector, 7, "column n (INT64) cannot take seven")
+    browser.get(running.url + "/failed?destination=warehouse")
+    assert "column n (INT64) cannot take seven" in browser.find_element(By.ID, "reasons").text
+    browser.find_element(By.CSS_SELECTOR, "form.replay button").click()
+    deadline = time.monotonic() + 180
+    while not browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done, #replay.replay-failed"):
+        assert time.monotonic() < deadline, browser.page_source
+        time.sleep(2)
+        browser.refresh()
+    assert browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done"), browser.page_source
+    assert "warehouse.events: 1 rows" in browser.find_element(By.CSS_SELECTOR, "#replay pre").text
+    assert "None." in browser.find_element(By.ID, "failed").text  # nothing failed is left
     assert _errors(browser) == []

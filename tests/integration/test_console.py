@@ -10,6 +10,7 @@ import re
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -28,9 +29,9 @@ API = ["/api/overview", "/api/overview/stream", "/api/events/stream"]
 
 
 class RunningConsole:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, config_file: Path | None = None) -> None:
         self.server = uvicorn.Server(uvicorn.Config(
-            console_app(config), host="127.0.0.1", port=0, log_level="warning",
+            console_app(config, config_file), host="127.0.0.1", port=0, log_level="warning",
             lifespan="on",
         ))  # fmt: skip
         self.thread = threading.Thread(target=self.server.run, daemon=True)
@@ -191,3 +192,50 @@ def test_a_console_token_that_is_short_or_an_event_key_is_refused(tmp_path: Any)
     with pytest.raises(ConfigError, match="one of the api keys' secrets"):
         make_config(tmp_path, console={"token": WEB_JS + "-and-some-more"},
                     api_keys=[{"id": "web", "js": WEB_JS + "-and-some-more"}])  # fmt: skip
+
+
+def _fail(collector: Any, n: int, error: str, **event: Any) -> None:
+    """An EventError in the warehouse's failed/ file, as the pipeline writes one."""
+    from datetime import UTC, datetime
+
+    from eventpipe.events import Stage, event_error_line
+
+    line = event_error_line(event={"n": n, **event}, error=error, stage=Stage.LOADING,
+                            when=datetime(2026, 11, 20, 10, n, tzinfo=UTC), api_key="web",
+                            destination="warehouse", table="events")  # fmt: skip
+    path = collector.layout.failed_destination("warehouse")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("ab") as f:
+        f.write(line)
+
+
+def test_failed_events_by_reason_shown_as_text(console: Any) -> None:
+    running, collector = console
+    _fail(collector, 1, "column n (INT64) cannot take five")
+    _fail(collector, 2, "column n (INT64) cannot take five")
+    _fail(collector, 3, "<script>alert(1)</script>", title="<img src=x onerror=alert(1)>")
+    bearer = {"Authorization": f"Bearer {TOKEN}"}
+    body = httpx.get(running.url + "/api/failed?destination=warehouse", headers=bearer).json()
+    assert [r["event"]["n"] for r in body["records"]] == [3, 2, 1]  # the newest first
+    assert body["reasons"] == [
+        {"reason": "column n (INT64) cannot take five", "events": 2},
+        {"reason": "<script>alert(1)</script>", "events": 1},
+    ]
+    reason = {"destination": "warehouse", "reason": "<script>alert(1)</script>"}
+    one = httpx.get(running.url + "/api/failed", headers=bearer, params=reason)
+    assert [r["event"]["n"] for r in one.json()["records"]] == [3]
+    assert httpx.get(running.url + "/api/failed?destination=../../etc",
+                     headers=bearer).status_code == 404  # fmt: skip
+    with _logged_in(running.url) as client:
+        page = client.get("/failed", params={"destination": "warehouse"})
+        assert page.status_code == 200
+        assert "<script>alert(1)" not in page.text
+        assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+        assert "<img src=x" not in page.text
+        # A replay is a POST: without the session's CSRF token, refused.
+        refused = client.post("/failed/replay", data={"destination": "warehouse"})
+        assert refused.status_code == 403
+        runs = client.get("/runs")
+        assert runs.status_code == 200
+        assert "No run yet." in runs.text
+    assert httpx.get(running.url + "/api/runs", headers=bearer).json() == []

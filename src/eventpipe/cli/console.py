@@ -6,7 +6,7 @@ from pathlib import Path
 
 import click
 
-from eventpipe.cli.common import cli, config_option, load
+from eventpipe.cli.common import cli, config_option, config_path_of, load
 from eventpipe.errors import ConfigError
 
 
@@ -29,4 +29,4 @@ def console(config_path: Path | None, host: str | None, port: int | None) -> Non
     overrides = {k: v for k, v in (("host", host), ("port", port)) if v is not None}
     if overrides:
         config = config.model_copy(update={"console": config.console.model_copy(update=overrides)})
-    serve(config)
+    serve(config, config_path_of(config_path))

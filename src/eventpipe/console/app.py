@@ -5,6 +5,9 @@ Pages (server-rendered, a little script for what updates live):
 ``GET  /``                      overview: per destination events/s, backlog, lag,
                                 failures, last load; charts of the last hour
 ``GET  /live``                  the events arriving (a sample at high rates), filtered
+``GET  /failed``                failed events by destination and reason; ``POST
+                                /failed/replay`` replays a destination's
+``GET  /runs``                  the run history
 ``GET  /login``, ``POST /login``, ``POST /logout``
 
 API (JSON; the pages are one client of it, scripts another; docs/console.md):
@@ -13,18 +16,26 @@ API (JSON; the pages are one client of it, scripts another; docs/console.md):
 ``GET  /api/overview/stream``   server-sent events: each new sample of the figures
 ``GET  /api/events/stream``     server-sent events: arriving events (``key``, ``type``,
                                 ``source``, ``q`` filter them)
+``GET  /api/failed``            a destination's newest failed events (``destination``,
+                                ``reason``, ``limit``), and their reasons
+``GET  /api/replays``           the replays started here, with their outcome
+``GET  /api/runs``              the last runs (``limit``)
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import inspect
 import logging
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import asdict
 from importlib import resources
+from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -41,7 +52,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from eventpipe.config import Config
+from eventpipe.console.failed import FailedPage, newest_records
 from eventpipe.console.live import Filters, LiveTail
+from eventpipe.console.replays import Replays
 from eventpipe.console.security import (
     LOGIN_COOKIE,
     SESSION_COOKIE,
@@ -88,8 +101,14 @@ class Figures:
         return self.history[-1] if self.history else None
 
 
-def console_app(config: Config) -> Starlette:
-    """The console of ``config`` (its ``console.token`` set)."""
+COLLECTOR = "collector"
+"""The failed page's name for what the collector refused (failed.tok=*.log)."""
+FAILED_SHOWN = 100
+
+
+def console_app(config: Config, config_path: Path | None = None) -> Starlette:
+    """The console of ``config`` (its ``console.token`` set); ``config_path``: the file
+    it came from, which a replay started here reads too."""
     assert config.console.token is not None, "the console needs console.token"
     sessions = Sessions(config.console.token.get_secret_value())
     pages = Environment(
@@ -97,6 +116,7 @@ def console_app(config: Config) -> Starlette:
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
     figures = Figures(config)
+    replays = Replays(config_path)
     live_most = max(1, int(config.console.live_events_per_second * LIVE_POLL_SECONDS))
 
     def page(request: Request, name: str, session: Session | None, **values: Any) -> Response:
@@ -106,7 +126,9 @@ def console_app(config: Config) -> Starlette:
         return HTMLResponse(html)
 
     def guarded(
-        handler: Callable[[Request, Session | None], Response], *, api: bool = False
+        handler: Callable[[Request, Session | None], Response | Awaitable[Response]],
+        *,
+        api: bool = False,
     ) -> Callable[[Request], Any]:
         """``handler`` for a logged-in browser (or, for the API, a bearer token); a POST
         from a session needs its CSRF token."""
@@ -122,8 +144,8 @@ def console_app(config: Config) -> Starlette:
                 given = request.headers.get("x-csrf-token") or form.get("csrf")
                 if not same(given if isinstance(given, str) else None, session.csrf):
                     return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
-            answer: Response = handler(request, session)
-            return answer
+            answer = handler(request, session)
+            return await answer if inspect.isawaitable(answer) else answer
 
         return endpoint
 
@@ -204,6 +226,65 @@ def console_app(config: Config) -> Starlette:
 
         return _stream(arriving())
 
+    def failed_of(request: Request) -> tuple[str, FailedPage] | Response:
+        q = request.query_params
+        chosen = q.get("destination") or next(iter(config.destinations), COLLECTOR)
+        if chosen == COLLECTOR:
+            paths = sorted(config.layout.failed.glob("failed.tok=*.log"))
+        elif chosen in config.destinations:
+            paths = [config.layout.failed_destination(chosen)]
+        else:
+            return JSONResponse({"error": f"no destination {chosen!r}"}, 404)
+        limit = min(max(int(q.get("limit") or FAILED_SHOWN) if (q.get("limit") or "").isdigit()
+                        else FAILED_SHOWN, 1), 1000)  # fmt: skip
+        return chosen, newest_records(paths, limit, q.get("reason") or None)
+
+    def failed(request: Request, session: Session | None) -> Response:
+        found = failed_of(request)
+        if isinstance(found, Response):
+            return found
+        chosen, records = found
+        return page(request, "failed.html", session, chosen=chosen, failed=records,
+                    choices=[*config.destinations, COLLECTOR], collector=COLLECTOR,
+                    reason=request.query_params.get("reason") or "",
+                    replay=replays.of(chosen), as_json=_pretty)  # fmt: skip
+
+    def failed_api(request: Request, session: Session | None) -> Response:
+        found = failed_of(request)
+        if isinstance(found, Response):
+            return found
+        chosen, records = found
+        reasons = [{"reason": r, "events": n} for r, n in records.reasons]
+        return _json({"destination": chosen, "records": records.records,
+                      "reasons": reasons, "looked_at": records.looked_at,
+                      "whole_file": records.whole_file})  # fmt: skip
+
+    async def replay(request: Request, session: Session | None) -> Response:
+        form = await request.form()
+        chosen = form.get("destination")
+        if not isinstance(chosen, str) or chosen not in config.destinations:
+            return JSONResponse({"error": "replay: no such destination"}, 404)
+        started = replays.start(chosen)
+        if session is None:  # a script
+            return _json(started.as_json())
+        return RedirectResponse(f"/failed?destination={quote(chosen)}", 303)
+
+    def replays_api(request: Request, session: Session | None) -> Response:
+        return _json([r.as_json() for r in replays.all()])
+
+    def runs_of(request: Request) -> list[Any]:
+        from eventpipe.state.store import open_state
+
+        given = request.query_params.get("limit") or ""
+        limit = min(int(given), 200) if given.isdigit() else 20
+        return [asdict(r) for r in open_state(config).history(max(limit, 1))]
+
+    def runs(request: Request, session: Session | None) -> Response:
+        return page(request, "runs.html", session, runs=runs_of(request))
+
+    def runs_api(request: Request, session: Session | None) -> Response:
+        return _json(runs_of(request))
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         sampling = asyncio.create_task(figures.run())
@@ -222,9 +303,16 @@ def console_app(config: Config) -> Starlette:
             Route("/logout", guarded(logout), methods=["POST"]),
             Route("/", guarded(overview)),
             Route("/live", guarded(live)),
+            Route("/failed", guarded(failed)),
+            Route("/failed/replay", guarded(replay), methods=["POST"]),
+            Route("/runs", guarded(runs)),
             Route("/api/overview", guarded(overview_api, api=True)),
             Route("/api/overview/stream", guarded(overview_stream, api=True)),
             Route("/api/events/stream", guarded(events_stream, api=True)),
+            Route("/api/failed", guarded(failed_api, api=True)),
+            Route("/api/failed/replay", guarded(replay, api=True), methods=["POST"]),
+            Route("/api/replays", guarded(replays_api, api=True)),
+            Route("/api/runs", guarded(runs_api, api=True)),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ],
         lifespan=lifespan,
@@ -233,14 +321,15 @@ def console_app(config: Config) -> Starlette:
     return app
 
 
-def serve(config: Config) -> None:
+def serve(config: Config, config_path: Path | None = None) -> None:
     """Serve the console until SIGTERM or Ctrl-C."""
     import uvicorn
 
     console = config.console
     log.info("console on http://%s:%d (docs/console.md)", console.host, console.port)
-    uvicorn.run(console_app(config), host=console.host, port=console.port, log_level="warning",
-                access_log=False, server_header=False, proxy_headers=False)  # fmt: skip
+    uvicorn.run(console_app(config, config_path), host=console.host, port=console.port,
+                log_level="warning", access_log=False, server_header=False,
+                proxy_headers=False)  # fmt: skip
 
 
 def _filters(request: Request) -> Filters:
@@ -261,6 +350,10 @@ def _event(kind: str, value: Any) -> bytes:
 def _stream(chunks: AsyncIterator[bytes]) -> Response:
     return StreamingResponse(chunks, media_type="text/event-stream",
                              headers={"x-accel-buffering": "no"})  # fmt: skip
+
+
+def _pretty(value: Any) -> str:
+    return orjson.dumps(value, option=orjson.OPT_INDENT_2).decode()
 
 
 def _nonce() -> str:
