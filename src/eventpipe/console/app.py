@@ -8,6 +8,7 @@ Pages (server-rendered, a little script for what updates live):
 ``GET  /failed``                failed events by destination and reason; ``POST
                                 /failed/replay`` replays a destination's
 ``GET  /runs``                  the run history
+``GET  /trace``                 where is my event: an event id's path
 ``GET  /login``, ``POST /login``, ``POST /logout``
 
 API (JSON; the pages are one client of it, scripts another; docs/console.md):
@@ -20,6 +21,7 @@ API (JSON; the pages are one client of it, scripts another; docs/console.md):
                                 ``reason``, ``limit``), and their reasons
 ``GET  /api/replays``           the replays started here, with their outcome
 ``GET  /api/runs``              the last runs (``limit``)
+``GET  /api/trace``             an event's path (``id``)
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ from eventpipe.console.security import (
     Sessions,
     same,
 )
+from eventpipe.console.trace import BadEventId, Trace, trace
 from eventpipe.figures import Sample, Watch
 
 log = logging.getLogger("eventpipe.console")
@@ -285,6 +288,28 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
     def runs_api(request: Request, session: Session | None) -> Response:
         return _json(runs_of(request))
 
+    async def traced(request: Request) -> Trace | Response | None:
+        wanted = (request.query_params.get("id") or "").strip()
+        if not wanted:
+            return None
+        try:
+            return await asyncio.to_thread(trace, config, wanted)
+        except BadEventId as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+
+    async def trace_page(request: Request, session: Session | None) -> Response:
+        found = await traced(request)
+        if isinstance(found, Response):
+            return found
+        return page(request, "trace.html", session, trace=found, as_json=_pretty,
+                    wanted=request.query_params.get("id") or "")  # fmt: skip
+
+    async def trace_api(request: Request, session: Session | None) -> Response:
+        found = await traced(request)
+        if found is None:
+            return JSONResponse({"error": "give the event's id: ?id=..."}, 400)
+        return found if isinstance(found, Response) else _json(asdict(found))
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         sampling = asyncio.create_task(figures.run())
@@ -306,6 +331,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/failed", guarded(failed)),
             Route("/failed/replay", guarded(replay), methods=["POST"]),
             Route("/runs", guarded(runs)),
+            Route("/trace", guarded(trace_page)),
             Route("/api/overview", guarded(overview_api, api=True)),
             Route("/api/overview/stream", guarded(overview_stream, api=True)),
             Route("/api/events/stream", guarded(events_stream, api=True)),
@@ -313,6 +339,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/api/failed/replay", guarded(replay, api=True), methods=["POST"]),
             Route("/api/replays", guarded(replays_api, api=True)),
             Route("/api/runs", guarded(runs_api, api=True)),
+            Route("/api/trace", guarded(trace_api, api=True)),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ],
         lifespan=lifespan,

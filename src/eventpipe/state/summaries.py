@@ -124,6 +124,18 @@ class Summaries(Store):
             ).fetchall()
         return [(str(table), str(error)) for table, error in rows]
 
+    def segment_statuses(self, segment: str) -> list[tuple[str, str, str, str | None, str | None]]:
+        """(destination, table, status, run id, error) of every record of ``segment``."""
+        with self._db() as db:
+            return [
+                (str(d), str(t), str(s), r, e)
+                for d, t, s, r, e in db.execute(
+                    "SELECT destination, tbl, status, run_id, error FROM segment_status "
+                    "WHERE segment = ? ORDER BY destination, tbl",
+                    (segment,),
+                )
+            ]
+
     def statuses(self) -> list[tuple[str, str, str, str, int, str | None, int]]:
         with self._db() as db:
             return list(

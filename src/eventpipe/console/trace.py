@@ -1,0 +1,252 @@
+"""Where is my event: given its ``eventn_ctx.event_id``, its path through eventpipe.
+
+* **Stored**: the log segment and line it was written to (``incoming/``), or the
+  archive file and line that keeps it once every destination took its segment (the
+  archive's id index: one frame read; the days searched are those of the id's own time,
+  for an id eventpipe made, a UUIDv7).
+* **Per destination**: ``failed`` (its failed/ record and reason), ``loaded`` (the
+  table that holds it, found by its id), ``processed`` (its segment done, yet in no
+  table: filtered by the destination's namespace or transforms, skipped by an empty
+  table name, or dropped by a schema contract's ``discard_row``), or ``waiting`` (its
+  segment not sealed, or not loaded yet), with the run that processed it.
+
+Nothing here runs Spark: files, the state store, and a read-only query per table of a
+destination that has tables (at most a few seconds each)."""
+
+from __future__ import annotations
+
+import mmap
+import re
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from eventpipe.config import Config
+from eventpipe.paths import SegmentName
+
+EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
+"""What an id the console looks up may be: eventpipe's ids (UUIDv7) and a client's own
+(letters, digits, ``. _ : -``); it goes into a query as a literal, so nothing else."""
+ID_COLUMN = "eventn_ctx_event_id"
+QUERY_SECONDS = 5.0
+
+
+class BadEventId(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Stored:
+    where: str
+    """``log`` (incoming/, a segment not archived yet) or ``archive``."""
+    file: str
+    line: int
+    """0-based, as log positions ``<segment>:<line>`` count."""
+    day: str | None = None
+    """The archive's day directory (``archive``)."""
+
+
+@dataclass(frozen=True)
+class AtDestination:
+    destination: str
+    state: str
+    """``loaded``, ``failed``, ``processed``, ``waiting`` or ``unknown``."""
+    detail: str
+    run_id: str | None = None
+    table: str | None = None
+
+
+@dataclass(frozen=True)
+class Trace:
+    event_id: str
+    event: dict[str, Any] | None
+    stored: list[Stored]
+    destinations: list[AtDestination] = field(default_factory=list)
+    searched: str = ""
+    """Where it was looked for (said when it was not found)."""
+
+
+def trace(config: Config, event_id: str) -> Trace:
+    """The path of the event ``event_id`` (BadEventId: not an id)."""
+    if not EVENT_ID.match(event_id):
+        raise BadEventId("an event id is letters, digits and . _ : - (at most 128)")
+    layout = config.layout
+    wanted = b'"event_id":"' + event_id.encode() + b'"'
+    stored: list[Stored] = []
+    event: dict[str, Any] | None = None
+    found_in: Path | None = None
+    for path in [*layout.sealed_segments(), *layout.active_segments()]:
+        hit = _find_line(path, wanted)
+        if hit is not None:
+            stored.append(Stored("log", path.name, hit[0]))
+            event, found_in = _parsed(hit[1]), path
+            break
+    days = _days_of(event_id)
+    searched = "incoming/"
+    if not stored:
+        found = _in_archive(config, event_id, days)
+        if found is not None:
+            stored.append(found[0])
+            event = _parsed(found[1])
+        searched += (
+            (", archive/ days " + ", ".join(days))
+            if days
+            else (" (not a UUIDv7: the archive is searched by the days of an id eventpipe made)")
+        )
+    at = [_at_destination(config, d, event_id, stored, found_in) for d in config.destinations]
+    return Trace(event_id, event, stored, at, searched)
+
+
+def _find_line(path: Path, wanted: bytes) -> tuple[int, bytes] | None:
+    try:
+        with path.open("rb") as f:
+            if f.seek(0, 2) == 0:
+                return None
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as data:
+                at = data.find(wanted)
+                if at < 0:
+                    return None
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at)
+                line = data[start : end if end >= 0 else len(data)]
+                return data[:start].count(b"\n"), bytes(line)
+    except (FileNotFoundError, ValueError):  # sealed and archived meanwhile; empty
+        return None
+
+
+def _parsed(line: bytes) -> dict[str, Any] | None:
+    try:
+        value = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _days_of(event_id: str) -> list[str]:
+    """The UTC day of a UUIDv7's time and the next (a segment sealed after midnight is
+    archived under its seal's day); none for another id."""
+    try:
+        parsed = uuid.UUID(event_id)
+    except ValueError:
+        return []
+    if parsed.version != 7:
+        return []
+    at = datetime.fromtimestamp((parsed.int >> 80) / 1000, UTC)
+    return [d.date().isoformat() for d in (at, at + timedelta(days=1))]
+
+
+def _in_archive(config: Config, event_id: str, days: list[str]) -> tuple[Stored, bytes] | None:
+    from eventpipe.archive.read import find
+
+    for day in days:
+        directory = config.layout.archive / day
+        if not directory.is_dir():
+            continue
+        for match in find(directory, event_id):
+            return Stored("archive", match.segment.data.name, match.line, day), match.event
+    return None
+
+
+def _at_destination(
+    config: Config, dest_id: str, event_id: str, stored: list[Stored], segment: Path | None
+) -> AtDestination:
+    from eventpipe.state.records import ALL_TABLES
+    from eventpipe.state.store import open_state
+
+    failed = _failed_record(config.layout.failed_destination(dest_id), event_id)
+    if failed is not None:
+        return AtDestination(dest_id, "failed", str(failed.get("error") or ""),
+                             table=failed.get("table"))  # fmt: skip
+    if not stored:
+        return AtDestination(dest_id, "unknown", "not found in the log or the archive")
+    place = stored[0]
+    dest = config.destinations[dest_id]
+    run_id = None
+    if place.where == "archive":  # every destination took its segment: which run did
+        segment_file = place.file.removesuffix(".lz4").removesuffix(".gz")
+        records = open_state(config).segment_statuses(segment_file)
+        done = [r for r in records if r[0] == dest_id and r[1] == ALL_TABLES and r[2] == "ok"]
+        run_id = done[0][3] if done else None
+    elif place.where == "log":
+        parsed = SegmentName.parse(place.file)
+        if dest.mode == "stream":
+            if not _streamed(config, dest_id, segment, place.line):
+                return AtDestination(dest_id, "waiting", "not loaded by the stream yet")
+        elif parsed is None or parsed.sealed is None:
+            return AtDestination(
+                dest_id,
+                "waiting",
+                "its segment is not sealed yet: a batch "
+                "destination loads it once it is (eventpipe rotate seals now)",
+            )
+        else:
+            records = open_state(config).segment_statuses(place.file)
+            done = [r for r in records if r[0] == dest_id and r[1] == ALL_TABLES]
+            if not done or done[0][2] != "ok":
+                why = done[0][4] if done and done[0][4] else "its segment is not loaded yet"
+                return AtDestination(dest_id, "waiting", why)
+            run_id = done[0][3]
+    table = _table_holding(config, dest_id, event_id)
+    if isinstance(table, str):
+        return AtDestination(dest_id, "loaded", f"a row of table {table}", run_id, table)
+    detail = ("in no table: filtered (namespace, transforms), skipped (an empty table "
+              "name) or dropped by a schema contract's discard_row")  # fmt: skip
+    if table is not None:
+        detail = f"processed; its table not looked up: {table[0]}"
+    return AtDestination(dest_id, "processed", detail, run_id)
+
+
+def _streamed(config: Config, dest_id: str, segment: Path | None, line: int) -> bool:
+    from eventpipe.log.tail import count_lines, identity, read_progress
+
+    if segment is None or (ident := identity(segment)) is None:
+        return False
+    loaded_to = read_progress(config.layout, dest_id).offsets.get(ident, 0)
+    return count_lines(segment, 0, loaded_to) > line
+
+
+def _failed_record(path: Path, event_id: str) -> dict[str, Any] | None:
+    """The newest record of the failed/ file whose event has ``event_id``."""
+    hit = None
+    wanted = b'"event_id":"' + event_id.encode() + b'"'
+    try:
+        with path.open("rb") as lines:
+            for line in lines:
+                if wanted in line:
+                    hit = line
+    except FileNotFoundError:
+        return None
+    return _parsed(hit) if hit is not None else None
+
+
+def _table_holding(config: Config, dest_id: str, event_id: str) -> str | tuple[str] | None:
+    """The table whose row has the id; None: none has; (why,): not looked up."""
+    from eventpipe.destinations import registry
+    from eventpipe.state.locks import open_locks
+
+    dest = config.destinations[dest_id]
+    if not dest.tables:
+        return ("a sink: what it sent is not kept",)
+
+    def no_spark() -> Any:
+        raise RuntimeError("the console does not run Spark")
+
+    try:
+        lent = registry.Resources(locks=open_locks(config), spark=no_spark)
+        opened: Any = registry.open_destination(dest_id, dest, config, lent)
+        for table in opened.tables():
+            described = opened.describe(table)
+            if described is None or ID_COLUMN not in described.columns:
+                continue
+            quote = opened.dialect.quote
+            sql = f"SELECT count(*) FROM {quote(table)} WHERE {quote(ID_COLUMN)} = '{event_id}'"
+            _, rows = opened.query(sql, timeout_seconds=QUERY_SECONDS)
+            if rows and rows[0][0]:
+                return str(table)
+    except Exception as exc:  # noqa: BLE001 - shown: the rest of the trace stands
+        return (f"{type(exc).__name__}: {exc}"[:300],)
+    return None

@@ -1,0 +1,75 @@
+"""Where is my event, end to end: events posted over HTTP and processed by a real run
+(Spark, DuckDB), then traced through the console's API by their ids: one loaded (its
+table), one failed (its reason), one filtered by the destination's transforms (processed,
+in no table), one waiting in a segment not sealed yet; after the archive took their
+segment, one found there; an id that is no id refused."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from eventpipe.processing.batch.job import process_once
+from eventpipe.state.store import open_state
+from tests.conftest import stored_events
+from tests.e2e.test_batch_pipeline import _post, _seal
+from tests.integration.test_console import TOKEN, RunningConsole
+
+BEARER = {"Authorization": f"Bearer {TOKEN}"}
+
+
+def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any) -> None:
+    c = start_collector(
+        console={"token": TOKEN},
+        destinations={"warehouse": {
+            "type": "duckdb", "table_name_template": "{{ event_type }}",
+            "mappings": {"fields": [{"action": "cast", "src": "/n", "type": "INT64"}]},
+            "transforms": [{"filter": "event_type != 'hidden'"}],
+        }},
+    )  # fmt: skip
+    _post(c, [{"event_type": "page", "n": 1}, {"event_type": "page", "n": "five"},
+              {"event_type": "hidden", "n": 3}], server=True)  # fmt: skip
+    ids = {e["n"]: e["eventn_ctx"]["event_id"] for e in stored_events(c)}
+    _seal(c)
+    process_once(c.config, spark)
+    _post(c, [{"event_type": "page", "n": 4}], server=True)
+    ids[4] = stored_events(c)[-1]["eventn_ctx"]["event_id"]
+    console = RunningConsole(c.config)
+    try:
+
+        def traced(event_id: str) -> dict[str, Any]:
+            answer = httpx.get(console.url + "/api/trace", params={"id": event_id},
+                               headers=BEARER, timeout=30)  # fmt: skip
+            assert answer.status_code == 200, answer.text
+            body: dict[str, Any] = answer.json()
+            return body
+
+        def at(event_id: str) -> tuple[str, str | None, str]:
+            [warehouse] = traced(event_id)["destinations"]
+            return warehouse["state"], warehouse["table"], warehouse["detail"]
+
+        loaded = traced(ids[1])
+        assert loaded["event"]["n"] == 1
+        [where] = loaded["stored"]
+        assert (where["where"], where["line"]) == ("archive", 0)  # archived after the run
+        assert at(ids[1]) == ("loaded", "page", "a row of table page")
+        [run] = open_state(c.config).history(1)
+        assert loaded["destinations"][0]["run_id"] == run.run_id
+        state, _, detail = at(ids["five"])
+        assert state == "failed"
+        assert "column n (INT64) cannot take five" in detail
+        state, table, detail = at(ids[3])
+        assert (state, table) == ("processed", None)
+        assert detail.startswith("in no table: filtered")
+        waiting = traced(ids[4])
+        assert waiting["stored"][0]["where"] == "log"
+        assert waiting["destinations"][0]["state"] == "waiting"
+        assert "not sealed yet" in waiting["destinations"][0]["detail"]
+        nowhere = traced("01900000-0000-7000-8000-000000000000")
+        assert (nowhere["stored"], nowhere["destinations"][0]["state"]) == ([], "unknown")
+        refused = httpx.get(console.url + "/api/trace", params={"id": "x' OR '1'='1"},
+                            headers=BEARER)  # fmt: skip
+        assert refused.status_code == 400
+    finally:
+        console.stop()
