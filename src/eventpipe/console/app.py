@@ -36,12 +36,13 @@ from contextlib import asynccontextmanager
 from dataclasses import asdict
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote
 
 import orjson
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import (
     HTMLResponse,
@@ -147,8 +148,12 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
                 given = request.headers.get("x-csrf-token") or form.get("csrf")
                 if not same(given if isinstance(given, str) else None, session.csrf):
                     return JSONResponse({"error": "missing or wrong CSRF token"}, 403)
-            answer = handler(request, session)
-            return await answer if inspect.isawaitable(answer) else answer
+            if inspect.iscoroutinefunction(handler):
+                answer: Response = await handler(request, session)
+                return answer
+            # Files and the state store are read off the event loop: the live streams
+            # of other pages go on meanwhile.
+            return cast(Response, await run_in_threadpool(handler, request, session))
 
         return endpoint
 

@@ -1,0 +1,139 @@
+"""The console beside ingest: the collector's events/s (bench/ingest.py's events, wrk, one
+worker, fsync on) with the console's live view open (a client reading
+``/api/events/stream`` and ``/api/overview/stream`` all along) and without it, in one
+run, alternating rounds; then the console process's memory (peak RSS) after the run.
+
+    .venv/bin/python bench/console.py --seconds 8 --rounds 3
+
+The goal: at least 0.95x the events/s with the live view open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ingest import free_port, make_event, peak_rss_mb, run_wrk, start_eventpipe, wait_ready
+
+TOKEN = "bench-console-token-0123456789abcdef"
+
+
+class Viewer:
+    """A browser's live view and overview: two server-sent event streams, read along."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.events = 0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._read, args=(path,), daemon=True)
+                         for path in ("/api/events/stream", "/api/overview/stream")]  # fmt: skip
+
+    def __enter__(self) -> Viewer:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(10)
+
+    def _read(self, path: str) -> None:
+        headers = {"Authorization": f"Bearer {TOKEN}"}
+        with httpx.stream("GET", self.url + path, headers=headers, timeout=None) as stream:
+            for line in stream.iter_lines():
+                if line.startswith("event: event"):
+                    self.events += 1
+                if self._stop.is_set():
+                    return
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--connections", type=int, default=16)
+    args = parser.parse_args()
+    rng = random.Random(1)
+    with tempfile.TemporaryDirectory(prefix="eventpipe-console-bench-") as tmp:
+        work = Path(tmp)
+        bodies = {}
+        for per_post in (100, 1):
+            events = [make_event(rng) for _ in range(per_post)]
+            bodies[per_post] = work / f"body-{per_post}.json"
+            bodies[per_post].write_text(json.dumps(events if per_post > 1 else events[0]))
+        port, console_port = free_port(), free_port()
+        console = {"console": {"token": TOKEN, "port": console_port, "sample_seconds": 1}}
+        [collector] = start_eventpipe(work, port, 1, console)
+        url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
+        wait_ready(url, collector)
+        command = [str(Path(sys.executable).parent / "eventpipe"), "console", "-c",
+                   str(work / "eventpipe.yaml")]  # fmt: skip
+        viewer_url = f"http://127.0.0.1:{console_port}"
+        served = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        results: dict[tuple[str, int], list[float]] = {}
+        shown = 0
+        try:
+            _wait_console(viewer_url, served)
+            for per_post, body in bodies.items():
+                run_wrk(url, body, 2, args.connections)  # warm-up
+                for _ in range(args.rounds):
+                    for name in ("console closed", "live view open"):
+                        if name == "live view open":
+                            with Viewer(viewer_url) as viewer:
+                                time.sleep(0.5)
+                                rps, _, _, errors = run_wrk(url, body, args.seconds,
+                                                            args.connections)  # fmt: skip
+                            shown += viewer.events
+                        else:
+                            rps, _, _, errors = run_wrk(url, body, args.seconds, args.connections)
+                        if errors:
+                            raise SystemExit(f"{name}: {errors} errors")
+                        results.setdefault((name, per_post), []).append(rps * per_post)
+            rss = peak_rss_mb([served.pid])
+        finally:
+            for proc in (served, collector):
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+    print(f"\n{args.rounds} alternating rounds of {args.seconds} s, one collector worker, "
+          "fsync on\n")  # fmt: skip
+    for per_post in bodies:
+        medians = {}
+        for name in ("console closed", "live view open"):
+            rounds = results[(name, per_post)]
+            medians[name] = statistics.median(rounds)
+            each = ", ".join(f"{r:,.0f}" for r in rounds)
+            print(f"{per_post:>3} events/post, {name}: {medians[name]:,.0f} events/s ({each})")
+        ratio = medians["live view open"] / medians["console closed"]
+        print(f"{per_post:>3} events/post: open / closed = {ratio:.2f}x events/s\n")
+    print(f"the live view showed {shown:,} event(s); the console's peak RSS {rss:.0f} MB")
+
+
+def _wait_console(url: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit("the console exited")
+        try:
+            httpx.get(url + "/login", timeout=1)
+            return
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    raise SystemExit("the console did not start")
+
+
+if __name__ == "__main__":
+    main()
