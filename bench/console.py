@@ -104,6 +104,7 @@ def main() -> None:
                             raise SystemExit(f"{name}: {errors} errors")
                         results.setdefault((name, per_post), []).append(rps * per_post)
             rss = peak_rss_mb([served.pid])
+            cpu = _cpu_seconds(served.pid)
         finally:
             for proc in (served, collector):
                 proc.send_signal(signal.SIGTERM)
@@ -119,7 +120,17 @@ def main() -> None:
             print(f"{per_post:>3} events/post, {name}: {medians[name]:,.0f} events/s ({each})")
         ratio = medians["live view open"] / medians["console closed"]
         print(f"{per_post:>3} events/post: open / closed = {ratio:.2f}x events/s\n")
-    print(f"the live view showed {shown:,} event(s); the console's peak RSS {rss:.0f} MB")
+    open_seconds = args.seconds * args.rounds * len(bodies)
+    print(f"the live view showed {shown:,} event(s); the console's peak RSS {rss:.0f} MB; "
+          f"its CPU {cpu:.1f} s in all (the live view was open {open_seconds} s)")  # fmt: skip
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU seconds of a process so far."""
+    import os
+
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_console(url: str, proc: subprocess.Popen[bytes]) -> None:

@@ -4,16 +4,20 @@ seal). The collector is never asked for anything: the console reads what it wrot
 
 At high rates only a sample is read: from each segment at most :data:`READ_BYTES` a
 poll (the newest lines), and of those at most the configured events per second shown,
-spread evenly; what was passed over is counted."""
+spread evenly; what was passed over is counted (the lines not read, estimated from the
+length of those read)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import orjson
 
-from eventpipe.log.tail import read_lines, segments
+from eventpipe.log.tail import complete_end
 from eventpipe.paths import DataLayout
 
 READ_BYTES = 256 * 1024
@@ -48,29 +52,33 @@ class Polled:
 
 
 class LiveTail:
-    """The log's new lines, poll by poll, from where it stood when made."""
+    """The log's new lines, poll by poll, from where it stood when made.
+
+    A segment is known by its inode, which its seal (a rename) keeps; only a segment that
+    grew since the last poll is read (one stat each), so that a log of many sealed
+    segments costs the console nothing while they do not change. A segment smaller than
+    where it was read to is a new file on a reused inode: read from its start."""
 
     def __init__(self, layout: DataLayout) -> None:
         self.layout = layout
-        self.offsets = {s.identity: s.end for s in segments(layout)}
+        self.offsets: dict[int, int] = {}
+        for path in [*layout.sealed_segments(), *layout.active_segments()]:
+            with contextlib.suppress(FileNotFoundError):
+                self.offsets[path.stat().st_ino] = complete_end(path)
 
     def poll(self, most: int, filters: Filters) -> Polled:
         """The events written since the last poll: at most ``most`` of those ``filters``
         keeps, spread over them."""
         lines: list[bytes] = []
         passed = 0
-        for segment in segments(self.layout):
-            start = self.offsets.get(segment.identity, 0)  # a new segment: from its start
-            self.offsets[segment.identity] = segment.end
-            if segment.end <= start:
-                continue
-            if segment.end - start > READ_BYTES:  # a sample: the newest lines only
-                skipped_from, start = start, _line_start(segment.path, segment.end - READ_BYTES)
-                passed += _count(segment.path, skipped_from, start)
+        for path in [*self.layout.sealed_segments(), *self.layout.active_segments()]:
             try:
-                lines.extend(read_lines(segment.path, start, segment.end))
-            except FileNotFoundError:  # archived meanwhile
+                found = self._new_lines(path)
+            except FileNotFoundError:  # sealed or archived meanwhile: next poll
                 continue
+            if found is not None:
+                lines.extend(found[0])
+                passed += found[1]
         kept: list[tuple[bytes, dict[str, Any]]] = []
         for line in lines:
             try:
@@ -89,19 +97,28 @@ class LiveTail:
             kept = chosen
         return Polled([event for _, event in kept], passed)
 
-
-def _line_start(path: Any, offset: int) -> int:
-    """The start of the first whole line at or after ``offset``."""
-    with open(path, "rb") as f:
-        f.seek(max(0, offset - 1))
-        f.readline()  # the rest of the line ``offset`` is in (none if it starts one)
-        return f.tell()
-
-
-def _count(path: Any, start: int, end: int) -> int:
-    from eventpipe.log.tail import count_lines
-
-    try:
-        return count_lines(path, start, end)
-    except FileNotFoundError:
-        return 0
+    def _new_lines(self, path: Path) -> tuple[list[bytes], int] | None:
+        """The whole lines ``path`` got since the last poll (at most READ_BYTES of the
+        newest), and about how many lines before them were passed over."""
+        with path.open("rb") as f:
+            stat = os.fstat(f.fileno())
+            start = self.offsets.get(stat.st_ino, 0)
+            if stat.st_size < start:  # a new file on a reused inode
+                start = 0
+            if stat.st_size == start:
+                return None
+            first = max(start, stat.st_size - READ_BYTES)
+            f.seek(first)
+            chunk = f.read(stat.st_size - first)
+        end = chunk.rfind(b"\n") + 1
+        if end == 0:
+            return None  # no whole line yet
+        self.offsets[stat.st_ino] = first + end
+        chunk = chunk[:end]
+        lines = [line for line in chunk.split(b"\n") if line.strip()]
+        passed = 0
+        if first > start:  # a sample: the first line read is a part of one
+            lines = lines[1:]
+            average = end / max(len(lines), 1)
+            passed = round((first - start) / average) + 1
+        return lines, passed
