@@ -354,14 +354,28 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
 
 
 def serve(config: Config, config_path: Path | None = None) -> None:
-    """Serve the console until SIGTERM or Ctrl-C."""
+    """Serve the console until SIGTERM or Ctrl-C; exits 130 after Ctrl-C (SIGINT), so
+    that ``eventpipe run``'s supervisor, stopping too, does not take it for a crash."""
+    import signal
+
     import uvicorn
+
+    class Server(uvicorn.Server):
+        interrupted = False
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            self.interrupted = self.interrupted or sig == signal.SIGINT
+            super().handle_exit(sig, frame)
 
     console = config.console
     log.info("console on http://%s:%d (docs/console.md)", console.host, console.port)
-    uvicorn.run(console_app(config, config_path), host=console.host, port=console.port,
-                log_level="warning", access_log=False, server_header=False,
-                proxy_headers=False)  # fmt: skip
+    server = Server(uvicorn.Config(
+        console_app(config, config_path), host=console.host, port=console.port,
+        log_level="warning", access_log=False, server_header=False, proxy_headers=False,
+    ))  # fmt: skip
+    server.run()
+    if server.interrupted:
+        raise SystemExit(130)
 
 
 def _filters(request: Request) -> Filters:
