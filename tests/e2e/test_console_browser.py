@@ -66,21 +66,6 @@ def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     assert _requested(browser) == {running.url}
     assert _errors(browser) == []
 
-    # Replay from the page: a fixed event's failure, replayed, loads.
-    _fail(collector, 7, "column n (INT64) cannot take seven")
-    browser.get(running.url + "/failed?destination=warehouse")
-    assert "column n (INT64) cannot take seven" in browser.find_element(By.ID, "reasons").text
-    browser.find_element(By.CSS_SELECTOR, "form.replay button").click()
-    deadline = time.monotonic() + 180
-    while not browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done, #replay.replay-failed"):
-        assert time.monotonic() < deadline, browser.page_source
-        time.sleep(2)
-        browser.refresh()
-    assert browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done"), browser.page_source
-    assert "warehouse.events: 1 rows" in browser.find_element(By.CSS_SELECTOR, "#replay pre").text
-    assert "None." in browser.find_element(By.ID, "failed").text  # nothing failed is left
-    assert _errors(browser) == []
-
     browser.get(running.url + "/live")
     time.sleep(1.0)  # the page's stream is open (it shows what arrives from then on)
     posted = httpx.post(collector.url + "/api/v1/event", params={"token": WEB_JS},
