@@ -2,7 +2,8 @@
 (Spark, DuckDB), then traced through the console's API by their ids: one loaded (its
 table), one failed (its reason), one filtered by the destination's transforms (processed,
 in no table), one waiting in a segment not sealed yet; after the archive took their
-segment, one found there; an id that is no id refused."""
+segment, one found there; an id that is no id refused; and the ledger of the run:
+acknowledged = loaded + failed + skipped + filtered + dropped, and what waits."""
 
 from __future__ import annotations
 
@@ -71,5 +72,17 @@ def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any)
         refused = httpx.get(console.url + "/api/trace", params={"id": "x' OR '1'='1"},
                             headers=BEARER)  # fmt: skip
         assert refused.status_code == 400
+        # The ledger: the run's three events, each accounted for; the fourth waits once
+        # its segment is sealed.
+        _seal(c)
+        books = httpx.get(console.url + "/api/ledger", headers=BEARER, timeout=30).json()
+        [line] = books["runs"]
+        assert (line["run_id"], line["destination"]) == (run.run_id, "warehouse")
+        assert {k: line[k] for k in ("acknowledged", "loaded", "failed", "skipped", "filtered",
+                                     "dropped", "difference")} == {
+            "acknowledged": 3, "loaded": 1, "failed": 1, "skipped": 0, "filtered": 1,
+            "dropped": 0, "difference": 0,
+        }  # fmt: skip
+        assert books["waiting"] == [{"destination": "warehouse", "segments": 1, "events": 1}]
     finally:
         console.stop()

@@ -238,4 +238,7 @@ def test_failed_events_by_reason_shown_as_text(console: Any) -> None:
         runs = client.get("/runs")
         assert runs.status_code == 200
         assert "No run yet." in runs.text
+        books = client.get("/ledger")
+        assert books.status_code == 200
+        assert "No batch run yet." in books.text
     assert httpx.get(running.url + "/api/runs", headers=bearer).json() == []

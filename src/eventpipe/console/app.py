@@ -9,6 +9,8 @@ Pages (server-rendered, a little script for what updates live):
                                 /failed/replay`` replays a destination's
 ``GET  /runs``                  the run history
 ``GET  /trace``                 where is my event: an event id's path
+``GET  /ledger``                per run and destination: acknowledged = loaded + failed +
+                                skipped + filtered + dropped; and what waits
 ``GET  /login``, ``POST /login``, ``POST /logout``
 
 API (JSON; the pages are one client of it, scripts another; docs/console.md):
@@ -22,6 +24,7 @@ API (JSON; the pages are one client of it, scripts another; docs/console.md):
 ``GET  /api/replays``           the replays started here, with their outcome
 ``GET  /api/runs``              the last runs (``limit``)
 ``GET  /api/trace``             an event's path (``id``)
+``GET  /api/ledger``            the ledger (``limit`` runs)
 """
 
 from __future__ import annotations
@@ -56,6 +59,7 @@ from starlette.staticfiles import StaticFiles
 
 from eventpipe.config import Config
 from eventpipe.console.failed import FailedPage, newest_records
+from eventpipe.console.ledger import ledger
 from eventpipe.console.live import Filters, LiveTail
 from eventpipe.console.replays import Replays
 from eventpipe.console.security import (
@@ -315,6 +319,18 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             return JSONResponse({"error": "give the event's id: ?id=..."}, 400)
         return found if isinstance(found, Response) else _json(asdict(found))
 
+    def ledger_of(request: Request) -> dict[str, Any]:
+        given = request.query_params.get("limit") or ""
+        lines, waiting = ledger(config, min(int(given), 200) if given.isdigit() else 20)
+        return {"runs": [{**asdict(line), "difference": line.difference} for line in lines],
+                "waiting": [asdict(w) for w in waiting]}  # fmt: skip
+
+    def ledger_page(request: Request, session: Session | None) -> Response:
+        return page(request, "ledger.html", session, ledger=ledger_of(request))
+
+    def ledger_api(request: Request, session: Session | None) -> Response:
+        return _json(ledger_of(request))
+
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         sampling = asyncio.create_task(figures.run())
@@ -337,6 +353,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/failed/replay", guarded(replay), methods=["POST"]),
             Route("/runs", guarded(runs)),
             Route("/trace", guarded(trace_page)),
+            Route("/ledger", guarded(ledger_page)),
             Route("/api/overview", guarded(overview_api, api=True)),
             Route("/api/overview/stream", guarded(overview_stream, api=True)),
             Route("/api/events/stream", guarded(events_stream, api=True)),
@@ -345,6 +362,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/api/replays", guarded(replays_api, api=True)),
             Route("/api/runs", guarded(runs_api, api=True)),
             Route("/api/trace", guarded(trace_api, api=True)),
+            Route("/api/ledger", guarded(ledger_api, api=True)),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ],
         lifespan=lifespan,

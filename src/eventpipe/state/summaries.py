@@ -124,6 +124,19 @@ class Summaries(Store):
             ).fetchall()
         return [(str(table), str(error)) for table, error in rows]
 
+    def run_segments(self, run_id: str) -> dict[str, tuple[str, ...]] | None:
+        """Each destination's segments in run ``run_id`` (None: no such run); a run
+        without a plan gave every destination all of its segments (an empty key)."""
+        with self._db() as db:
+            row = db.execute("SELECT segments, plan FROM runs WHERE run_id = ?",
+                             (run_id,)).fetchone()  # fmt: skip
+        if row is None:
+            return None
+        segments, plan = row
+        if plan is None:
+            return {"": tuple(json.loads(segments))}
+        return {d: tuple(s) for d, s in json.loads(plan).items()}
+
     def segment_statuses(self, segment: str) -> list[tuple[str, str, str, str | None, str | None]]:
         """(destination, table, status, run id, error) of every record of ``segment``."""
         with self._db() as db:

@@ -1,0 +1,130 @@
+"""The ledger: per batch run and destination, the events its segments held
+(acknowledged: every one was answered 200) against where they went: rows loaded,
+failed, skipped (an empty table name), filtered (namespace, transforms), dropped by a
+schema contract (``discard_row``); and the events still waiting. A difference is flagged.
+
+Counted from the run history and the log's files: a segment still in ``incoming/`` by
+its lines, an archived one by its index (no event is read). Stream destinations load
+micro-batches, not runs: their lines say so. A loaded row is an event (a source's change
+applied counts one, as ``status`` counts); a metering destination's replaced rows are
+not subtracted."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from eventpipe.config import Config
+
+DROPPING = {"tables:discard_row", "columns:discard_row", "data_type:discard_row"}
+
+
+@dataclass(frozen=True)
+class LedgerLine:
+    run_id: str
+    started_at: str
+    destination: str
+    acknowledged: int | None
+    """Events in the destination's segments of the run; None: a segment is gone."""
+    loaded: int
+    failed: int
+    skipped: int
+    filtered: int
+    dropped: int
+    status: str
+
+    @property
+    def difference(self) -> int | None:
+        if self.acknowledged is None or self.status != "done":
+            return None
+        return self.acknowledged - (self.loaded + self.failed + self.skipped + self.filtered
+                                    + self.dropped)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Waiting:
+    destination: str
+    segments: int
+    events: int
+
+
+def ledger(config: Config, limit: int = 20) -> tuple[list[LedgerLine], list[Waiting]]:
+    """The last ``limit`` batch runs' lines, newest first, and what waits now."""
+    from eventpipe.state.records import ALL_TABLES
+    from eventpipe.state.store import open_state
+
+    store = open_state(config)
+    lines: list[LedgerLine] = []
+    counted: dict[str, int | None] = {}
+    for run in store.history(limit):
+        plan = store.run_segments(run.run_id) or {}
+        destinations = sorted({t.destination for t in run.tables} | {e[0] for e in run.events})
+        for dest_id in destinations:
+            if dest_id not in config.destinations or config.destinations[dest_id].mode != "batch":
+                continue
+            segments = plan.get(dest_id, plan.get("", ()))
+            acknowledged = _events_in(config, segments, counted)
+            loaded = sum(t.rows for t in run.tables
+                         if t.destination == dest_id and t.table != ALL_TABLES
+                         and t.status == "ok")  # fmt: skip
+            skipped, failed, filtered = next(
+                ((e[1], e[2], e[3]) for e in run.events if e[0] == dest_id), (0, 0, 0)
+            )
+            dropped = sum(c.events for c in run.contracts
+                          if c.destination == dest_id and c.kind == "table"
+                          and c.rule in DROPPING)  # fmt: skip
+            lines.append(LedgerLine(run.run_id, run.started_at, dest_id, acknowledged, loaded,
+                                    failed, skipped, filtered, dropped, run.status))  # fmt: skip
+    return lines, _waiting(config)
+
+
+def _events_in(config: Config, segments: tuple[str, ...], counted: dict[str, int | None]
+               ) -> int | None:  # fmt: skip
+    total = 0
+    for name in segments:
+        if name not in counted:
+            counted[name] = _events_of(config, name)
+        found = counted[name]
+        if found is None:
+            return None
+        total += found
+    return total
+
+
+def _events_of(config: Config, name: str) -> int | None:
+    """The events of the segment ``name``: its lines in incoming/, or its archive index."""
+    from eventpipe.archive.files import ArchivedSegment, Index
+    from eventpipe.log.tail import count_lines
+
+    incoming = config.layout.incoming / name
+    if incoming.exists():
+        return count_lines(incoming, 0, incoming.stat().st_size)
+    try:
+        archived = ArchivedSegment.of(config.layout, name)
+        return Index.read(archived.index).events
+    except (OSError, ValueError):
+        return None
+
+
+def _waiting(config: Config) -> list[Waiting]:
+    """Per batch destination: the sealed segments it has not finished, and their events
+    (segments being written wait too: counted once sealed)."""
+    from eventpipe.log.tail import count_lines
+    from eventpipe.state.store import open_state
+
+    store = open_state(config)
+    sealed = config.layout.sealed_segments()
+    found = []
+    for dest_id, dest in config.destinations.items():
+        if dest.mode != "batch":
+            continue
+        done = store.summary(dest_id).done_segments
+        pending: list[Path] = [p for p in sealed if p.name not in done]
+        events = 0
+        for path in pending:
+            try:
+                events += count_lines(path, 0, path.stat().st_size)
+            except FileNotFoundError:
+                continue
+        found.append(Waiting(dest_id, len(pending), events))
+    return found
