@@ -20,7 +20,14 @@ import orjson  # noqa: E402
 from tests.conftest import WEB_JS, RunningCollector, make_config  # noqa: E402
 from tests.integration.test_console import TOKEN, RunningConsole, _fail  # noqa: E402
 
-PAGES = {"login": "/login", "overview": "/", "live": "/live", "failed": "/failed", "runs": "/runs"}
+PAGES = {
+    "login": "/login",
+    "overview": "/",
+    "live": "/live",
+    "failed": "/failed",
+    "runs": "/runs",
+    "ledger": "/ledger",
+}
 
 
 def main() -> None:
@@ -57,10 +64,18 @@ def main() -> None:
                 time.sleep(0.4)
             time.sleep(1.5)
             browser.save_screenshot(str(out / "live.png"))
-            for name in ("overview", "failed", "runs"):
+            for name in ("overview", "failed", "runs", "ledger"):
                 browser.get(console.url + PAGES[name])
                 time.sleep(2.5)
                 browser.save_screenshot(str(out / f"{name}.png"))
+            event_id = orjson.loads(
+                next(p for p in config.layout.active_segments() if p.stat().st_size)
+                .read_bytes()
+                .splitlines()[0]
+            )["eventn_ctx"]["event_id"]
+            browser.get(console.url + f"/trace?id={event_id}")
+            time.sleep(1.5)
+            browser.save_screenshot(str(out / "trace.png"))
         finally:
             browser.quit()
             console.stop()
