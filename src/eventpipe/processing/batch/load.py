@@ -225,8 +225,11 @@ def _load_table_as(
         ok = checked.filter(kept_rows)
         # Counted during the write: none failed (the usual case) costs no pass.
         counts = [F.count_if(F.col(ERROR) != "").alias("failed")]
-        counts += [F.count_if(F.coalesce(c, F.lit(False))).alias(n)
-                   for n, c in rules.counted.items()]  # fmt: skip
+        for name, condition in rules.counted.items():
+            holds = F.coalesce(condition, F.lit(False))
+            if not name.endswith(":freeze"):  # what failed for another reason is not held
+                holds &= F.col(ERROR) == ""
+            counts.append(F.count_if(holds).alias(name))
         staging_rows = checked.observe(observed, *counts).filter(kept_rows)
     with step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (load_files).
