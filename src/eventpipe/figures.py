@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from eventpipe.config import Config
+    from eventpipe.log.tail import Lag
     from eventpipe.state.store import StateStore
 
 
@@ -79,10 +80,10 @@ class Watch:
             waiting = None
             if dest.mode == "stream":  # the log read as it is written
                 behind = lag(layout, dest_id)
-                backlog = f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
+                backlog = stream_backlog(behind)
                 waiting = behind.seconds if behind.events else None
             else:
-                backlog = f"{len(pending)} segment(s), {size / 1e6:.1f} MB"
+                backlog = batch_backlog(len(pending), size)
                 oldest = SegmentName.parse(pending[0].name) if pending else None
                 if oldest is not None and oldest.sealed is not None:
                     waiting = (wall - sealed_at(oldest.sealed)).total_seconds()
@@ -97,6 +98,29 @@ class Watch:
             speed = max((written - self._written[1]) / (now - self._written[0]), 0.0)
         self._written = (now, written)
         return Sample(wall.isoformat(timespec="seconds"), speed, tuple(found))
+
+
+def backlog(
+    config: Config, dest_id: str, done: frozenset[str], sealed: list[Path], unsealed: int = 0
+) -> str:
+    """What a destination has still to load: a stream's lag in events and time, or the
+    sealed segments it has not finished (``done``: those it has) and the ``unsealed``
+    events in segments being written, which a batch destination loads once sealed."""
+    from eventpipe.log.tail import lag
+
+    if config.destinations[dest_id].mode == "stream":
+        return stream_backlog(lag(config.layout, dest_id))
+    pending = [p for p in sealed if p.name not in done]
+    return batch_backlog(len(pending), sum(_size(p) for p in pending), unsealed)
+
+
+def stream_backlog(behind: Lag) -> str:
+    return f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
+
+
+def batch_backlog(segments: int, size: int, unsealed: int = 0) -> str:
+    waiting = f" + {unsealed:,} event(s) not sealed yet" if unsealed else ""
+    return f"{segments} segment(s), {size / 1e6:.1f} MB{waiting}"
 
 
 def failed_events(path: Path) -> int:

@@ -124,23 +124,6 @@ def print_table(names: list[str], rows: list[tuple[Any, ...]]) -> None:
     click.echo(f"({len(rows)} row{'s' if len(rows) != 1 else ''})")
 
 
-def backlog(
-    config: Any, dest_id: str, done: frozenset[str], sealed: list[Path], unsealed: int = 0
-) -> str:
-    """What a destination has still to load: a stream's lag in events and time, or the
-    sealed segments it has not finished (``done``: those it has) and the ``unsealed``
-    events in segments being written, which a batch destination loads once sealed."""
-    from eventpipe.log.tail import lag
-
-    if config.destinations[dest_id].mode == "stream":  # the log read as it is written
-        behind = lag(config.layout, dest_id)
-        return f"stream: {behind.events:,} event(s), {behind.seconds:.0f} s behind"
-    pending = [p for p in sealed if p.name not in done]
-    size = sum(p.stat().st_size for p in pending)
-    waiting = f" + {unsealed:,} event(s) not sealed yet" if unsealed else ""
-    return f"{len(pending)} segment(s), {size / 1e6:.1f} MB{waiting}"
-
-
 def idle_option(command: Callable[..., Any]) -> Callable[..., Any]:
     """``--idle-exit-code``: what a command exits with when it had nothing to do."""
     return click.option(

@@ -8,7 +8,6 @@ from pathlib import Path
 import click
 
 from eventpipe.cli.common import (
-    backlog,
     cli,
     config_option,
     idle_exit,
@@ -18,7 +17,7 @@ from eventpipe.cli.common import (
     print_table,
     with_spark,
 )
-from eventpipe.figures import failed_events
+from eventpipe.figures import backlog, failed_events
 
 
 @cli.group("log")

@@ -10,7 +10,6 @@ from typing import Any, cast
 import click
 
 from eventpipe.cli.common import (
-    backlog,
     cli,
     config_option,
     load,
@@ -20,7 +19,7 @@ from eventpipe.config import TableDestinationConfig
 from eventpipe.destinations.base import Destination
 from eventpipe.destinations.registry import kind
 from eventpipe.errors import ConfigError, EventpipeError, QueryError
-from eventpipe.figures import failed_events, failed_records
+from eventpipe.figures import backlog, failed_events, failed_records
 
 
 @cli.command()

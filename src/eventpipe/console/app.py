@@ -73,6 +73,7 @@ from eventpipe.console.security import (
 )
 from eventpipe.console.trace import BadEventId, Trace, trace
 from eventpipe.figures import Sample, Watch
+from eventpipe.state.store import StateStore, open_state
 
 log = logging.getLogger("eventpipe.console")
 
@@ -84,11 +85,9 @@ LIVE_POLL_SECONDS = 0.5
 class Figures:
     """The figures sampled every ``console.sample_seconds`` and the last hour of them."""
 
-    def __init__(self, config: Config) -> None:
-        from eventpipe.state.store import open_state
-
+    def __init__(self, config: Config, store: StateStore) -> None:
         self.every = config.console.sample_seconds
-        self.watch = Watch(config, open_state(config))
+        self.watch = Watch(config, store)
         self.history: deque[Sample] = deque(maxlen=max(2, int(HISTORY_SECONDS / self.every)))
         self.changed = asyncio.Condition()
 
@@ -123,7 +122,8 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         loader=PackageLoader("eventpipe.console", "templates"),
         autoescape=select_autoescape(default=True, default_for_string=True),
     )
-    figures = Figures(config)
+    store = open_state(config)
+    figures = Figures(config, store)
     replays = Replays(config_path)
     live_most = max(1, int(config.console.live_events_per_second * LIVE_POLL_SECONDS))
 
@@ -285,11 +285,9 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         return _json([r.as_json() for r in replays.all()])
 
     def runs_of(request: Request) -> list[Any]:
-        from eventpipe.state.store import open_state
-
         given = request.query_params.get("limit") or ""
         limit = min(int(given), 200) if given.isdigit() else 20
-        return [asdict(r) for r in open_state(config).history(max(limit, 1))]
+        return [asdict(r) for r in store.history(max(limit, 1))]
 
     def runs(request: Request, session: Session | None) -> Response:
         return page(request, "runs.html", session, runs=runs_of(request))
@@ -302,7 +300,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         if not wanted:
             return None
         try:
-            return await asyncio.to_thread(trace, config, wanted)
+            return await asyncio.to_thread(trace, config, store, wanted)
         except BadEventId as exc:
             return JSONResponse({"error": str(exc)}, 400)
 
@@ -321,7 +319,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
 
     def ledger_of(request: Request) -> dict[str, Any]:
         given = request.query_params.get("limit") or ""
-        lines, waiting = ledger(config, min(int(given), 200) if given.isdigit() else 20)
+        lines, waiting = ledger(config, store, min(int(given), 200) if given.isdigit() else 20)
         return {"runs": [{**asdict(line), "difference": line.difference} for line in lines],
                 "waiting": [asdict(w) for w in waiting]}  # fmt: skip
 

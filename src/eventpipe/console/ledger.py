@@ -12,9 +12,9 @@ not subtracted."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from eventpipe.config import Config
+from eventpipe.state.store import StateStore
 
 DROPPING = {"tables:discard_row", "columns:discard_row", "data_type:discard_row"}
 
@@ -48,12 +48,12 @@ class Waiting:
     events: int
 
 
-def ledger(config: Config, limit: int = 20) -> tuple[list[LedgerLine], list[Waiting]]:
+def ledger(
+    config: Config, store: StateStore, limit: int = 20
+) -> tuple[list[LedgerLine], list[Waiting]]:
     """The last ``limit`` batch runs' lines, newest first, and what waits now."""
     from eventpipe.state.records import ALL_TABLES
-    from eventpipe.state.store import open_state
 
-    store = open_state(config)
     lines: list[LedgerLine] = []
     counted: dict[str, int | None] = {}
     for run in store.history(limit):
@@ -75,7 +75,7 @@ def ledger(config: Config, limit: int = 20) -> tuple[list[LedgerLine], list[Wait
                           and c.rule in DROPPING)  # fmt: skip
             lines.append(LedgerLine(run.run_id, run.started_at, dest_id, acknowledged, loaded,
                                     failed, skipped, filtered, dropped, run.status))  # fmt: skip
-    return lines, _waiting(config)
+    return lines, _waiting(config, store, counted)
 
 
 def _events_in(config: Config, segments: tuple[str, ...], counted: dict[str, int | None]
@@ -106,25 +106,16 @@ def _events_of(config: Config, name: str) -> int | None:
         return None
 
 
-def _waiting(config: Config) -> list[Waiting]:
+def _waiting(config: Config, store: StateStore, counted: dict[str, int | None]) -> list[Waiting]:
     """Per batch destination: the sealed segments it has not finished, and their events
     (segments being written wait too: counted once sealed)."""
-    from eventpipe.log.tail import count_lines
-    from eventpipe.state.store import open_state
-
-    store = open_state(config)
     sealed = config.layout.sealed_segments()
     found = []
     for dest_id, dest in config.destinations.items():
         if dest.mode != "batch":
             continue
         done = store.summary(dest_id).done_segments
-        pending: list[Path] = [p for p in sealed if p.name not in done]
-        events = 0
-        for path in pending:
-            try:
-                events += count_lines(path, 0, path.stat().st_size)
-            except FileNotFoundError:
-                continue
+        pending = [p.name for p in sealed if p.name not in done]
+        events = _events_in(config, tuple(pending), counted) or 0
         found.append(Waiting(dest_id, len(pending), events))
     return found

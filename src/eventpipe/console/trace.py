@@ -27,6 +27,7 @@ import orjson
 
 from eventpipe.config import Config
 from eventpipe.paths import SegmentName
+from eventpipe.state.store import StateStore
 
 EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 """What an id the console looks up may be: eventpipe's ids (UUIDv7) and a client's own
@@ -70,7 +71,7 @@ class Trace:
     """Where it was looked for (said when it was not found)."""
 
 
-def trace(config: Config, event_id: str) -> Trace:
+def trace(config: Config, store: StateStore, event_id: str) -> Trace:
     """The path of the event ``event_id`` (BadEventId: not an id)."""
     if not EVENT_ID.match(event_id):
         raise BadEventId("an event id is letters, digits and . _ : - (at most 128)")
@@ -97,7 +98,8 @@ def trace(config: Config, event_id: str) -> Trace:
             if days
             else (" (not a UUIDv7: the archive is searched by the days of an id eventpipe made)")
         )
-    at = [_at_destination(config, d, event_id, stored, found_in) for d in config.destinations]
+    at = [_at_destination(config, store, d, event_id, stored, found_in)
+          for d in config.destinations]  # fmt: skip
     return Trace(event_id, event, stored, at, searched)
 
 
@@ -152,10 +154,14 @@ def _in_archive(config: Config, event_id: str, days: list[str]) -> tuple[Stored,
 
 
 def _at_destination(
-    config: Config, dest_id: str, event_id: str, stored: list[Stored], segment: Path | None
+    config: Config,
+    store: StateStore,
+    dest_id: str,
+    event_id: str,
+    stored: list[Stored],
+    segment: Path | None,
 ) -> AtDestination:
     from eventpipe.state.records import ALL_TABLES
-    from eventpipe.state.store import open_state
 
     failed = _failed_record(config.layout.failed_destination(dest_id), event_id)
     if failed is not None:
@@ -168,7 +174,7 @@ def _at_destination(
     run_id = None
     if place.where == "archive":  # every destination took its segment: which run did
         segment_file = place.file.removesuffix(".lz4").removesuffix(".gz")
-        records = open_state(config).segment_statuses(segment_file)
+        records = store.segment_statuses(segment_file)
         done = [r for r in records if r[0] == dest_id and r[1] == ALL_TABLES and r[2] == "ok"]
         run_id = done[0][3] if done else None
     elif place.where == "log":
@@ -184,7 +190,7 @@ def _at_destination(
                 "destination loads it once it is (eventpipe rotate seals now)",
             )
         else:
-            records = open_state(config).segment_statuses(place.file)
+            records = store.segment_statuses(place.file)
             done = [r for r in records if r[0] == dest_id and r[1] == ALL_TABLES]
             if not done or done[0][2] != "ok":
                 why = done[0][4] if done and done[0][4] else "its segment is not loaded yet"

@@ -253,14 +253,13 @@ def _no_new_table(staged: StagedTable, run: RunContext, target: Target, mode: st
     ``discard_row``): its events fail with the reason, or are dropped; counted. Nothing
     loads."""
     dest_id, table = target.id, staged.name
+    count = staged.frame.count()
     if mode == "freeze":
         why = refused_table(table, dest_id)
         log.warning("%s; its events of the batch go to failed/", why)
-        count = staged.frame.count()
         fail_once(staged.frame.withColumn(ERROR, F.lit(why)), run, dest_id,
                   f"table={table}.contract", table=table, stage=Stage.LOADING)  # fmt: skip
     else:
-        count = staged.frame.count()
         log.warning("%s.%s: no such table; %d event(s) dropped (schema_contract.tables: "
                     "discard_row)", dest_id, table, count)  # fmt: skip
     run.report.held_back(dest_id, table, {f"tables:{mode}": count})
