@@ -14,7 +14,6 @@ import argparse
 import json
 import random
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,7 +25,15 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ingest import free_port, make_event, peak_rss_mb, run_wrk, start_eventpipe, wait_ready
+from ingest import (
+    free_port,
+    make_event,
+    peak_rss_mb,
+    print_alternating,
+    run_wrk,
+    start_eventpipe,
+    wait_ready,
+)
 
 TOKEN = "bench-console-token-0123456789abcdef"
 
@@ -111,15 +118,7 @@ def main() -> None:
                 proc.wait(60)
     print(f"\n{args.rounds} alternating rounds of {args.seconds} s, one collector worker, "
           "fsync on\n")  # fmt: skip
-    for per_post in bodies:
-        medians = {}
-        for name in ("console closed", "live view open"):
-            rounds = results[(name, per_post)]
-            medians[name] = statistics.median(rounds)
-            each = ", ".join(f"{r:,.0f}" for r in rounds)
-            print(f"{per_post:>3} events/post, {name}: {medians[name]:,.0f} events/s ({each})")
-        ratio = medians["live view open"] / medians["console closed"]
-        print(f"{per_post:>3} events/post: open / closed = {ratio:.2f}x events/s\n")
+    print_alternating(results, list(bodies), "console closed", "live view open", "open / closed")
     open_seconds = args.seconds * args.rounds * len(bodies)
     print(f"the live view showed {shown:,} event(s); the console's peak RSS {rss:.0f} MB; "
           f"its CPU {cpu:.1f} s in all (the live view was open {open_seconds} s)")  # fmt: skip

@@ -28,7 +28,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from ingest import free_port, make_event, run_wrk, start_eventpipe, wait_ready
+from ingest import free_port, make_event, print_alternating, run_wrk, start_eventpipe, wait_ready
 
 PLAN = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -189,15 +189,8 @@ def ingest(args: argparse.Namespace) -> None:
                 proc.send_signal(signal.SIGTERM)
                 proc.wait(60)
     print(f"\n{args.rounds} alternating rounds of {args.seconds} s, one worker, fsync on\n")
-    for per_post in bodies:
-        medians = {}
-        for name in servers:
-            rounds = results[(name, per_post)]
-            medians[name] = statistics.median(rounds)
-            each = ", ".join(f"{r:,.0f}" for r in rounds)
-            print(f"{per_post:>3} events/post, {name}: {medians[name]:,.0f} events/s ({each})")
-        ratio = medians["with 20 plans"] / medians["without plans"]
-        print(f"{per_post:>3} events/post: with plans / without = {ratio:.2f}x events/s\n")
+    print_alternating(results, list(bodies), "without plans", "with 20 plans",
+                      "with plans / without")  # fmt: skip
 
 
 if __name__ == "__main__":

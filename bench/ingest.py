@@ -159,6 +159,26 @@ def peak_rss_mb(pids: list[int]) -> float:
     return total
 
 
+def print_alternating(
+    results: dict[tuple[str, int], list[float]],
+    sizes: list[int],
+    base: str,
+    other: str,
+    ratio_name: str,
+) -> None:
+    """Per post size, each side's median events/s over its rounds (and the rounds), and
+    ``other`` / ``base`` as ``ratio_name``."""
+    for per_post in sizes:
+        medians = {}
+        for name in (base, other):
+            rounds = results[(name, per_post)]
+            medians[name] = statistics.median(rounds)
+            each = ", ".join(f"{r:,.0f}" for r in rounds)
+            print(f"{per_post:>3} events/post, {name}: {medians[name]:,.0f} events/s ({each})")
+        ratio = medians[other] / medians[base]
+        print(f"{per_post:>3} events/post: {ratio_name} = {ratio:.2f}x events/s\n")
+
+
 def start_eventpipe(
     work: Path, port: int, workers: int, extra: dict[str, object] | None = None
 ) -> list[subprocess.Popen[bytes]]:
