@@ -1,6 +1,7 @@
 """Screenshots of the console's pages for docs/console.md (docs/console/*.png), taken in
 Debian's headless Chromium from a collector and a console on 127.0.0.1, with a few events
-posted and a failed event written, as a user would see them:
+posted and a failed event written, and two runs of the job into DuckDB (the second adds a
+column), as a user would see them:
 
     PYTHONPATH=src .venv/bin/python scripts/console_screenshots.py
 """
@@ -11,6 +12,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -27,6 +29,7 @@ PAGES = {
     "failed": "/failed",
     "runs": "/runs",
     "ledger": "/ledger",
+    "destinations": "/destinations",
 }
 
 
@@ -38,7 +41,12 @@ def main() -> None:
     out = ROOT / "docs" / "console"
     out.mkdir(exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="eventpipe-screenshots-") as tmp:
-        config = make_config(Path(tmp) / "data", console={"token": TOKEN, "sample_seconds": 1})
+        config = make_config(
+            Path(tmp) / "data",
+            console={"token": TOKEN, "sample_seconds": 1},
+            destinations={"warehouse": {"type": "duckdb",
+                                        "table_name_template": "{{ event_type }}"}},
+        )  # fmt: skip
         collector = RunningCollector(config)
         console = RunningConsole(config)
         options = webdriver.ChromeOptions()
@@ -64,15 +72,16 @@ def main() -> None:
                 time.sleep(0.4)
             time.sleep(1.5)
             browser.save_screenshot(str(out / "live.png"))
-            for name in ("overview", "failed", "runs", "ledger"):
-                browser.get(console.url + PAGES[name])
-                time.sleep(2.5)
-                browser.save_screenshot(str(out / f"{name}.png"))
             event_id = orjson.loads(
                 next(p for p in config.layout.active_segments() if p.stat().st_size)
                 .read_bytes()
                 .splitlines()[0]
             )["eventn_ctx"]["event_id"]
+            _two_runs(collector, config)
+            for name in ("overview", "failed", "runs", "ledger", "destinations"):
+                browser.get(console.url + PAGES[name])
+                time.sleep(2.5)
+                browser.save_screenshot(str(out / f"{name}.png"))
             browser.get(console.url + f"/trace?id={event_id}")
             time.sleep(1.5)
             browser.save_screenshot(str(out / "trace.png"))
@@ -81,6 +90,24 @@ def main() -> None:
             console.stop()
             collector.stop()
     print(f"wrote {', '.join(sorted(p.name for p in out.glob('*.png')))} to {out}")
+
+
+def _two_runs(collector: RunningCollector, config: Any) -> None:
+    """The events so far processed; then one with a new field, processed too."""
+    from tests.e2e.test_batch_pipeline import _seal
+
+    from eventpipe.processing.batch.job import process_once
+    from eventpipe.processing.runtime.spark import start_session
+
+    spark = start_session({"spark.master": "local[2]", "spark.ui.showConsoleProgress": "false"})
+    _seal(collector)
+    process_once(config, spark)
+    event = {"event_type": "checkout", "n": 4, "coupon": "WINTER"}
+    httpx.post(collector.url + "/api/v1/event", params={"token": WEB_JS},
+               content=orjson.dumps([event]))  # fmt: skip
+    _seal(collector)
+    process_once(config, spark)
+    spark.stop()
 
 
 if __name__ == "__main__":

@@ -2,8 +2,10 @@
 (Spark, DuckDB), then traced through the console's API by their ids: one loaded (its
 table), one failed (its reason), one filtered by the destination's transforms (processed,
 in no table), one waiting in a segment not sealed yet; after the archive took their
-segment, one found there; an id that is no id refused; and the ledger of the run:
-acknowledged = loaded + failed + skipped + filtered + dropped, and what waits."""
+segment, one found there, and one by the message id an SDK gave it; an id that is no id
+refused; the ledger of the run: acknowledged = loaded + failed + skipped + filtered +
+dropped, and what waits; and the destinations page: the tables' columns and types, and
+which run created each table or added each column."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from eventpipe.processing.batch.job import process_once
 from eventpipe.state.store import open_state
 from tests.conftest import stored_events
 from tests.e2e.test_batch_pipeline import _post, _seal
-from tests.integration.test_console import TOKEN, RunningConsole
+from tests.integration.test_console import TOKEN, RunningConsole, _logged_in
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -29,8 +31,10 @@ def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any)
             "transforms": [{"filter": "event_type != 'hidden'"}],
         }},
     )  # fmt: skip
+    message_id = "3f0a9c2e-5b7d-4e1f-9a8b-2c6d4e8f0a1b"  # an SDK's (a UUIDv4: tells no day)
     _post(c, [{"event_type": "page", "n": 1}, {"event_type": "page", "n": "five"},
-              {"event_type": "hidden", "n": 3}], server=True)  # fmt: skip
+              {"event_type": "hidden", "n": 3},
+              {"event_type": "page", "n": 6, "messageId": message_id}], server=True)  # fmt: skip
     ids = {e["n"]: e["eventn_ctx"]["event_id"] for e in stored_events(c)}
     _seal(c)
     process_once(c.config, spark)
@@ -55,6 +59,10 @@ def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any)
         [where] = loaded["stored"]
         assert (where["where"], where["line"]) == ("archive", 0)  # archived after the run
         assert at(ids[1]) == ("loaded", "page", "a row of table page")
+        by_message = traced(message_id)
+        assert by_message["event"]["n"] == 6
+        assert by_message["stored"][0]["where"] == "archive"
+        assert at(message_id) == ("loaded", "page", "a row of table page")
         [run] = open_state(c.config).history(1)
         assert loaded["destinations"][0]["run_id"] == run.run_id
         state, _, detail = at(ids["five"])
@@ -80,9 +88,33 @@ def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any)
         assert (line["run_id"], line["destination"]) == (run.run_id, "warehouse")
         assert {k: line[k] for k in ("acknowledged", "loaded", "failed", "skipped", "filtered",
                                      "dropped", "difference")} == {
-            "acknowledged": 3, "loaded": 1, "failed": 1, "skipped": 0, "filtered": 1,
+            "acknowledged": 4, "loaded": 2, "failed": 1, "skipped": 0, "filtered": 1,
             "dropped": 0, "difference": 0,
         }  # fmt: skip
         assert books["waiting"] == [{"destination": "warehouse", "segments": 1, "events": 1}]
+        # The destinations page: a second run adds a column; the history says which run
+        # created the table and which added it.
+        _post(c, [{"event_type": "page", "n": 7, "coupon": "WINTER"}], server=True)
+        _seal(c)
+        process_once(c.config, spark)
+        second = open_state(c.config).history(1)[0].run_id
+        answer = httpx.get(console.url + "/api/destinations", headers=BEARER, timeout=30)
+        [view] = answer.json()
+        assert (view["id"], view["type"], view["error"]) == ("warehouse", "duckdb", None)
+        [page] = [t for t in view["tables"] if t["name"] == "page"]
+        columns = dict(page["columns"])
+        assert (columns["n"], columns["coupon"]) == ("INT64", "STRING")
+        changes = {(ch["change"], ch["column"]): ch["run_id"] for ch in view["changes"]
+                   if ch["table"] == "page"}  # fmt: skip
+        assert changes[("create", "n")] == run.run_id
+        assert changes[("add", "coupon")] == second
+        assert ("create", "coupon") not in changes
+        assert {(ld["run_id"], ld["table"], ld["rows"]) for ld in view["loads"]} >= {
+            (run.run_id, "page", 2),
+            (second, "page", 2),
+        }
+        with _logged_in(console.url) as browser:
+            html = browser.get("/destinations").text
+        assert f"<td>add</td><td>coupon</td><td>STRING</td><td>{second}</td>" in html
     finally:
         console.stop()

@@ -24,8 +24,8 @@ from eventpipe.errors import ConfigError
 from tests.conftest import WEB_JS, make_config
 
 TOKEN = "console-token-" + "x" * 20
-PAGES = ["/", "/live"]
-API = ["/api/overview", "/api/overview/stream", "/api/events/stream"]
+PAGES = ["/", "/live", "/destinations"]
+API = ["/api/overview", "/api/overview/stream", "/api/events/stream", "/api/destinations"]
 
 
 class RunningConsole:

@@ -58,6 +58,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from eventpipe.config import Config
+from eventpipe.console.destinations import destinations
 from eventpipe.console.failed import FailedPage, newest_records
 from eventpipe.console.ledger import ledger
 from eventpipe.console.live import Filters, LiveTail
@@ -323,6 +324,22 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         return {"runs": [{**asdict(line), "difference": line.difference} for line in lines],
                 "waiting": [asdict(w) for w in waiting]}  # fmt: skip
 
+    def destinations_of(request: Request) -> list[dict[str, Any]] | Response:
+        only = request.query_params.get("destination") or None
+        if only is not None and only not in config.destinations:
+            return JSONResponse({"error": f"no destination {only!r}"}, 404)
+        return [asdict(v) for v in destinations(config, store, only)]
+
+    def destinations_page(request: Request, session: Session | None) -> Response:
+        found = destinations_of(request)
+        if isinstance(found, Response):
+            return found
+        return page(request, "destinations.html", session, destinations=found)
+
+    def destinations_api(request: Request, session: Session | None) -> Response:
+        found = destinations_of(request)
+        return found if isinstance(found, Response) else _json(found)
+
     def ledger_page(request: Request, session: Session | None) -> Response:
         return page(request, "ledger.html", session, ledger=ledger_of(request))
 
@@ -352,6 +369,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/runs", guarded(runs)),
             Route("/trace", guarded(trace_page)),
             Route("/ledger", guarded(ledger_page)),
+            Route("/destinations", guarded(destinations_page)),
             Route("/api/overview", guarded(overview_api, api=True)),
             Route("/api/overview/stream", guarded(overview_stream, api=True)),
             Route("/api/events/stream", guarded(events_stream, api=True)),
@@ -361,6 +379,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/api/runs", guarded(runs_api, api=True)),
             Route("/api/trace", guarded(trace_api, api=True)),
             Route("/api/ledger", guarded(ledger_api, api=True)),
+            Route("/api/destinations", guarded(destinations_api, api=True)),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
         ],
         lifespan=lifespan,

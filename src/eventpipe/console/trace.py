@@ -3,7 +3,8 @@
 * **Stored**: the log segment and line it was written to (``incoming/``), or the
   archive file and line that keeps it once every destination took its segment (the
   archive's id index: one frame read; the days searched are those of the id's own time,
-  for an id eventpipe made, a UUIDv7).
+  for an id eventpipe made, a UUIDv7, else the archive's newest :data:`RECENT_DAYS` days:
+  an SDK's message id, which the collector keeps as the event's id).
 * **Per destination**: ``failed`` (its failed/ record and reason), ``loaded`` (the
   table that holds it, found by its id), ``processed`` (its segment done, yet in no
   table: filtered by the destination's namespace or transforms, skipped by an empty
@@ -32,8 +33,12 @@ from eventpipe.state.store import StateStore
 EVENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$")
 """What an id the console looks up may be: eventpipe's ids (UUIDv7) and a client's own
 (letters, digits, ``. _ : -``); it goes into a query as a literal, so nothing else."""
+DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+"""An archive day directory's name."""
 ID_COLUMN = "eventn_ctx_event_id"
 QUERY_SECONDS = 5.0
+RECENT_DAYS = 7
+"""Days of the archive searched for an id that tells no time (an SDK's message id)."""
 
 
 class BadEventId(ValueError):
@@ -86,18 +91,14 @@ def trace(config: Config, store: StateStore, event_id: str) -> Trace:
             stored.append(Stored("log", path.name, hit[0]))
             event, found_in = _parsed(hit[1]), path
             break
-    days = _days_of(event_id)
+    days = _days_of(event_id) or _recent_days(config)
     searched = "incoming/"
     if not stored:
         found = _in_archive(config, event_id, days)
         if found is not None:
             stored.append(found[0])
             event = _parsed(found[1])
-        searched += (
-            (", archive/ days " + ", ".join(days))
-            if days
-            else (" (not a UUIDv7: the archive is searched by the days of an id eventpipe made)")
-        )
+        searched += (", archive/ days " + ", ".join(days)) if days else " (the archive is empty)"
     at = [_at_destination(config, store, d, event_id, stored, found_in)
           for d in config.destinations]  # fmt: skip
     return Trace(event_id, event, stored, at, searched)
@@ -139,6 +140,15 @@ def _days_of(event_id: str) -> list[str]:
         return []
     at = datetime.fromtimestamp((parsed.int >> 80) / 1000, UTC)
     return [d.date().isoformat() for d in (at, at + timedelta(days=1))]
+
+
+def _recent_days(config: Config) -> list[str]:
+    """The archive's newest days (its day directories), newest first."""
+    archive = config.layout.archive
+    if not archive.is_dir():
+        return []
+    days = sorted((p.name for p in archive.iterdir() if DAY.match(p.name)), reverse=True)
+    return days[:RECENT_DAYS]
 
 
 def _in_archive(config: Config, event_id: str, days: list[str]) -> tuple[Stored, bytes] | None:
@@ -231,19 +241,13 @@ def _failed_record(path: Path, event_id: str) -> dict[str, Any] | None:
 
 def _table_holding(config: Config, dest_id: str, event_id: str) -> str | tuple[str] | None:
     """The table whose row has the id; None: none has; (why,): not looked up."""
-    from eventpipe.destinations import registry
-    from eventpipe.state.locks import open_locks
+    from eventpipe.console.destinations import open_for_reading
 
     dest = config.destinations[dest_id]
     if not dest.tables:
         return ("a sink: what it sent is not kept",)
-
-    def no_spark() -> Any:
-        raise RuntimeError("the console does not run Spark")
-
     try:
-        lent = registry.Resources(locks=open_locks(config), spark=no_spark)
-        opened: Any = registry.open_destination(dest_id, dest, config, lent)
+        opened = open_for_reading(config, dest_id)
         for table in opened.tables():
             described = opened.describe(table)
             if described is None or ID_COLUMN not in described.columns:

@@ -99,6 +99,16 @@ CREATE TABLE IF NOT EXISTS contract_counts (
     events INTEGER NOT NULL,
     PRIMARY KEY (run_id, destination, kind, subject, rule)
 );
+CREATE TABLE IF NOT EXISTS schema_changes (
+    destination TEXT NOT NULL,
+    tbl TEXT NOT NULL,
+    change TEXT NOT NULL,
+    col TEXT NOT NULL,
+    data_type TEXT NOT NULL,
+    run_id TEXT NOT NULL,
+    at TEXT NOT NULL,
+    PRIMARY KEY (destination, tbl, change, col)
+);
 """
 
 ADDED_COLUMNS = {

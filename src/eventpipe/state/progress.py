@@ -11,6 +11,7 @@ from eventpipe.state.records import (
     ACKED_TABLE,
     ALL_TABLES,
     ContractCount,
+    SchemaChange,
     micro_batch,
     now_text,
     stream_run,
@@ -166,6 +167,20 @@ class SegmentProgress(Store):
                 "filtered = excluded.filtered",
                 (run_id, destination, skipped, failed, now_text(), filtered),
             )
+
+    def record_schema_changes(self, changes: Sequence[SchemaChange]) -> None:
+        """Changes made to destinations' tables (each kept once: the first run that made
+        it; a resumed run's repeat changes nothing)."""
+        if not changes:
+            return
+        with self._db() as db:
+            db.executemany(
+                "INSERT INTO schema_changes (destination, tbl, change, col, data_type, run_id, "
+                "at) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (destination, tbl, change, col) "
+                "DO NOTHING",
+                [(c.destination, c.table, c.change, c.column, c.data_type, c.run_id, c.at)
+                 for c in changes],
+            )  # fmt: skip
 
     def fold_stream(self, destination: str, epoch: int) -> None:
         """Fold the records of the stream destination's micro-batches before ``epoch``

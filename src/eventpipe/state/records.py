@@ -153,6 +153,21 @@ class DestinationSummary:
 
 
 @dataclass(frozen=True)
+class SchemaChange:
+    """A change eventpipe made to a destination's table: ``create`` (one per column it
+    was created with), ``add`` (a column added), ``primary_key`` (its columns, comma
+    separated, in ``column``)."""
+
+    destination: str
+    table: str
+    change: str
+    column: str
+    data_type: str
+    run_id: str
+    at: str
+
+
+@dataclass(frozen=True)
 class TableProgress:
     table: str
     batches_ok: int

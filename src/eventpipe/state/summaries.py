@@ -11,6 +11,7 @@ from eventpipe.state.records import (
     ContractCount,
     DestinationSummary,
     RunRecord,
+    SchemaChange,
     TableProgress,
     TableRun,
 )
@@ -110,6 +111,27 @@ class Summaries(Store):
             TableProgress(table, int(ok), int(rows), int(failed), last, error)
             for table, ok, rows, failed, last, error in rows
         ]
+
+    def schema_changes(self, destination: str, limit: int = 500) -> list[SchemaChange]:
+        """The changes eventpipe made to ``destination``'s tables, newest first."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT destination, tbl, change, col, data_type, run_id, at FROM "
+                "schema_changes WHERE destination = ? ORDER BY at DESC, tbl, change, col "
+                "LIMIT ?",
+                (destination, limit),
+            ).fetchall()
+        return [SchemaChange(*row) for row in rows]
+
+    def recent_loads(self, destination: str, limit: int = 20) -> list[tuple[str, str, int, str]]:
+        """(run, table, rows, when) of ``destination``'s last loads, newest first."""
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT run_id, tbl, rows, updated_at FROM run_tables WHERE destination = ? "
+                "AND status = 'ok' AND tbl != ? ORDER BY updated_at DESC, tbl LIMIT ?",
+                (destination, ALL_TABLES, limit),
+            ).fetchall()
+        return [(run, table, int(n), at) for run, table, n, at in rows]
 
     def failing_tables(self, destination: str) -> list[tuple[str, str]]:
         """The tables of ``destination`` whose latest run failed them (a table the

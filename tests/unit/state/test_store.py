@@ -11,7 +11,7 @@ import pytest
 
 from eventpipe.errors import TransientError
 from eventpipe.state.db import PostgresDatabase
-from eventpipe.state.records import ContractCount
+from eventpipe.state.records import ContractCount, SchemaChange
 from eventpipe.state.store import ALL_TABLES, REPROCESS, DayVersion, StateStore, micro_batch
 from tests.process import free_port
 
@@ -245,3 +245,21 @@ def test_a_store_made_before_filtered_counts_gains_the_column(tmp_path: Path) ->
     store.record_destination_run("run-b", "dw", skipped=0, failed=0, filtered=5)
     summary = store.summary("dw")
     assert (summary.skipped, summary.failed, summary.filtered) == (1, 2, 5)
+
+
+def test_schema_changes_are_kept_once_newest_first(store: StateStore) -> None:
+    first = [SchemaChange("wh", "page", "create", c, "INT64", "run-1", "2026-11-28T10:00:00")
+             for c in ("n", "id")]  # fmt: skip
+    store.record_schema_changes(first)
+    store.record_schema_changes(first)  # a resumed run repeats its patch: kept once
+    store.record_schema_changes([
+        SchemaChange("wh", "page", "add", "coupon", "STRING", "run-2", "2026-11-28T11:00:00"),
+        SchemaChange("other", "page", "add", "x", "BOOL", "run-2", "2026-11-28T11:00:00"),
+    ])  # fmt: skip
+    changes = store.schema_changes("wh")
+    assert [(c.change, c.column, c.run_id) for c in changes] == [
+        ("add", "coupon", "run-2"),
+        ("create", "id", "run-1"),
+        ("create", "n", "run-1"),
+    ]
+    assert store.recent_loads("wh") == []

@@ -44,9 +44,10 @@ from eventpipe.reserved import (
     TABLE,
 )
 from eventpipe.schema.casts import SPARK_TYPES
-from eventpipe.schema.diff import Table, diff
+from eventpipe.schema.diff import Table, TablePatch, diff
 from eventpipe.schema.naming import UNMAPPED_COLUMN
 from eventpipe.schema.types import DataType
+from eventpipe.state.records import SchemaChange, now_text
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -266,6 +267,19 @@ def _no_new_table(staged: StagedTable, run: RunContext, target: Target, mode: st
     return 0
 
 
+def _changes(patch: TablePatch, dest_id: str, run_id: str) -> list[SchemaChange]:
+    """What ``patch`` changed, for the state store's history of the destination's tables
+    (the console's destinations page)."""
+    at = now_text()
+    change = "create" if patch.create else "add"
+    made = [SchemaChange(dest_id, patch.table, change, column, str(data_type), run_id, at)
+            for column, data_type in patch.add_columns]  # fmt: skip
+    if patch.set_primary_key:
+        key = ",".join(patch.set_primary_key)
+        made.append(SchemaChange(dest_id, patch.table, "primary_key", key, "", run_id, at))
+    return made
+
+
 def load_files(
     staged: StagedTable,
     run: RunContext,
@@ -283,6 +297,7 @@ def load_files(
     patch = diff(existing, Table(table, targets, dest.primary_key))
     try:
         destination.patch(patch)
+        run.state.record_schema_changes(_changes(patch, dest_id, run_id))
     except TerminalError as exc:
         if retry_stale:  # a schema from memory: the table may be otherwise by now
             raise _StaleSchema(exc.message) from exc
