@@ -120,6 +120,14 @@ def event_error_line(
         return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE, default=str)
 
 
+def failed_event_id(record: Any) -> str | None:
+    """The ``eventn_ctx.event_id`` of an EventError record's event (as text), if any."""
+    event = record.get("event") if isinstance(record, dict) else None
+    context = event.get("eventn_ctx") if isinstance(event, dict) else None
+    event_id = context.get("event_id") if isinstance(context, dict) else None
+    return None if event_id is None else str(event_id)
+
+
 _CLIP_DEPTH = 100
 _CLIPPED = "<clipped>"
 

@@ -1,8 +1,8 @@
 """The console in a real browser (Debian's Chromium, headless): logged in with the admin
 token, its pages load with no console error and no request outside the console; the
 live view shows an event posted by the test within 2 s, and an event whose fields hold
-HTML and script renders as text (nothing of it runs or becomes an element); a failed
-event, replayed from the page, loads."""
+HTML and script renders as text (nothing of it runs or becomes an element); of two failed
+events, the one ticked on the failed page is replayed and loads, the other stays."""
 
 from __future__ import annotations
 
@@ -84,17 +84,21 @@ def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     assert _requested(browser) == {running.url}
     assert _errors(browser) == []
 
-    # Replay from the page: a fixed event's failure, replayed, loads.
-    _fail(collector, 7, "column n (INT64) cannot take seven")
+    # Replay from the page, of the events ticked: the one ticked loads, the other stays.
+    _fail(collector, 7, "column n (INT64) cannot take seven", eventn_ctx={"event_id": "e7"})
+    _fail(collector, 8, "column n (INT64) cannot take eight", eventn_ctx={"event_id": "e8"})
     browser.get(running.url + "/failed?destination=warehouse")
     assert "column n (INT64) cannot take seven" in browser.find_element(By.ID, "reasons").text
-    browser.find_element(By.CSS_SELECTOR, "form.replay button").click()
+    browser.find_element(By.CSS_SELECTOR, 'input[name="event_id"][value="e7"]').click()
+    browser.find_element(By.CSS_SELECTOR, "form.replay-chosen button").click()
     deadline = time.monotonic() + 180
     while not browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done, #replay.replay-failed"):
         assert time.monotonic() < deadline, browser.page_source
         time.sleep(2)
         browser.refresh()
     assert browser.find_elements(By.CSS_SELECTOR, "#replay.replay-done"), browser.page_source
+    assert "1 chosen event(s)" in browser.find_element(By.CSS_SELECTOR, "#replay h2").text
     assert "warehouse.events: 1 rows" in browser.find_element(By.CSS_SELECTOR, "#replay pre").text
-    assert "None." in browser.find_element(By.ID, "failed").text  # nothing failed is left
+    left = browser.find_element(By.ID, "failed").text
+    assert ("e8" in left, "e7" in left) == (True, False)  # the one not ticked stays
     assert _errors(browser) == []

@@ -99,3 +99,37 @@ def test_an_interrupted_replay_resumes_without_loading_twice(
 def test_nothing_to_replay(start_collector: Any, spark: Any) -> None:
     c = start_collector()
     assert replay_failed(c.config, spark, "warehouse") is None
+
+
+def test_a_selection_replays_only_its_records_and_the_rest_stay(
+    start_collector: Any, spark: Any
+) -> None:
+    from eventpipe.processing.modes.replay import Selection
+
+    c = start_collector()
+    failed_file = c.layout.failed_destination("warehouse")
+    failed_file.parent.mkdir(parents=True, exist_ok=True)
+
+    def record(event_id: str, error: str) -> bytes:
+        event = {"eventn_ctx": {"event_id": event_id}, "_timestamp": "2026-11-21T10:00:00Z",
+                 "api_key": "web"}  # fmt: skip
+        return orjson.dumps({"event": event, "error": error})
+
+    failed_file.write_bytes(b"\n".join([record("r1", "x"), record("r2", "x"),
+                                        record("r3", "y")]) + b"\n")  # fmt: skip
+    # Of reason x and event r1: r1 alone.
+    report = replay_failed(c.config, spark, "warehouse", Selection("x", frozenset({"r1"})))
+    assert report is not None
+    assert _query(c, "SELECT eventn_ctx_event_id FROM events") == [("r1",)]
+    left = [r["event"]["eventn_ctx"]["event_id"] for r in read_lines([failed_file])]
+    assert left == ["r2", "r3"]
+    # A selection that takes nothing replays nothing and changes nothing.
+    assert replay_failed(c.config, spark, "warehouse", Selection("z")) is None
+    # Interrupted between writing its file and taking its records out of failed/: the
+    # resumed replay takes them out, so none is in both.
+    replay_dir = c.layout.failed / "replay"
+    pending = replay_dir / "replaying.dst=warehouse.2026-11-28T10-00-00.000000-selected.log"
+    pending.write_bytes(record("r3", "y") + b"\n")
+    assert replay_failed(c.config, spark, "warehouse") is not None
+    assert _query(c, "SELECT eventn_ctx_event_id FROM events ORDER BY 1") == [("r1",), ("r3",)]
+    assert [r["event"]["eventn_ctx"]["event_id"] for r in read_lines([failed_file])] == ["r2"]

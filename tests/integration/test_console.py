@@ -213,7 +213,8 @@ def test_failed_events_by_reason_shown_as_text(console: Any) -> None:
     running, collector = console
     _fail(collector, 1, "column n (INT64) cannot take five")
     _fail(collector, 2, "column n (INT64) cannot take five")
-    _fail(collector, 3, "<script>alert(1)</script>", title="<img src=x onerror=alert(1)>")
+    _fail(collector, 3, "<script>alert(1)</script>", title="<img src=x onerror=alert(1)>",
+          eventn_ctx={"event_id": '"><script>alert(2)</script>'})  # fmt: skip
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     body = httpx.get(running.url + "/api/failed?destination=warehouse", headers=bearer).json()
     assert [r["event"]["n"] for r in body["records"]] == [3, 2, 1]  # the newest first
@@ -232,6 +233,9 @@ def test_failed_events_by_reason_shown_as_text(console: Any) -> None:
         assert "<script>alert(1)" not in page.text
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
         assert "<img src=x" not in page.text
+        # Its id, a checkbox's value for a replay of the events ticked: as text too.
+        assert "<script>alert(2)" not in page.text
+        assert 'value="&#34;&gt;&lt;script&gt;alert(2)&lt;/script&gt;"' in page.text
         # A replay is a POST: without the session's CSRF token, refused.
         refused = client.post("/failed/replay", data={"destination": "warehouse"})
         assert refused.status_code == 403
@@ -242,3 +246,8 @@ def test_failed_events_by_reason_shown_as_text(console: Any) -> None:
         assert books.status_code == 200
         assert "No batch run yet." in books.text
     assert httpx.get(running.url + "/api/runs", headers=bearer).json() == []
+    # A selection past 1,000 event ids is refused before any replay starts.
+    many = {"destination": "warehouse", "event_id": [f"e{n}" for n in range(1001)]}
+    refused = httpx.post(running.url + "/api/failed/replay", headers=bearer, data=many)
+    assert refused.status_code == 400
+    assert httpx.get(running.url + "/api/replays", headers=bearer).json() == []

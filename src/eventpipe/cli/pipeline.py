@@ -89,19 +89,31 @@ def replay() -> None:
 @replay.command("failed")
 @config_option
 @click.option("--destination", "destination_id", required=True, help="The destination id.")
+@click.option("--reason", default=None, help="Only the records with this error (exactly).")
+@click.option("--event-id", "event_ids", multiple=True,
+              help="Only the records of this event id (repeatable).")  # fmt: skip
 @idle_option
 def replay_failed_command(
-    config_path: Path | None, destination_id: str, idle_exit_code: int
+    config_path: Path | None,
+    destination_id: str,
+    reason: str | None,
+    event_ids: tuple[str, ...],
+    idle_exit_code: int,
 ) -> None:
-    """Replay data/failed/failed.dst=ID.log: what loads leaves failed/ (archived), what
-    fails again stays there with its new error."""
-    from eventpipe.processing.modes.replay import replay_failed
+    """Replay data/failed/failed.dst=ID.log (or only the records of --reason and
+    --event-id): what loads leaves failed/ (archived), what fails again stays there with
+    its new error."""
+    from eventpipe.processing.modes.replay import Selection, replay_failed
 
     config = load(config_path).config
     config.destination(destination_id)
-    report = with_spark(config, lambda spark: replay_failed(config, spark, destination_id))
+    selection = Selection(reason, frozenset(event_ids))
+    report = with_spark(
+        config, lambda spark: replay_failed(config, spark, destination_id, selection)
+    )
     if report is None:
-        click.echo(f"nothing to replay: no failed events for {destination_id}")
+        chosen = " of that selection" if selection else ""
+        click.echo(f"nothing to replay: no failed events{chosen} for {destination_id}")
         idle_exit(idle_exit_code)
     else:
         print_report(report)

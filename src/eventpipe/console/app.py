@@ -73,6 +73,7 @@ from eventpipe.console.security import (
     same,
 )
 from eventpipe.console.trace import BadEventId, Trace, trace
+from eventpipe.events import failed_event_id
 from eventpipe.figures import Sample, Watch
 from eventpipe.state.store import StateStore, open_state
 
@@ -112,6 +113,9 @@ class Figures:
 COLLECTOR = "collector"
 """The failed page's name for what the collector refused (failed.tok=*.log)."""
 FAILED_SHOWN = 100
+MAX_CHOSEN = 1000
+"""Event ids one replay of a selection takes at most (each is an argument of its
+process)."""
 
 
 def console_app(config: Config, config_path: Path | None = None) -> Starlette:
@@ -260,7 +264,8 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         return page(request, "failed.html", session, chosen=chosen, failed=records,
                     choices=[*config.destinations, COLLECTOR], collector=COLLECTOR,
                     reason=request.query_params.get("reason") or "",
-                    replay=replays.of(chosen), as_json=_pretty)  # fmt: skip
+                    replay=replays.of(chosen), as_json=_pretty,
+                    event_id_of=failed_event_id)  # fmt: skip
 
     def failed_api(request: Request, session: Session | None) -> Response:
         found = failed_of(request)
@@ -277,7 +282,12 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         chosen = form.get("destination")
         if not isinstance(chosen, str) or chosen not in config.destinations:
             return JSONResponse({"error": "replay: no such destination"}, 404)
-        started = replays.start(chosen)
+        reason = form.get("reason")
+        event_ids = [i for i in form.getlist("event_id") if isinstance(i, str) and i]
+        if len(event_ids) > MAX_CHOSEN or any(len(i) > 200 for i in event_ids):
+            return JSONResponse({"error": f"replay: at most {MAX_CHOSEN} event ids"}, 400)
+        started = replays.start(chosen, reason if isinstance(reason, str) and reason else None,
+                                event_ids)  # fmt: skip
         if session is None:  # a script
             return _json(started.as_json())
         return RedirectResponse(f"/failed?destination={quote(chosen)}", 303)
