@@ -9,6 +9,9 @@ which run created each table or added each column."""
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -18,11 +21,14 @@ from eventpipe.state.store import open_state
 from tests.conftest import stored_events
 from tests.e2e.test_batch_pipeline import _post, _seal
 from tests.integration.test_console import TOKEN, RunningConsole, _logged_in
+from tests.process import write_config
 
 BEARER = {"Authorization": f"Bearer {TOKEN}"}
 
 
-def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any) -> None:
+def test_where_is_my_event_traces_each_outcome(
+    start_collector: Any, spark: Any, tmp_path: Path
+) -> None:
     c = start_collector(
         console={"token": TOKEN},
         destinations={"warehouse": {
@@ -40,7 +46,11 @@ def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any)
     process_once(c.config, spark)
     _post(c, [{"event_type": "page", "n": 4}], server=True)
     ids[4] = stored_events(c)[-1]["eventn_ctx"]["event_id"]
-    console = RunningConsole(c.config)
+    # The file a command started from the console reads (a process of its own).
+    destinations = c.config.model_dump(mode="json")["destinations"]
+    config_file = write_config(tmp_path / "eventpipe.yaml", c.layout.root, 0,
+                               destinations=destinations)  # fmt: skip
+    console = RunningConsole(c.config, config_file)
     try:
 
         def traced(event_id: str) -> dict[str, Any]:
@@ -116,5 +126,34 @@ def test_where_is_my_event_traces_each_outcome(start_collector: Any, spark: Any)
         with _logged_in(console.url) as browser:
             html = browser.get("/destinations").text
         assert f"<td>add</td><td>coupon</td><td>STRING</td><td>{second}</td>" in html
+        # Reprocess from the runs page (its API): the dry runs say what would be rebuilt,
+        # without Spark; a day that is no day is refused.
+        today = datetime.now(UTC).date().isoformat()
+
+        def reprocess(**form: str) -> dict[str, Any]:
+            asked = {"destination": "warehouse", "from": today, "to": today, "dry_run": "1"}
+            started = httpx.post(console.url + "/api/reprocess", headers=BEARER,
+                                 data={**asked, **form}, timeout=30)  # fmt: skip
+            assert started.status_code == 200, started.text
+            deadline = time.monotonic() + 120
+            while True:
+                shown = httpx.get(console.url + "/api/replays", headers=BEARER).json()
+                [done] = [r for r in shown if r["kind"] == "reprocess"]
+                if done["state"] != "running":
+                    return done
+                assert time.monotonic() < deadline, done
+                time.sleep(0.5)
+
+        up_to_date = reprocess()
+        assert up_to_date["state"] == "done", up_to_date
+        assert "0 day(s) to rebuild in 0 run(s), 1 up to date" in up_to_date["output"][-1]
+        forced = reprocess(force="1")
+        assert forced["selection"] == f"a dry run of days {today} to {today}, every day (force)"
+        assert any(
+            line.startswith(f"warehouse {today}: would rebuild") for line in forced["output"]
+        )
+        refused = httpx.post(console.url + "/api/reprocess", headers=BEARER,
+                             data={"destination": "warehouse", "from": "yesterday"})  # fmt: skip
+        assert refused.status_code == 400
     finally:
         console.stop()

@@ -106,6 +106,8 @@ def _posts_need_their_csrf_token(client: httpx.Client, elsewhere: httpx.Client) 
     csrf = re.search(r'name="csrf" value="([^"]+)"', page.text).group(1)  # type: ignore[union-attr]
     assert client.post("/logout").status_code == 403
     assert client.post("/logout", data={"csrf": "forged"}).status_code == 403
+    days = {"destination": "warehouse", "from": "2026-11-01", "dry_run": "1"}
+    assert client.post("/runs/reprocess", data=days).status_code == 403
     assert client.get("/").status_code == 200  # still logged in
     # The login form's own token: a login posted from elsewhere has no matching cookie.
     forged = elsewhere.post("/login", data={"csrf": "x", "token": TOKEN})

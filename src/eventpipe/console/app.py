@@ -37,6 +37,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
+from datetime import date
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -73,7 +74,7 @@ from eventpipe.console.security import (
     same,
 )
 from eventpipe.console.trace import BadEventId, Trace, trace
-from eventpipe.events import failed_event_id
+from eventpipe.events import failed_event_id, utc_now
 from eventpipe.figures import Sample, Watch
 from eventpipe.state.store import StateStore, open_state
 
@@ -301,7 +302,28 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         return [asdict(r) for r in store.history(max(limit, 1))]
 
     def runs(request: Request, session: Session | None) -> Response:
-        return page(request, "runs.html", session, runs=runs_of(request))
+        reprocessing = [r for r in replays.all() if r.kind == "reprocess"]
+        return page(request, "runs.html", session, runs=runs_of(request),
+                    destinations=[d for d, dest in config.destinations.items() if dest.tables],
+                    reprocessing=reprocessing, today=utc_now().date().isoformat())  # fmt: skip
+
+    async def reprocess(request: Request, session: Session | None) -> Response:
+        form = await request.form()
+        chosen = form.get("destination")
+        if not isinstance(chosen, str) or chosen not in config.destinations:
+            return JSONResponse({"error": "reprocess: no such destination"}, 404)
+        try:
+            first = date.fromisoformat(str(form.get("from") or ""))
+            last = date.fromisoformat(str(form.get("to") or first))
+        except ValueError:
+            return JSONResponse({"error": "reprocess: days are YYYY-MM-DD"}, 400)
+        if last < first:
+            return JSONResponse({"error": "reprocess: the last day is before the first"}, 400)
+        started = replays.reprocess(chosen, first, last, force=form.get("force") == "1",
+                                    dry_run=form.get("dry_run") == "1")  # fmt: skip
+        if session is None:  # a script
+            return _json(started.as_json())
+        return RedirectResponse("/runs#reprocess", 303)
 
     def runs_api(request: Request, session: Session | None) -> Response:
         return _json(runs_of(request))
@@ -377,6 +399,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/failed", guarded(failed)),
             Route("/failed/replay", guarded(replay), methods=["POST"]),
             Route("/runs", guarded(runs)),
+            Route("/runs/reprocess", guarded(reprocess), methods=["POST"]),
             Route("/trace", guarded(trace_page)),
             Route("/ledger", guarded(ledger_page)),
             Route("/destinations", guarded(destinations_page)),
@@ -387,6 +410,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/api/failed/replay", guarded(replay, api=True), methods=["POST"]),
             Route("/api/replays", guarded(replays_api, api=True)),
             Route("/api/runs", guarded(runs_api, api=True)),
+            Route("/api/reprocess", guarded(reprocess, api=True), methods=["POST"]),
             Route("/api/trace", guarded(trace_api, api=True)),
             Route("/api/ledger", guarded(ledger_api, api=True)),
             Route("/api/destinations", guarded(destinations_api, api=True)),
