@@ -96,9 +96,14 @@ class SegmentName:
 
     @property
     def file_name(self) -> str:
+        return f"incoming.tok={self.id}.log"
+
+    @property
+    def id(self) -> str:
+        """What a log position names it by (``eventpipe log show --from <id>:<line>``)."""
         writer = "" if self.writer is None else f"|w={self.writer}"
         sealed = "" if self.sealed is None else f"-{self.sealed}"
-        return f"incoming.tok={self.key_id}{writer}{sealed}.log"
+        return f"{self.key_id}{writer}{sealed}"
 
 
 def _checked_writer(writer: str | None) -> str:

@@ -81,6 +81,10 @@ def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     # Nothing of it ran or became an element.
     assert browser.execute_script("return window.pwned === undefined")
     assert browser.find_elements(By.CSS_SELECTOR, "#events script, #events img") == []
+    # The one link the page made: to the event's trace, by its id.
+    [link] = browser.find_elements(By.CSS_SELECTOR, "#events a")
+    event_id = orjson.loads(shown)["eventn_ctx"]["event_id"]
+    assert link.get_attribute("href") == f"{running.url}/trace?id={event_id}"
     assert _requested(browser) == {running.url}
     assert _errors(browser) == []
 

@@ -60,6 +60,17 @@ def test_where_is_my_event_traces_each_outcome(
             body: dict[str, Any] = answer.json()
             return body
 
+        def finished(kind: str) -> dict[str, Any]:
+            """The console's command of ``kind`` (its own process), once it ended."""
+            deadline = time.monotonic() + 180
+            while True:
+                shown = httpx.get(console.url + "/api/replays", headers=BEARER).json()
+                [done] = [r for r in shown if r["kind"] == kind]
+                if done["state"] != "running":
+                    return done
+                assert time.monotonic() < deadline, done
+                time.sleep(0.5)
+
         def at(event_id: str) -> tuple[str, str | None, str]:
             [warehouse] = traced(event_id)["destinations"]
             return warehouse["state"], warehouse["table"], warehouse["detail"]
@@ -102,6 +113,22 @@ def test_where_is_my_event_traces_each_outcome(
             "dropped": 0, "difference": 0,
         }  # fmt: skip
         assert books["waiting"] == [{"destination": "warehouse", "segments": 1, "events": 1}]
+        # How the waiting event would land (log show --destination: its own process, with
+        # Spark); an archived event has no preview (the preview reads the log).
+        preview = {"id": ids[4], "destination": "warehouse"}
+        started = httpx.post(console.url + "/api/trace/preview", headers=BEARER, data=preview)
+        assert started.status_code == 200, started.text
+        shown = finished("preview")
+        assert shown["state"] == "done", shown["output"]
+        [landing] = [line for line in shown["output"] if "\ttable page\t" in line]
+        assert '"n":4' in landing
+        with _logged_in(console.url) as browser:
+            page_text = browser.get("/trace", params={"id": ids[4]}).text
+        assert "table page" in page_text
+        assert "&#34;n&#34;:4" in page_text  # its columns, as escaped text
+        archived = {"id": ids[1], "destination": "warehouse"}
+        refused = httpx.post(console.url + "/api/trace/preview", headers=BEARER, data=archived)
+        assert refused.status_code == 409
         # The destinations page: a second run adds a column; the history says which run
         # created the table and which added it.
         _post(c, [{"event_type": "page", "n": 7, "coupon": "WINTER"}], server=True)
@@ -135,14 +162,7 @@ def test_where_is_my_event_traces_each_outcome(
             started = httpx.post(console.url + "/api/reprocess", headers=BEARER,
                                  data={**asked, **form}, timeout=30)  # fmt: skip
             assert started.status_code == 200, started.text
-            deadline = time.monotonic() + 120
-            while True:
-                shown = httpx.get(console.url + "/api/replays", headers=BEARER).json()
-                [done] = [r for r in shown if r["kind"] == "reprocess"]
-                if done["state"] != "running":
-                    return done
-                assert time.monotonic() < deadline, done
-                time.sleep(0.5)
+            return finished("reprocess")
 
         up_to_date = reprocess()
         assert up_to_date["state"] == "done", up_to_date

@@ -76,6 +76,7 @@ from eventpipe.console.security import (
 from eventpipe.console.trace import BadEventId, Trace, trace
 from eventpipe.events import failed_event_id, utc_now
 from eventpipe.figures import Sample, Watch
+from eventpipe.paths import SegmentName
 from eventpipe.state.store import StateStore, open_state
 
 log = logging.getLogger("eventpipe.console")
@@ -341,8 +342,34 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         found = await traced(request)
         if isinstance(found, Response):
             return found
+        position = _log_position(found)
+        shown = f"the event at {position}"
+        previews = [r for r in replays.all() if r.kind == "preview" and r.selection == shown]
         return page(request, "trace.html", session, trace=found, as_json=_pretty,
-                    wanted=request.query_params.get("id") or "")  # fmt: skip
+                    wanted=request.query_params.get("id") or "", position=position,
+                    previews=previews, destinations=list(config.destinations))  # fmt: skip
+
+    async def trace_preview(request: Request, session: Session | None) -> Response:
+        form = await request.form()
+        chosen, wanted = form.get("destination"), form.get("id")
+        if not isinstance(chosen, str) or chosen not in config.destinations:
+            return JSONResponse({"error": "preview: no such destination"}, 404)
+        if not isinstance(wanted, str) or not wanted:
+            return JSONResponse({"error": "preview: give the event's id"}, 400)
+        try:
+            found = await asyncio.to_thread(trace, config, store, wanted.strip())
+        except BadEventId as exc:
+            return JSONResponse({"error": str(exc)}, 400)
+        position = _log_position(found)
+        if position is None:
+            return JSONResponse({"error": "preview: the event is not in a sealed segment of "
+                                 "the log (the preview reads those; eventpipe rotate "
+                                 "seals now; an archived event's path is its trace)"},
+                                409)  # fmt: skip
+        started = replays.preview(chosen, position)
+        if session is None:  # a script
+            return _json(started.as_json())
+        return RedirectResponse(f"/trace?id={quote(wanted.strip())}#preview", 303)
 
     async def trace_api(request: Request, session: Session | None) -> Response:
         found = await traced(request)
@@ -401,6 +428,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/runs", guarded(runs)),
             Route("/runs/reprocess", guarded(reprocess), methods=["POST"]),
             Route("/trace", guarded(trace_page)),
+            Route("/trace/preview", guarded(trace_preview), methods=["POST"]),
             Route("/ledger", guarded(ledger_page)),
             Route("/destinations", guarded(destinations_page)),
             Route("/api/overview", guarded(overview_api, api=True)),
@@ -412,6 +440,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             Route("/api/runs", guarded(runs_api, api=True)),
             Route("/api/reprocess", guarded(reprocess, api=True), methods=["POST"]),
             Route("/api/trace", guarded(trace_api, api=True)),
+            Route("/api/trace/preview", guarded(trace_preview, api=True), methods=["POST"]),
             Route("/api/ledger", guarded(ledger_api, api=True)),
             Route("/api/destinations", guarded(destinations_api, api=True)),
             Mount("/static", StaticFiles(directory=str(static)), name="static"),
@@ -451,6 +480,18 @@ def _filters(request: Request) -> Filters:
     q = request.query_params
     return Filters(q.get("key") or None, q.get("type") or None, q.get("source") or None,
                    q.get("q") or None)  # fmt: skip
+
+
+def _log_position(found: Trace | None) -> str | None:
+    """The log position (``SEGMENT:LINE``, as ``eventpipe log show`` reads it) of a
+    traced event in a sealed segment of incoming/."""
+    if found is None or not found.stored or found.stored[0].where != "log":
+        return None
+    stored = found.stored[0]
+    name = SegmentName.parse(stored.file)
+    if name is None or name.sealed is None:
+        return None
+    return f"{name.id}:{stored.line}"
 
 
 def _json(value: Any) -> Response:

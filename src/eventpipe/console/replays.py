@@ -5,7 +5,10 @@ destination, its outcome (exit code and last lines) kept to be shown:
 * ``eventpipe replay failed --destination ID`` (with ``--reason`` and ``--event-id`` for
   a selection);
 * ``eventpipe reprocess --destination ID --from DAY --to DAY`` (``--force``), and its
-  ``--dry-run``, which says what would be rebuilt and why without Spark."""
+  ``--dry-run``, which says what would be rebuilt and why without Spark;
+* ``eventpipe log show --from POS --to POS --destination ID``: how one event of the log
+  would land in a destination (its table and columns, or why it would fail or be
+  filtered), nothing loaded."""
 
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 KEPT_LINES = 40
-KINDS = ("replay", "reprocess")
+KINDS = ("replay", "reprocess", "preview")
 
 
 @dataclass
@@ -80,6 +83,13 @@ class Replays:
             args.append("--dry-run")
             what = "a dry run of " + what
         return self._launch("reprocess", destination, args, what)
+
+    def preview(self, destination: str, position: str) -> Replay:
+        """Start ``eventpipe log show --destination`` of the event at ``position`` (a
+        log position, ``SEGMENT:LINE``), unless one runs for the destination."""
+        args = ["log", "show", "--from", position, "--to", position,
+                "--destination", destination]  # fmt: skip
+        return self._launch("preview", destination, args, f"the event at {position}")
 
     def _launch(self, kind: str, destination: str, args: list[str], what: str) -> Replay:
         with self._lock:

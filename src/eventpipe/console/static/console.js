@@ -84,6 +84,14 @@ function live(section) {
     const context = event.eventn_ctx || {};
     summary.textContent = [event.event_type, event.api_key, context.event_id, event._timestamp]
       .filter((part) => part !== undefined && part !== null).join(" · ");
+    if (typeof context.event_id === "string" || typeof context.event_id === "number") {
+      // Where it went, and how a destination would take it: its trace page.
+      const link = document.createElement("a");
+      link.href = "/trace?id=" + encodeURIComponent(String(context.event_id));
+      link.textContent = "where is it?";
+      link.className = "trace-link";
+      summary.append(" · ", link);
+    }
     const body = document.createElement("pre");
     body.textContent = JSON.stringify(event, null, 2);
     item.append(summary, body);
