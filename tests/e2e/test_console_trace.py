@@ -10,7 +10,7 @@ which run created each table or added each column."""
 from __future__ import annotations
 
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -113,6 +113,21 @@ def test_where_is_my_event_traces_each_outcome(
             "dropped": 0, "difference": 0,
         }  # fmt: skip
         assert books["waiting"] == [{"destination": "warehouse", "segments": 1, "events": 1}]
+        # Over a range of days: the runs started then, added up per destination.
+        day = datetime.now(UTC).date()
+        ranged = httpx.get(console.url + "/api/ledger", headers=BEARER,
+                           params={"since": day.isoformat(), "until": day.isoformat()})  # fmt: skip
+        [total] = ranged.json()["totals"]
+        assert {k: total[k] for k in ("destination", "runs", "acknowledged", "loaded",
+                                      "difference")} == {
+            "destination": "warehouse", "runs": 1, "acknowledged": 4, "loaded": 2,
+            "difference": 0,
+        }  # fmt: skip
+        later = (day + timedelta(days=1)).isoformat()
+        none = httpx.get(console.url + "/api/ledger", headers=BEARER, params={"since": later})
+        assert (none.json()["runs"], none.json()["totals"]) == ([], [])
+        bad = httpx.get(console.url + "/api/ledger", headers=BEARER, params={"since": "soon"})
+        assert bad.status_code == 400
         # How the waiting event would land (log show --destination: its own process, with
         # Spark); an archived event has no preview (the preview reads the log).
         preview = {"id": ids[4], "destination": "warehouse"}

@@ -37,7 +37,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import asdict
-from datetime import date
+from datetime import UTC, date, datetime, timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any, cast
@@ -61,7 +61,7 @@ from starlette.staticfiles import StaticFiles
 from eventpipe.config import Config
 from eventpipe.console.destinations import destinations
 from eventpipe.console.failed import FailedPage, newest_records
-from eventpipe.console.ledger import ledger
+from eventpipe.console.ledger import ledger, totals
 from eventpipe.console.live import Filters, LiveTail
 from eventpipe.console.replays import Replays
 from eventpipe.console.security import (
@@ -115,6 +115,8 @@ class Figures:
 COLLECTOR = "collector"
 """The failed page's name for what the collector refused (failed.tok=*.log)."""
 FAILED_SHOWN = 100
+LEDGER_MOST = 1000
+"""Runs a ledger adds up at most."""
 MAX_CHOSEN = 1000
 """Event ids one replay of a selection takes at most (each is an argument of its
 process)."""
@@ -377,10 +379,21 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             return JSONResponse({"error": "give the event's id: ?id=..."}, 400)
         return found if isinstance(found, Response) else _json(asdict(found))
 
-    def ledger_of(request: Request) -> dict[str, Any]:
-        given = request.query_params.get("limit") or ""
-        lines, waiting = ledger(config, store, min(int(given), 200) if given.isdigit() else 20)
-        return {"runs": [{**asdict(line), "difference": line.difference} for line in lines],
+    def ledger_of(request: Request) -> dict[str, Any] | Response:
+        q = request.query_params
+        given = q.get("limit") or ""
+        try:  # days (YYYY-MM-DD: from its start, to its end) or times, UTC
+            since = _day_or_time(q.get("since"), end=False)
+            until = _day_or_time(q.get("until"), end=True)
+        except ValueError:
+            return JSONResponse({"error": "since and until are YYYY-MM-DD or ISO 8601 times"},
+                                400)  # fmt: skip
+        most = LEDGER_MOST if since or until else 20
+        limit = min(int(given), LEDGER_MOST) if given.isdigit() else most
+        lines, waiting = ledger(config, store, max(limit, 1), since, until)
+        return {"since": since, "until": until, "limit": limit,
+                "runs": [{**asdict(line), "difference": line.difference} for line in lines],
+                "totals": [asdict(t) for t in totals(lines)],
                 "waiting": [asdict(w) for w in waiting]}  # fmt: skip
 
     def destinations_of(request: Request) -> list[dict[str, Any]] | Response:
@@ -400,10 +413,16 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         return found if isinstance(found, Response) else _json(found)
 
     def ledger_page(request: Request, session: Session | None) -> Response:
-        return page(request, "ledger.html", session, ledger=ledger_of(request))
+        found = ledger_of(request)
+        if isinstance(found, Response):
+            return found
+        q = request.query_params
+        return page(request, "ledger.html", session, ledger=found,
+                    since=q.get("since") or "", until=q.get("until") or "")  # fmt: skip
 
     def ledger_api(request: Request, session: Session | None) -> Response:
-        return _json(ledger_of(request))
+        found = ledger_of(request)
+        return found if isinstance(found, Response) else _json(found)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -480,6 +499,21 @@ def _filters(request: Request) -> Filters:
     q = request.query_params
     return Filters(q.get("key") or None, q.get("type") or None, q.get("source") or None,
                    q.get("q") or None)  # fmt: skip
+
+
+def _day_or_time(text: str | None, *, end: bool) -> str | None:
+    """A bound of a ledger's range as the state store compares run starts (ISO 8601 UTC
+    text): a day means its start (``since``) or the next day's (``until``, so that the
+    day is in the range)."""
+    if not text:
+        return None
+    if len(text) == 10:
+        day = date.fromisoformat(text)
+        return (day + timedelta(days=1) if end else day).isoformat()
+    parsed = datetime.fromisoformat(text)
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(UTC).replace(tzinfo=None)
+    return parsed.isoformat()
 
 
 def _log_position(found: Trace | None) -> str | None:

@@ -42,6 +42,44 @@ class LedgerLine:
 
 
 @dataclass(frozen=True)
+class Total:
+    """One destination's lines of a ledger added up."""
+
+    destination: str
+    runs: int
+    acknowledged: int | None
+    """None: a segment of one of its runs is gone."""
+    loaded: int
+    failed: int
+    skipped: int
+    filtered: int
+    dropped: int
+    difference: int | None
+    """The sum of its runs' differences; None where one of them is not known."""
+
+    @classmethod
+    def of(cls, destination: str, lines: list[LedgerLine]) -> Total:
+        known = [line.acknowledged for line in lines]
+        differences = [line.difference for line in lines]
+        return cls(
+            destination, len(lines),
+            None if None in known else sum(k for k in known if k is not None),
+            sum(line.loaded for line in lines), sum(line.failed for line in lines),
+            sum(line.skipped for line in lines), sum(line.filtered for line in lines),
+            sum(line.dropped for line in lines),
+            None if None in differences else sum(d for d in differences if d is not None),
+        )  # fmt: skip
+
+
+def totals(lines: list[LedgerLine]) -> list[Total]:
+    """Per destination, its lines added up."""
+    by_destination: dict[str, list[LedgerLine]] = {}
+    for line in lines:
+        by_destination.setdefault(line.destination, []).append(line)
+    return [Total.of(d, mine) for d, mine in sorted(by_destination.items())]
+
+
+@dataclass(frozen=True)
 class Waiting:
     destination: str
     segments: int
@@ -49,14 +87,19 @@ class Waiting:
 
 
 def ledger(
-    config: Config, store: StateStore, limit: int = 20
+    config: Config,
+    store: StateStore,
+    limit: int = 20,
+    since: str | None = None,
+    until: str | None = None,
 ) -> tuple[list[LedgerLine], list[Waiting]]:
-    """The last ``limit`` batch runs' lines, newest first, and what waits now."""
+    """The last ``limit`` batch runs' lines (of the runs started in ``[since, until)``,
+    ISO 8601 UTC), newest first, and what waits now."""
     from eventpipe.state.records import ALL_TABLES
 
     lines: list[LedgerLine] = []
     counted: dict[str, int | None] = {}
-    for run in store.history(limit):
+    for run in store.history(limit, since, until):
         plan = store.run_segments(run.run_id) or {}
         destinations = sorted({t.destination for t in run.tables} | {e[0] for e in run.events})
         for dest_id in destinations:

@@ -20,13 +20,17 @@ from eventpipe.state.records import (
 class Summaries(Store):
     """What ``eventpipe status`` reads."""
 
-    def history(self, limit: int = 20) -> list[RunRecord]:
-        """The last ``limit`` runs, newest first, with what each loaded."""
+    def history(
+        self, limit: int = 20, since: str | None = None, until: str | None = None
+    ) -> list[RunRecord]:
+        """The last ``limit`` runs, newest first, with what each loaded (``since`` and
+        ``until``: of those started in ``[since, until)``, ISO 8601 UTC text)."""
         with self._db() as db:
             runs = db.execute(
                 "SELECT run_id, trigger, started_at, finished_at, status, segments, error, "
-                "code_versions FROM runs ORDER BY started_at DESC, rowid DESC LIMIT ?",
-                (limit,),
+                "code_versions FROM runs WHERE started_at >= ? AND started_at < ? "
+                "ORDER BY started_at DESC, rowid DESC LIMIT ?",
+                (since or "", until or "\uffff", limit),
             ).fetchall()
             ids = [r[0] for r in runs]
             if not ids:

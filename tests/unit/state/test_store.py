@@ -263,3 +263,19 @@ def test_schema_changes_are_kept_once_newest_first(store: StateStore) -> None:
         ("create", "n", "run-1"),
     ]
     assert store.recent_loads("wh") == []
+
+
+def test_the_history_of_a_range_of_start_times(store: StateStore) -> None:
+    import time
+
+    for _ in range(3):
+        run = store.begin_run(["s"], "once")
+        store.finish_run(run.run_id, "done")
+        time.sleep(0.005)  # starts are recorded to the millisecond: each its own
+    every = store.history(10)
+    ids = [r.run_id for r in every]  # the newest first
+    starts = [r.started_at for r in every]
+    assert [r.run_id for r in store.history(10, since=starts[1])] == ids[:2]
+    assert [r.run_id for r in store.history(10, until=starts[1])] == ids[2:]
+    assert store.history(10, since="2999-01-01") == []
+    assert [r.run_id for r in store.history(10, since=starts[-1][:10])] == ids
