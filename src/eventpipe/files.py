@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 
 def fsync_directory(directory: Path) -> None:
@@ -88,6 +88,20 @@ def append_file(path: Path, data: bytes) -> None:
         os.fsync(out.fileno())
     if created:
         fsync_directory(path.parent)
+
+
+def json_lines(path: Path) -> Iterator[tuple[bytes, Any]]:
+    """Each line of a file of JSON lines (ending with its line break), with its value;
+    a line that is not JSON (cut short by a crash, edited by hand) is passed over."""
+    import orjson
+
+    with path.open("rb") as lines:
+        for line in lines:
+            try:
+                value = orjson.loads(line)
+            except orjson.JSONDecodeError:
+                continue
+            yield (line if line.endswith(b"\n") else line + b"\n"), value
 
 
 def move(source: Path, target: Path) -> None:

@@ -86,6 +86,8 @@ def test_where_is_my_event_traces_each_outcome(
         assert at(message_id) == ("loaded", "page", "a row of table page")
         [run] = open_state(c.config).history(1)
         assert loaded["destinations"][0]["run_id"] == run.run_id
+        row = loaded["destinations"][0]["row"]  # the row it became
+        assert (row["eventn_ctx_event_id"], row["n"], row["event_type"]) == (ids[1], 1, "page")
         state, _, detail = at(ids["five"])
         assert state == "failed"
         assert "column n (INT64) cannot take five" in detail

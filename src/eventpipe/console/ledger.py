@@ -11,7 +11,7 @@ not subtracted."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from eventpipe.config import Config
 from eventpipe.state.store import StateStore
@@ -20,40 +20,44 @@ DROPPING = {"tables:discard_row", "columns:discard_row", "data_type:discard_row"
 
 
 @dataclass(frozen=True)
-class LedgerLine:
-    run_id: str
-    started_at: str
-    destination: str
-    acknowledged: int | None
-    """Events in the destination's segments of the run; None: a segment is gone."""
+class WentTo:
+    """Where a ledger's acknowledged events went."""
+
     loaded: int
     failed: int
     skipped: int
     filtered: int
     dropped: int
+
+    @property
+    def accounted(self) -> int:
+        return self.loaded + self.failed + self.skipped + self.filtered + self.dropped
+
+
+@dataclass(frozen=True)
+class LedgerLine(WentTo):
+    run_id: str
+    started_at: str
+    destination: str
+    acknowledged: int | None
+    """Events in the destination's segments of the run; None: a segment is gone."""
     status: str
 
     @property
     def difference(self) -> int | None:
         if self.acknowledged is None or self.status != "done":
             return None
-        return self.acknowledged - (self.loaded + self.failed + self.skipped + self.filtered
-                                    + self.dropped)  # fmt: skip
+        return self.acknowledged - self.accounted
 
 
 @dataclass(frozen=True)
-class Total:
+class Total(WentTo):
     """One destination's lines of a ledger added up."""
 
     destination: str
     runs: int
     acknowledged: int | None
     """None: a segment of one of its runs is gone."""
-    loaded: int
-    failed: int
-    skipped: int
-    filtered: int
-    dropped: int
     difference: int | None
     """The sum of its runs' differences; None where one of them is not known."""
 
@@ -61,14 +65,16 @@ class Total:
     def of(cls, destination: str, lines: list[LedgerLine]) -> Total:
         known = [line.acknowledged for line in lines]
         differences = [line.difference for line in lines]
+        went = {f.name: sum(getattr(line, f.name) for line in lines) for f in fields(WentTo)}
         return cls(
-            destination, len(lines),
-            None if None in known else sum(k for k in known if k is not None),
-            sum(line.loaded for line in lines), sum(line.failed for line in lines),
-            sum(line.skipped for line in lines), sum(line.filtered for line in lines),
-            sum(line.dropped for line in lines),
-            None if None in differences else sum(d for d in differences if d is not None),
-        )  # fmt: skip
+            destination=destination,
+            runs=len(lines),
+            acknowledged=None if None in known else sum(k for k in known if k is not None),
+            difference=None
+            if None in differences
+            else sum(d for d in differences if d is not None),
+            **went,
+        )
 
 
 def totals(lines: list[LedgerLine]) -> list[Total]:
@@ -116,8 +122,11 @@ def ledger(
             dropped = sum(c.events for c in run.contracts
                           if c.destination == dest_id and c.kind == "table"
                           and c.rule in DROPPING)  # fmt: skip
-            lines.append(LedgerLine(run.run_id, run.started_at, dest_id, acknowledged, loaded,
-                                    failed, skipped, filtered, dropped, run.status))  # fmt: skip
+            lines.append(LedgerLine(
+                run_id=run.run_id, started_at=run.started_at, destination=dest_id,
+                acknowledged=acknowledged, loaded=loaded, failed=failed, skipped=skipped,
+                filtered=filtered, dropped=dropped, status=run.status,
+            ))  # fmt: skip
     return lines, _waiting(config, store, counted)
 
 

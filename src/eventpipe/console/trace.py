@@ -64,6 +64,9 @@ class AtDestination:
     detail: str
     run_id: str | None = None
     table: str | None = None
+    row: dict[str, Any] | None = None
+    """The row it became (``loaded``): its columns that have a value, as the destination
+    returns them (values it cannot give as JSON are shown as text)."""
 
 
 @dataclass(frozen=True)
@@ -207,13 +210,19 @@ def _at_destination(
                 return AtDestination(dest_id, "waiting", why)
             run_id = done[0][3]
     table = _table_holding(config, dest_id, event_id)
-    if isinstance(table, str):
-        return AtDestination(dest_id, "loaded", f"a row of table {table}", run_id, table)
+    if isinstance(table, tuple) and len(table) == 2:
+        name, row = table
+        return AtDestination(dest_id, "loaded", f"a row of table {name}", run_id, name, row)
     detail = ("in no table: filtered (namespace, transforms), skipped (an empty table "
               "name) or dropped by a schema contract's discard_row")  # fmt: skip
     if table is not None:
         detail = f"processed; its table not looked up: {table[0]}"
     return AtDestination(dest_id, "processed", detail, run_id)
+
+
+def _shown(value: Any) -> Any:
+    """A value of a row as JSON can show it (others as their text)."""
+    return value if isinstance(value, (str, int, float, bool)) else str(value)
 
 
 def _streamed(config: Config, dest_id: str, segment: Path | None, line: int) -> bool:
@@ -239,8 +248,11 @@ def _failed_record(path: Path, event_id: str) -> dict[str, Any] | None:
     return _parsed(hit) if hit is not None else None
 
 
-def _table_holding(config: Config, dest_id: str, event_id: str) -> str | tuple[str] | None:
-    """The table whose row has the id; None: none has; (why,): not looked up."""
+def _table_holding(
+    config: Config, dest_id: str, event_id: str
+) -> tuple[str, dict[str, Any]] | tuple[str] | None:
+    """(the table whose row has the id, the row); None: none has; (why,): not looked
+    up."""
     from eventpipe.console.destinations import open_for_reading
 
     dest = config.destinations[dest_id]
@@ -253,10 +265,13 @@ def _table_holding(config: Config, dest_id: str, event_id: str) -> str | tuple[s
             if described is None or ID_COLUMN not in described.columns:
                 continue
             quote = opened.dialect.quote
-            sql = f"SELECT count(*) FROM {quote(table)} WHERE {quote(ID_COLUMN)} = '{event_id}'"
-            _, rows = opened.query(sql, timeout_seconds=QUERY_SECONDS)
-            if rows and rows[0][0]:
-                return str(table)
+            sql = (f"SELECT * FROM {quote(table)} WHERE {quote(ID_COLUMN)} = '{event_id}' "
+                   "LIMIT 1")  # fmt: skip
+            columns, rows = opened.query(sql, timeout_seconds=QUERY_SECONDS)
+            if rows:
+                row = {c: _shown(v) for c, v in zip(columns, rows[0], strict=True)
+                       if v is not None}  # fmt: skip
+                return str(table), row
     except Exception as exc:  # noqa: BLE001 - shown: the rest of the trace stands
         return (f"{type(exc).__name__}: {exc}"[:300],)
     return None

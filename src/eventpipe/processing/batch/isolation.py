@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from eventpipe.errors import EventpipeError, first_line
 from eventpipe.events import Stage, event_error_line, utc_now
-from eventpipe.files import write_file
+from eventpipe.files import json_lines, write_file
 from eventpipe.processing.batch.failures import append_failed, once
 from eventpipe.processing.batch.halving import halve
 from eventpipe.processing.batch.load import PoisonLimitError
@@ -101,20 +101,13 @@ class Isolation:
     def _lines(self, files: Sequence[Path]) -> list[bytes]:
         """The destination's events of the run (of its keys), in order (lines that are
         not JSON objects were recorded by the run's read already)."""
-        import orjson
-
         keys = self.config.destinations[self.dest_id].only_keys
-        lines = []
-        for path in files:
-            with path.open("rb") as source:
-                for line in source:
-                    try:
-                        event = orjson.loads(line)
-                    except orjson.JSONDecodeError:
-                        continue
-                    if isinstance(event, dict) and (keys is None or event.get("api_key") in keys):
-                        lines.append(line.rstrip(b"\n") + b"\n")
-        return lines
+        return [
+            line
+            for path in files
+            for line, event in json_lines(path)
+            if isinstance(event, dict) and (keys is None or event.get("api_key") in keys)
+        ]
 
     def _isolate(self, files: Sequence[Path]) -> None:
         lines = self._lines(files)

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from eventpipe.config import Config
 from eventpipe.events import failed_event_id, utc_now
-from eventpipe.files import move, replacing
+from eventpipe.files import json_lines, move, replacing
 from eventpipe.processing.batch.archiving import compress
 from eventpipe.processing.batch.isolation import Isolation, caused_by_data
 from eventpipe.processing.batch.job import run_job
@@ -117,17 +117,7 @@ def _replay(runtime: Runtime, dest_id: str, selection: Selection) -> RunReport |
 def _select(source: Path, out: Path, selection: Selection) -> bool:
     """The records of ``source`` that ``selection`` takes, written to ``out`` (whether
     there were any)."""
-    import orjson
-
-    chosen = []
-    with source.open("rb") as lines:
-        for line in lines:
-            try:
-                record = orjson.loads(line)
-            except orjson.JSONDecodeError:
-                continue
-            if selection.takes(record):
-                chosen.append(line if line.endswith(b"\n") else line + b"\n")
+    chosen = [line for line, record in json_lines(source) if selection.takes(record)]
     if not chosen:
         return False
     with replacing(out) as sink:
