@@ -6,6 +6,12 @@ run, alternating rounds; then the console process's memory (peak RSS) after the 
     .venv/bin/python bench/console.py --seconds 8 --rounds 3
 
 The goal: at least 0.95x the events/s with the live view open.
+
+``--soak SECONDS`` instead: the console's memory over a long stream, its live view and
+overview open all along, while ``--rate`` events/s (100-event posts, paced) arrive; the
+console's RSS printed each minute (the goal: under 150 MB after an hour of 1,000/s).
+
+    .venv/bin/python bench/console.py --soak 3600 --rate 1000
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from ingest import (
+    SERVER_KEY,
     free_port,
     make_event,
     peak_rss_mb,
@@ -73,7 +80,12 @@ def main() -> None:
     parser.add_argument("--seconds", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--soak", type=int, default=0, help="seconds of a paced stream instead")
+    parser.add_argument("--rate", type=int, default=1000, help="events/s of --soak")
     args = parser.parse_args()
+    if args.soak:
+        soak(args.soak, args.rate)
+        return
     rng = random.Random(1)
     with tempfile.TemporaryDirectory(prefix="eventpipe-console-bench-") as tmp:
         work = Path(tmp)
@@ -82,15 +94,7 @@ def main() -> None:
             events = [make_event(rng) for _ in range(per_post)]
             bodies[per_post] = work / f"body-{per_post}.json"
             bodies[per_post].write_text(json.dumps(events if per_post > 1 else events[0]))
-        port, console_port = free_port(), free_port()
-        console = {"console": {"token": TOKEN, "port": console_port, "sample_seconds": 1}}
-        [collector] = start_eventpipe(work, port, 1, console)
-        url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
-        wait_ready(url, collector)
-        command = [str(Path(sys.executable).parent / "eventpipe"), "console", "-c",
-                   str(work / "eventpipe.yaml")]  # fmt: skip
-        viewer_url = f"http://127.0.0.1:{console_port}"
-        served = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        collector, url, served, viewer_url = _start(work, sample_seconds=1)
         results: dict[tuple[str, int], list[float]] = {}
         shown = 0
         try:
@@ -122,6 +126,65 @@ def main() -> None:
     open_seconds = args.seconds * args.rounds * len(bodies)
     print(f"the live view showed {shown:,} event(s); the console's peak RSS {rss:.0f} MB; "
           f"its CPU {cpu:.1f} s in all (the live view was open {open_seconds} s)")  # fmt: skip
+
+
+def soak(seconds: int, rate: int) -> None:
+    """The console's RSS each minute of a stream of ``rate`` events/s."""
+    rng = random.Random(1)
+    with tempfile.TemporaryDirectory(prefix="eventpipe-console-soak-") as tmp:
+        work = Path(tmp)
+        collector, url, served, viewer_url = _start(work)
+        bodies = [json.dumps([make_event(rng) for _ in range(100)]).encode() for _ in range(20)]
+        headers = {"X-Auth-Token": SERVER_KEY, "Content-Type": "application/json"}
+        sent, started = 0, time.monotonic()
+        try:
+            _wait_console(viewer_url, served)
+            with Viewer(viewer_url) as viewer, httpx.Client(headers=headers) as client:
+                next_report = started + 60
+                print("minute  events sent  shown live  console RSS MB", flush=True)
+                while (now := time.monotonic()) < started + seconds:
+                    due = int((now - started) * rate)
+                    while sent + 100 <= due:
+                        client.post(
+                            url, content=bodies[(sent // 100) % len(bodies)]
+                        ).raise_for_status()
+                        sent += 100
+                    if now >= next_report:
+                        print(f"{(now - started) / 60:6.0f}  {sent:11,}  {viewer.events:10,}  "
+                              f"{_rss_mb(served.pid):14.1f}", flush=True)  # fmt: skip
+                        next_report += 60
+                    time.sleep(0.02)
+            rss, cpu = _rss_mb(served.pid), _cpu_seconds(served.pid)
+            peak = peak_rss_mb([served.pid])
+        finally:
+            for proc in (served, collector):
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
+    print(f"\n{sent:,} events in {seconds} s ({sent / seconds:,.0f}/s): the console's RSS "
+          f"{rss:.0f} MB at the end, peak {peak:.0f} MB, CPU {cpu:.0f} s")  # fmt: skip
+
+
+def _start(
+    work: Path, **settings: float
+) -> tuple[subprocess.Popen[bytes], str, subprocess.Popen[bytes], str]:
+    """A collector (one worker) and ``eventpipe console`` beside it: (the collector, its
+    event URL, the console, the console's URL)."""
+    port, console_port = free_port(), free_port()
+    console = {"console": {"token": TOKEN, "port": console_port, **settings}}
+    [collector] = start_eventpipe(work, port, 1, console)
+    url = f"http://127.0.0.1:{port}/api/v1/s2s/event"
+    wait_ready(url, collector)
+    command = [str(Path(sys.executable).parent / "eventpipe"), "console", "-c",
+               str(work / "eventpipe.yaml")]  # fmt: skip
+    served = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return collector, url, served, f"http://127.0.0.1:{console_port}"
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
 
 
 def _cpu_seconds(pid: int) -> float:
