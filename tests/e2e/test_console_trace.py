@@ -169,6 +169,9 @@ def test_where_is_my_event_traces_each_outcome(
         }
         with _logged_in(console.url) as browser:
             html = browser.get("/destinations").text
+            runs_page = browser.get("/runs").text
+        version = open_state(c.config).history(1)[0].code_versions["warehouse"]
+        assert f"warehouse: {version[:12]}" in runs_page  # each run's code version
         assert f"<td>add</td><td>coupon</td><td>STRING</td><td>{second}</td>" in html
         # Reprocess from the runs page (its API): the dry runs say what would be rebuilt,
         # without Spark; a day that is no day is refused.
