@@ -8,9 +8,13 @@ Pages (server-rendered, a little script for what updates live):
 ``GET  /failed``                failed events by destination and reason; ``POST
                                 /failed/replay`` replays a destination's
 ``GET  /runs``                  the run history
-``GET  /trace``                 where is my event: an event id's path
+``GET  /trace``                 where is my event: an event id's path (and the row it
+                                became); ``POST /trace/preview`` how it would land
 ``GET  /ledger``                per run and destination: acknowledged = loaded + failed +
-                                skipped + filtered + dropped; and what waits
+                                skipped + filtered + dropped (a range of days added up);
+                                and what waits
+``GET  /destinations``          tables, columns and types; schema history; recent loads
+``POST /runs/reprocess``        reprocess days (or their dry run)
 ``GET  /login``, ``POST /login``, ``POST /logout``
 
 API (JSON; the pages are one client of it, scripts another; docs/console.md):
@@ -23,8 +27,10 @@ API (JSON; the pages are one client of it, scripts another; docs/console.md):
                                 ``reason``, ``limit``), and their reasons
 ``GET  /api/replays``           the replays started here, with their outcome
 ``GET  /api/runs``              the last runs (``limit``)
-``GET  /api/trace``             an event's path (``id``)
-``GET  /api/ledger``            the ledger (``limit`` runs)
+``GET  /api/trace``             an event's path (``id``); ``POST /api/trace/preview``
+``GET  /api/ledger``            the ledger (``limit`` runs; ``since``, ``until``)
+``GET  /api/destinations``      the destinations page's data
+``POST /api/reprocess``         a reprocess, or its dry run
 """
 
 from __future__ import annotations
@@ -73,7 +79,7 @@ from eventpipe.console.security import (
     Sessions,
     same,
 )
-from eventpipe.console.trace import BadEventId, Trace, trace
+from eventpipe.console.trace import BadEventId, Stored, Trace, in_log, trace
 from eventpipe.events import failed_event_id, utc_now
 from eventpipe.figures import Sample, Watch
 from eventpipe.paths import SegmentName
@@ -344,7 +350,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         found = await traced(request)
         if isinstance(found, Response):
             return found
-        position = _log_position(found)
+        position = _log_position(found.stored[0] if found and found.stored else None)
         shown = f"the event at {position}"
         previews = [r for r in replays.all() if r.kind == "preview" and r.selection == shown]
         return page(request, "trace.html", session, trace=found, as_json=_pretty,
@@ -358,11 +364,11 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             return JSONResponse({"error": "preview: no such destination"}, 404)
         if not isinstance(wanted, str) or not wanted:
             return JSONResponse({"error": "preview: give the event's id"}, 400)
-        try:
-            found = await asyncio.to_thread(trace, config, store, wanted.strip())
+        try:  # only where it is in the log: no destination is asked
+            logged = await asyncio.to_thread(in_log, config, wanted.strip())
         except BadEventId as exc:
             return JSONResponse({"error": str(exc)}, 400)
-        position = _log_position(found)
+        position = _log_position(logged[0] if logged else None)
         if position is None:
             return JSONResponse({"error": "preview: the event is not in a sealed segment of "
                                  "the log (the preview reads those; eventpipe rotate "
@@ -516,12 +522,11 @@ def _day_or_time(text: str | None, *, end: bool) -> str | None:
     return parsed.isoformat()
 
 
-def _log_position(found: Trace | None) -> str | None:
-    """The log position (``SEGMENT:LINE``, as ``eventpipe log show`` reads it) of a
-    traced event in a sealed segment of incoming/."""
-    if found is None or not found.stored or found.stored[0].where != "log":
+def _log_position(stored: Stored | None) -> str | None:
+    """The log position (``SEGMENT:LINE``, as ``eventpipe log show`` reads it) of an
+    event stored in a sealed segment of incoming/."""
+    if stored is None or stored.where != "log":
         return None
-    stored = found.stored[0]
     name = SegmentName.parse(stored.file)
     if name is None or name.sealed is None:
         return None

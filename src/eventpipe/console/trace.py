@@ -81,19 +81,13 @@ class Trace:
 
 def trace(config: Config, store: StateStore, event_id: str) -> Trace:
     """The path of the event ``event_id`` (BadEventId: not an id)."""
-    if not EVENT_ID.match(event_id):
-        raise BadEventId("an event id is letters, digits and . _ : - (at most 128)")
-    layout = config.layout
-    wanted = b'"event_id":"' + event_id.encode() + b'"'
+    logged = in_log(config, event_id)
     stored: list[Stored] = []
     event: dict[str, Any] | None = None
     found_in: Path | None = None
-    for path in [*layout.sealed_segments(), *layout.active_segments()]:
-        hit = _find_line(path, wanted)
-        if hit is not None:
-            stored.append(Stored("log", path.name, hit[0]))
-            event, found_in = _parsed(hit[1]), path
-            break
+    if logged is not None:
+        stored.append(logged[0])
+        event, found_in = logged[1], logged[2]
     days = _days_of(event_id) or _recent_days(config)
     searched = "incoming/"
     if not stored:
@@ -105,6 +99,20 @@ def trace(config: Config, store: StateStore, event_id: str) -> Trace:
     at = [_at_destination(config, store, d, event_id, stored, found_in)
           for d in config.destinations]  # fmt: skip
     return Trace(event_id, event, stored, at, searched)
+
+
+def in_log(config: Config, event_id: str) -> tuple[Stored, dict[str, Any] | None, Path] | None:
+    """Where the event ``event_id`` is in the log (incoming/): its place, the event, its
+    segment's file; None: not there (BadEventId: not an id)."""
+    if not EVENT_ID.match(event_id):
+        raise BadEventId("an event id is letters, digits and . _ : - (at most 128)")
+    layout = config.layout
+    wanted = b'"event_id":"' + event_id.encode() + b'"'
+    for path in [*layout.sealed_segments(), *layout.active_segments()]:
+        hit = _find_line(path, wanted)
+        if hit is not None:
+            return Stored("log", path.name, hit[0]), _parsed(hit[1]), path
+    return None
 
 
 def _find_line(path: Path, wanted: bytes) -> tuple[int, bytes] | None:
