@@ -10,6 +10,9 @@ machine: on 2 cores its thread takes part of the second core the second worker n
 
     make bench                         # or: .venv/bin/python bench/ingest.py --seconds 15
 
+``--fsync on,off`` adds eventpipe with ``incoming.fsync: false`` (``eventpipe-nosync``)
+to the same run, to show what durability costs at each worker count.
+
 Prints events/s, p50/p99 latency, peak RSS (all processes of a server), and the ratios:
 eventpipe to the baseline with as many workers, and N workers to one. The Segment API
 (``segment-1w``: the same events as track messages in ``/v1/batch`` bodies, with HTTP
@@ -20,6 +23,8 @@ from __future__ import annotations
 
 import argparse
 import base64
+import dataclasses
+import functools
 import json
 import os
 import random
@@ -79,10 +84,41 @@ class Result:
     p99_ms: float
     errors: int
     peak_rss_mb: float | None = None
+    rounds: Rounds | None = None
 
     @property
     def events_per_s(self) -> float:
         return self.requests_per_s * self.events_per_post
+
+
+@dataclass
+class Rounds:
+    """eventpipe's group-commit rounds during one wrk run, from its /metrics (all workers)."""
+
+    count: float
+    sync_seconds: float
+    wait_seconds: float
+    appends: float
+
+    @classmethod
+    def read(cls, url: str) -> Rounds:
+        base = url.split("/", 3)[:3]
+        text = httpx.get("/".join(base) + "/metrics", timeout=10).text
+        series = dict(line.rsplit(" ", 1) for line in text.splitlines() if line[:1] != "#")
+        return cls(
+            *(float(series.get(name, 0)) for name in (
+                "eventpipe_log_fsync_seconds_count", "eventpipe_log_fsync_seconds_sum",
+                "eventpipe_log_round_wait_seconds_sum", "eventpipe_log_round_appends_total",
+            ))
+        )  # fmt: skip
+
+    def __sub__(self, earlier: Rounds) -> Rounds:
+        return Rounds(
+            self.count - earlier.count,
+            self.sync_seconds - earlier.sync_seconds,
+            self.wait_seconds - earlier.wait_seconds,
+            self.appends - earlier.appends,
+        )
 
 
 def free_port() -> int:
@@ -112,7 +148,7 @@ def _ms(text: str) -> float:
 
 
 def run_wrk(
-    url: str, body_path: Path, seconds: int, connections: int
+    url: str, body_path: Path, seconds: int, connections: int, threads: int = 1
 ) -> tuple[float, float, float, int]:
     """wrk against ``url``: the Segment API's paths (``/v1/...``) with the body's Segment
     form (``<body>.segment``) and the key as HTTP Basic auth, as the SDKs send."""
@@ -129,7 +165,16 @@ def run_wrk(
         f'wrk.headers["{header[0]}"] = "{header[1]}"\n'
     )
     out = subprocess.run(
-        ["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "--latency", "-s", str(script), url],
+        [
+            "wrk",
+            f"-t{threads}",
+            f"-c{connections}",
+            f"-d{seconds}s",
+            "--latency",
+            "-s",
+            str(script),
+            url,
+        ],
         capture_output=True,
         text=True,
         check=True,
@@ -179,8 +224,20 @@ def print_alternating(
         print(f"{per_post:>3} events/post: {ratio_name} = {ratio:.2f}x events/s\n")
 
 
+def eventpipe_command() -> list[str]:
+    """The ``eventpipe`` beside this interpreter, or the CLI's module where eventpipe runs
+    from a checkout (``PYTHONPATH=src``) without being installed."""
+    script = Path(sys.executable).parent / "eventpipe"
+    return [str(script)] if script.exists() else [sys.executable, "-m", "eventpipe.cli"]
+
+
 def start_eventpipe(
-    work: Path, port: int, workers: int, extra: dict[str, object] | None = None
+    work: Path,
+    port: int,
+    workers: int,
+    extra: dict[str, object] | None = None,
+    *,
+    fsync: bool = True,
 ) -> list[subprocess.Popen[bytes]]:
     """``eventpipe collect`` with the benchmark's settings (``extra``: more sections)."""
     config: dict[str, object] = {
@@ -189,7 +246,7 @@ def start_eventpipe(
         "incoming": {
             "max_backlog_bytes": 10**12,
             "min_free_disk_bytes": 10**8,
-            "fsync": os.environ.get("BENCH_FSYNC", "1") == "1",
+            "fsync": fsync,
         },
         "api_keys": [{"id": "bench", "js": "bench-js-key-123", "server": SERVER_KEY}],
         "logging": {"level": "warning"},
@@ -197,7 +254,7 @@ def start_eventpipe(
     }
     path = work / "eventpipe.yaml"
     path.write_text(yaml.safe_dump(config))
-    command = [str(Path(sys.executable).parent / "eventpipe"), "collect", "-c", str(path)]
+    command = [*eventpipe_command(), "collect", "-c", str(path)]
     return [subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)]
 
 
@@ -228,9 +285,19 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds per case")
     parser.add_argument("--connections", type=int, default=16)
     parser.add_argument("--json", type=Path, help="also write the results here")
+    parser.add_argument("--threads", type=int, default=1, help="wrk's threads")
     parser.add_argument("--workers", default="1,2", help="worker counts compared (1,2)")
+    parser.add_argument("--fsync", default="on", help="eventpipe with fsync on, off, or on,off")
     args = parser.parse_args()
     counts = [int(n) for n in args.workers.split(",")]
+    fsyncs = args.fsync.split(",")
+    if not fsyncs or set(fsyncs) - {"on", "off"}:
+        parser.error("--fsync takes on, off or on,off")
+    kinds = [("baseline", start_baseline)]
+    if "on" in fsyncs:
+        kinds.append(("eventpipe", start_eventpipe))
+    if "off" in fsyncs:
+        kinds.append(("eventpipe-nosync", functools.partial(start_eventpipe, fsync=False)))
     if shutil.which("wrk") is None:
         sys.exit("wrk is needed: apt-get install wrk (make bench does it)")
 
@@ -256,7 +323,7 @@ def main() -> None:
             body.with_suffix(".segment").write_bytes(json.dumps({"batch": tracks}).encode())
         servers: dict[str, tuple[list[subprocess.Popen[bytes]], str]] = {}
         for workers in counts:
-            for kind, starter in (("baseline", start_baseline), ("eventpipe", start_eventpipe)):
+            for kind, starter in kinds:
                 name = f"{kind}-{workers}w"
                 (work / name).mkdir()
                 port = free_port()
@@ -265,7 +332,7 @@ def main() -> None:
                 for proc in procs:
                     wait_ready(url, proc)
                 servers[name] = (procs, url)
-                if kind == "eventpipe" and workers == counts[0]:  # the Segment API's cost
+                if kind == kinds[1][0] and workers == counts[0]:  # the Segment API's cost
                     servers[f"segment-{workers}w"] = (procs, url.replace("/api/v1/s2s/event",
                                                                          "/v1/batch"))  # fmt: skip
         results: dict[tuple[str, int], list[Result]] = {}
@@ -274,13 +341,18 @@ def main() -> None:
             # (page cache, writeback, noisy neighbours) hit all alike.
             for per_post, body in bodies.items():
                 for _, url in servers.values():
-                    run_wrk(url, body, 2, args.connections)  # warm-up
+                    run_wrk(url, body, 2, args.connections, args.threads)  # warm-up
                 for _ in range(args.rounds):
                     for name, (procs, url) in servers.items():
-                        rps, p50, p99, errors = run_wrk(url, body, args.seconds, args.connections)
+                        ours = not name.startswith("baseline")
+                        before = Rounds.read(url) if ours else None
+                        rps, p50, p99, errors = run_wrk(
+                            url, body, args.seconds, args.connections, args.threads
+                        )
+                        rounds = Rounds.read(url) - before if before is not None else None
                         rss = peak_rss_mb([p.pid for p in procs])
                         results.setdefault((name, per_post), []).append(
-                            Result(name, per_post, rps, p50, p99, errors, rss)
+                            Result(name, per_post, rps, p50, p99, errors, rss, rounds)
                         )
         finally:
             for procs, _ in servers.values():
@@ -292,17 +364,18 @@ def main() -> None:
         stored = sum(
             1
             for workers in counts
-            for p in (work / f"eventpipe-{workers}w/data/incoming").iterdir()
+            for kind, _ in kinds[1:]
+            for p in (work / f"{kind}-{workers}w/data/incoming").iterdir()
             if p.name.startswith("incoming.")
         )
 
     print(
         f"\ningest, {args.connections} connections, {args.rounds} alternating rounds of "
         f"{args.seconds} s per case (median shown), {os.cpu_count()} cores, "
-        "wrk -t1 on the same machine\n"
+        f"wrk -t{args.threads} on the same machine\n"
     )
     print(
-        f"{'server':<13} {'events/post':>11} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
+        f"{'server':<20} {'events/post':>11} {'events/s':>10} {'p50 ms':>8} {'p99 ms':>8} "
         f"{'errors':>7} {'peak RSS MB':>12}   events/s of each round"
     )
     medians = {}
@@ -319,32 +392,52 @@ def main() -> None:
         medians[(name, per_post)] = m
         each = ", ".join(f"{r.events_per_s:.0f}" for r in rounds)
         print(
-            f"{name:<13} {per_post:>11} {m.events_per_s:>10.0f} {m.p50_ms:>8.2f} "
+            f"{name:<20} {per_post:>11} {m.events_per_s:>10.0f} {m.p50_ms:>8.2f} "
             f"{m.p99_ms:>8.2f} {m.errors:>7} {m.peak_rss_mb or 0:>12.1f}   {each}"
         )
+    print(
+        "\ngroup commit (eventpipe with fsync on; median of the rounds): rounds/s of all "
+        "workers, requests per round, a round's syncs and its wait (the hand-off to the "
+        "fsync process and back included), ms on average\n"
+    )
+    print(f"{'server':<20} {'events/post':>11} {'rounds/s':>9} {'req/round':>9} "
+          f"{'sync ms':>8} {'wait ms':>8} {'hand-off ms':>11}")  # fmt: skip
+    for (name, per_post), rounds in results.items():
+        measured = [r.rounds for r in rounds if r.rounds is not None and r.rounds.count > 0]
+        if not measured:
+            continue
+        rate = statistics.median(m.count / args.seconds for m in measured)
+        per_round = statistics.median(m.appends / m.count for m in measured)
+        sync_ms = statistics.median(m.sync_seconds / m.count * 1000 for m in measured)
+        wait_ms = statistics.median(m.wait_seconds / m.count * 1000 for m in measured)
+        print(f"{name:<20} {per_post:>11} {rate:>9.0f} {per_round:>9.1f} {sync_ms:>8.3f} "
+              f"{wait_ms:>8.3f} {wait_ms - sync_ms:>11.3f}")  # fmt: skip
     print()
     for per_post in bodies:
         for workers in counts:
-            ours = medians[(f"eventpipe-{workers}w", per_post)].events_per_s
             bare = medians[(f"baseline-{workers}w", per_post)].events_per_s
-            print(f"{per_post:>3} events/post, {workers} worker(s): eventpipe / baseline = "
-                  f"{ours / bare:.2f}x events/s")  # fmt: skip
+            for kind, _ in kinds[1:]:
+                ours = medians[(f"{kind}-{workers}w", per_post)].events_per_s
+                print(f"{per_post:>3} events/post, {workers} worker(s): {kind} / baseline = "
+                      f"{ours / bare:.2f}x events/s")  # fmt: skip
         for workers in counts[1:]:
-            for kind in ("eventpipe", "baseline"):
+            for kind, _ in kinds:
                 scale = (medians[(f"{kind}-{workers}w", per_post)].events_per_s
                          / medians[(f"{kind}-{counts[0]}w", per_post)].events_per_s)  # fmt: skip
                 print(f"{per_post:>3} events/post, {kind}: {workers} workers / {counts[0]} = "
                       f"{scale:.2f}x events/s")  # fmt: skip
         segment = medians.get((f"segment-{counts[0]}w", per_post))
         if segment is not None:
-            native = medians[(f"eventpipe-{counts[0]}w", per_post)].events_per_s
+            native = medians[(f"{kinds[1][0]}-{counts[0]}w", per_post)].events_per_s
             cost = native / segment.events_per_s
             print(f"{per_post:>3} events/post, {counts[0]} worker(s): Segment /v1/batch "
                   f"costs {cost:.2f}x the native endpoint per event")  # fmt: skip
     print(f"eventpipe sealed {stored} segment file(s)")
     if args.json:
         args.json.write_text(
-            json.dumps([r.__dict__ for rounds in results.values() for r in rounds], indent=2)
+            json.dumps(
+                [dataclasses.asdict(r) for rounds in results.values() for r in rounds], indent=2
+            )
         )
 
 

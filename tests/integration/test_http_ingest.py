@@ -265,7 +265,16 @@ def test_health_and_metrics(start_collector: Any) -> None:
         'eventpipe_http_requests_total{endpoint="event",status="401"} 1.0',
     ]:
         assert line in text, line
-    assert "eventpipe_log_fsync_seconds_count" in text
+    # Where a group-commit round's time goes: its syncs, its wait (the hand-off
+    # included), and how many appends each round carried.
+    series = dict(line.rsplit(" ", 1) for line in text.splitlines() if line[:1] != "#")
+    rounds = float(series["eventpipe_log_fsync_seconds_count"])
+    assert rounds >= 1
+    assert float(series["eventpipe_log_round_wait_seconds_count"]) == rounds
+    assert float(series["eventpipe_log_round_wait_seconds_sum"]) >= float(
+        series["eventpipe_log_fsync_seconds_sum"]
+    )
+    assert float(series["eventpipe_log_round_appends_total"]) >= rounds
     assert "eventpipe_backlog_bytes" in text
     assert "_created" not in text
 

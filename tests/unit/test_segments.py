@@ -16,7 +16,7 @@ import pytest
 from eventpipe.errors import DataDirLockedError
 from eventpipe.log import segments
 from eventpipe.log.recovery import rotate_now
-from eventpipe.log.segments import LogHooks, LogWriteError, SegmentLog
+from eventpipe.log.segments import LogHooks, LogWriteError, SegmentLog, SyncedRound
 from eventpipe.log.settings import LogSettings
 from eventpipe.paths import DataLayout, SegmentName
 from tests.process import wait_until_dead
@@ -41,13 +41,16 @@ def _numbers(paths: list[Path]) -> list[int]:
 class _Recorder:
     def __init__(self) -> None:
         self.fsyncs = 0
+        self.appends = 0
         self.sealed: list[tuple[str, int, str]] = []
 
     def hooks(self) -> LogHooks:
-        return LogHooks(on_fsync=self._fsync, on_sealed=self._sealed)
+        return LogHooks(on_round=self._round, on_sealed=self._sealed)
 
-    def _fsync(self, seconds: float) -> None:
+    def _round(self, synced: SyncedRound) -> None:
+        assert synced.wait_seconds >= synced.sync_seconds >= 0
         self.fsyncs += 1
+        self.appends += synced.appends
 
     def _sealed(self, path: Path, size: int, reason: str) -> None:
         self.sealed.append((path.name, size, reason))
@@ -76,6 +79,7 @@ def test_concurrent_appends_share_fsyncs_and_lose_nothing(
     sealed = asyncio.run(scenario())
     assert sorted(_numbers(sealed)) == list(range(500))
     assert 1 <= recorder.fsyncs < 500  # grouped: far fewer fsyncs than appends
+    assert recorder.appends == 500  # each append counted in the round that made it durable
     assert layout.active_segments() == []
 
 

@@ -41,7 +41,7 @@ def test_it_fsyncs_files_and_directories(tmp_path: Path, syncer: Syncer) -> None
     fds = [os.open(p, os.O_WRONLY | os.O_CREAT) for p in paths]
     fds.append(os.open(tmp_path, os.O_RDONLY | os.O_DIRECTORY))
     try:
-        seconds = asyncio.run(syncer.fsync(fds))
+        seconds = asyncio.run(syncer.sync(fds[:-1], fds[-1:]))
         assert seconds >= 0
         for each in fds:  # the caller's descriptors stay open
             os.fstat(each)
@@ -54,9 +54,9 @@ def test_an_fsync_that_fails_raises_its_errno(syncer: Syncer, fd: int) -> None:
     read_end, write_end = os.pipe()  # a pipe cannot be fsynced: EINVAL
     try:
         with pytest.raises(OSError, match="Invalid argument") as info:
-            asyncio.run(syncer.fsync([fd, read_end]))
+            asyncio.run(syncer.sync([fd, read_end]))
         assert info.value.errno == errno.EINVAL
-        assert asyncio.run(syncer.fsync([fd])) >= 0  # the same process goes on
+        assert asyncio.run(syncer.sync([fd])) >= 0  # the same process goes on
     finally:
         os.close(read_end)
         os.close(write_end)
@@ -65,15 +65,15 @@ def test_an_fsync_that_fails_raises_its_errno(syncer: Syncer, fd: int) -> None:
 def test_a_syncer_that_died_fails_the_request_and_the_next_one_starts_another(
     syncer: Syncer, fd: int
 ) -> None:
-    asyncio.run(syncer.fsync([fd]))
+    asyncio.run(syncer.sync([fd]))
     first = syncer.pid
     assert first is not None
     os.kill(first, signal.SIGKILL)
     wait_until_dead(first)
     with pytest.raises(OSError, match="the fsync process") as info:
-        asyncio.run(syncer.fsync([fd]))
+        asyncio.run(syncer.sync([fd]))
     assert info.value.errno == errno.EIO
-    asyncio.run(syncer.fsync([fd]))
+    asyncio.run(syncer.sync([fd]))
     assert syncer.pid not in (None, first)
 
 
@@ -81,12 +81,12 @@ def test_a_request_cancelled_while_it_waits_leaves_no_answer_behind(
     syncer: Syncer, fd: int, capfd: pytest.CaptureFixture[str]
 ) -> None:
     async def scenario() -> None:
-        await syncer.fsync([fd])
+        await syncer.sync([fd])
         first = syncer.pid
         assert first is not None
         os.kill(first, signal.SIGSTOP)  # as if in a long fsync: it cannot answer yet
         try:
-            waiting = asyncio.create_task(syncer.fsync([fd]))
+            waiting = asyncio.create_task(syncer.sync([fd]))
             await asyncio.sleep(0.05)
             assert not waiting.done()  # sent, and waiting for the answer
             waiting.cancel()
@@ -97,7 +97,7 @@ def test_a_request_cancelled_while_it_waits_leaves_no_answer_behind(
         finally:
             os.kill(first, signal.SIGCONT)
         wait_until_dead(first)  # it answered into a closed socket, and exited
-        assert await syncer.fsync([fd]) >= 0
+        assert await syncer.sync([fd]) >= 0
         assert syncer.pid not in (None, first)
 
     asyncio.run(scenario())
@@ -106,7 +106,7 @@ def test_a_request_cancelled_while_it_waits_leaves_no_answer_behind(
 
 def test_close_stops_it(syncer: Syncer, fd: int) -> None:
     assert syncer.pid is None  # started by the first request
-    asyncio.run(syncer.fsync([fd]))
+    asyncio.run(syncer.sync([fd]))
     pid = syncer.pid
     assert pid is not None
     syncer.close()
@@ -121,7 +121,7 @@ def test_it_exits_when_the_process_that_started_it_is_killed(tmp_path: Path) -> 
         from eventpipe.log.syncer import Syncer
         syncer = Syncer()
         fd = os.open({str(tmp_path / "f")!r}, os.O_WRONLY | os.O_CREAT)
-        asyncio.run(syncer.fsync([fd]))
+        asyncio.run(syncer.sync([fd]))
         print(syncer.pid, flush=True)
         time.sleep(60)
         """

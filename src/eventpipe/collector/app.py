@@ -148,9 +148,7 @@ class Collector:
             config.layout,
             LogSettings.of(config),
             writer=host_writer(worker, config.server.writer_id),
-            hooks=LogHooks(
-                on_fsync=self.metrics.fsync_seconds.observe, on_sealed=self.metrics.on_sealed
-            ),
+            hooks=LogHooks(on_round=self.metrics.on_round, on_sealed=self.metrics.on_sealed),
         )
         self.backpressure = Backpressure(
             config.layout,

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client import (
     CollectorRegistry,
@@ -26,6 +26,9 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+
+if TYPE_CHECKING:
+    from eventpipe.log.segments import SyncedRound
 
 # The `_created` series double the output for no use here (counters reset with the process).
 disable_created_metrics()  # type: ignore[no-untyped-call]
@@ -66,10 +69,26 @@ class CollectorMetrics:
             ["endpoint"],
             registry=r,
         )
+        round_buckets = (
+            0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+        )  # fmt: skip
         self.fsync_seconds = Histogram(
             "eventpipe_log_fsync_seconds",
-            "Time of one group-commit fsync round.",
-            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
+            "Time of one group-commit round's syncs, as the fsync process timed them.",
+            buckets=round_buckets,
+            registry=r,
+        )
+        self.round_wait_seconds = Histogram(
+            "eventpipe_log_round_wait_seconds",
+            "Time one group-commit round waited for its syncs: the syncs and the hand-off "
+            "to the fsync process and back.",
+            buckets=round_buckets,
+            registry=r,
+        )
+        self.round_appends = Counter(
+            "eventpipe_log_round_appends",
+            "Appends (requests) made durable by group-commit rounds; divided by "
+            "eventpipe_log_fsync_seconds_count, the appends one round carries.",
             registry=r,
         )
         self.backlog_bytes = Gauge(
@@ -129,6 +148,11 @@ class CollectorMetrics:
         registry = CollectorRegistry()
         MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]
         return generate_latest(registry)
+
+    def on_round(self, synced: SyncedRound) -> None:
+        self.fsync_seconds.observe(synced.sync_seconds)
+        self.round_wait_seconds.observe(synced.wait_seconds)
+        self.round_appends.inc(synced.appends)
 
     def on_sealed(self, path: Path, size: int, reason: str) -> None:
         for part in reason.split(","):

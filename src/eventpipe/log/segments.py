@@ -65,11 +65,25 @@ class LogClosedError(TransientError):
 
 
 @dataclass(frozen=True)
-class LogHooks:
-    """Callbacks for metrics, so they must be quick: ``on_fsync`` is called on the event
-    loop, ``on_sealed`` on the log's I/O thread."""
+class SyncedRound:
+    """What one group commit took, as ``LogHooks.on_round`` reports it."""
 
-    on_fsync: Callable[[float], None] = lambda seconds: None
+    appends: int
+    """The appends (requests) the round made durable together."""
+    sync_seconds: float
+    """The syncs themselves, as the syncer process timed them."""
+    wait_seconds: float
+    """From handing the round to the syncer to its answer: the syncs, plus the hand-off
+    (the two messages, the syncer's waking, the loop's noticing the answer)."""
+
+
+@dataclass(frozen=True)
+class LogHooks:
+    """Callbacks for metrics, so they must be quick: ``on_round`` is called on the event
+    loop after each durable round (with fsync on), ``on_sealed`` on the log's I/O
+    thread."""
+
+    on_round: Callable[[SyncedRound], None] = lambda synced: None
     on_sealed: Callable[[Path, int, str], None] = lambda path, size, reason: None
 
 
@@ -259,7 +273,7 @@ class SegmentLog:
             batch, self._pending = self._pending, []
             if batch:
                 try:
-                    await self._sync_round(self._write_round(batch))
+                    await self._sync_round(self._write_round(batch), len(batch))
                 except OSError as exc:
                     error = LogWriteError(
                         f"could not append to the log: {exc.strerror or exc}",
@@ -331,7 +345,7 @@ class SegmentLog:
             raise
         return written
 
-    async def _sync_round(self, written: _Round) -> None:
+    async def _sync_round(self, written: _Round, appends: int) -> None:
         """Make a written round durable (the syncer process), then seal segments that
         are full (the I/O thread)."""
         touched = [active for active, _ in written.touched]
@@ -340,8 +354,10 @@ class SegmentLog:
             try:
                 for directory in written.new_files_in:
                     directories.append(os.open(directory, os.O_RDONLY | os.O_DIRECTORY))
-                fds = [active.fd for active in touched] + directories
-                self.hooks.on_fsync(await self._syncer.fsync(fds))
+                handed = time.perf_counter()
+                synced = await self._syncer.sync([active.fd for active in touched], directories)
+                waited = time.perf_counter() - handed
+                self.hooks.on_round(SyncedRound(appends, synced, waited))
             except OSError:
                 self._cut_back(touched)
                 raise
