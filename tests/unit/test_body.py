@@ -10,6 +10,7 @@ import pytest
 
 from eventpipe.collector.body import (
     BodyError,
+    NumberUnderflow,
     check_declared_length,
     deeper_than,
     parse_events,
@@ -175,6 +176,43 @@ def test_a_bulk_body_that_stalls_is_408_after_the_lines_before_it() -> None:
         return taken
 
     assert asyncio.run(scenario()) == [(1, b'{"a":1}'), (2, b'{"a":2}')]
+
+
+@pytest.mark.parametrize(
+    "number",
+    [b"1e-400", b"1E-0400", b"12.5e-330", b"-3e-999", b"0." + b"0" * 330 + b"1"],
+)
+@pytest.mark.parametrize("after", [b"}", b" }", b"\n}"])
+def test_a_number_too_small_for_a_float_is_marked_wherever_it_ends(
+    number: bytes, after: bytes
+) -> None:
+    (item,), _ = parse_events(b'{"id": "7e-4123-aa", "x": ' + number + after)
+    assert isinstance(item["x"], NumberUnderflow)
+    assert item["x"].text == number.decode()
+    (items, _) = parse_events(b"[" + number + b"]")
+    assert isinstance(items[0], NumberUnderflow)
+
+
+@pytest.mark.parametrize("number", [b"1e-99", b"1.5E-10", b"2e-300", b"5e-324"])
+def test_small_numbers_a_float_holds_are_kept(number: bytes) -> None:
+    (item,), _ = parse_events(b'{"x": ' + number + b"}")
+    assert item["x"] == float(number) != 0
+
+
+def test_ids_that_look_like_exponents_keep_the_fast_reading(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # UUIDs hold "e-" often, and their digits after it: none of them ends a number.
+    def slower(body: bytes) -> None:
+        raise AssertionError(f"read again: {body!r}")
+
+    monkeypatch.setattr("eventpipe.collector.body.exact_json", slower)
+    body = orjson.dumps(
+        [{"messageId": f"0190ab7e-{n:04d}-7e-400e-123e-456", "at": "2026-11-28T07:00:00Z"}
+         for n in range(100)]
+    )  # fmt: skip
+    items, _ = parse_events(body)
+    assert items[0]["messageId"] == "0190ab7e-0000-7e-400e-123e-456"
 
 
 def test_empty_keys_are_named_at_any_depth_and_never_collide() -> None:
