@@ -4,13 +4,15 @@ seal). The collector is never asked for anything: the console reads what it wrot
 
 At high rates only a sample is read: from each segment at most :data:`READ_BYTES` a
 poll (the newest lines), and of those at most the configured events per second shown,
-spread evenly; what was passed over is counted (the lines not read, estimated from the
-length of those read)."""
+spread evenly; only the lines shown (and those a filter turned down) are parsed, and
+what was passed over is counted (the lines not read, estimated from the length of those
+read). A sealed segment read to its end is not opened again."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,6 +64,8 @@ class LiveTail:
     def __init__(self, layout: DataLayout) -> None:
         self.layout = layout
         self.offsets: dict[int, int] = {}
+        self.read_whole: set[Path] = set()
+        """Sealed segments read to their end: they never grow again."""
         for path in [*layout.sealed_segments(), *layout.active_segments()]:
             with contextlib.suppress(FileNotFoundError):
                 self.offsets[path.stat().st_ino] = complete_end(path)
@@ -71,33 +75,33 @@ class LiveTail:
         keeps, spread over them."""
         lines: list[bytes] = []
         passed = 0
-        for path in [*self.layout.sealed_segments(), *self.layout.active_segments()]:
+        sealed = self.layout.sealed_segments()
+        sealed_set = set(sealed)
+        self.read_whole.intersection_update(sealed_set)  # archived ones: forgotten
+        for path in [*sealed, *self.layout.active_segments()]:
+            if path in self.read_whole:
+                continue
             try:
-                found = self._new_lines(path)
+                found = self._new_lines(path, sealed=path in sealed_set)
             except FileNotFoundError:  # sealed or archived meanwhile: next poll
                 continue
             if found is not None:
                 lines.extend(found[0])
                 passed += found[1]
-        kept: list[tuple[bytes, dict[str, Any]]] = []
-        for line in lines:
+        shown: list[tuple[int, dict[str, Any]]] = []
+        for index in _spread(len(lines), most):
+            if len(shown) == most:
+                break
             try:
-                event = orjson.loads(line)
+                event = orjson.loads(lines[index])
             except orjson.JSONDecodeError:
-                passed += 1
                 continue
-            if isinstance(event, dict) and filters.keep(line, event):
-                kept.append((line, event))
-            else:
-                passed += 1
-        if len(kept) > most:
-            step = len(kept) / most
-            chosen = [kept[int(i * step)] for i in range(most)]
-            passed += len(kept) - most
-            kept = chosen
-        return Polled([event for _, event in kept], passed)
+            if isinstance(event, dict) and filters.keep(lines[index], event):
+                shown.append((index, event))
+        passed += len(lines) - len(shown)
+        return Polled([event for _, event in sorted(shown, key=lambda each: each[0])], passed)
 
-    def _new_lines(self, path: Path) -> tuple[list[bytes], int] | None:
+    def _new_lines(self, path: Path, *, sealed: bool) -> tuple[list[bytes], int] | None:
         """The whole lines ``path`` got since the last poll (at most READ_BYTES of the
         newest), and about how many lines before them were passed over."""
         with path.open("rb") as f:
@@ -106,6 +110,8 @@ class LiveTail:
             if stat.st_size < start:  # a new file on a reused inode
                 start = 0
             if stat.st_size == start:
+                if sealed:
+                    self.read_whole.add(path)
                 return None
             first = max(start, stat.st_size - READ_BYTES)
             f.seek(first)
@@ -122,3 +128,12 @@ class LiveTail:
             average = end / max(len(lines), 1)
             passed = round((first - start) / average) + 1
         return lines, passed
+
+
+def _spread(count: int, most: int) -> Iterator[int]:
+    """Every index below ``count``, in an order whose first ``most`` are spread evenly
+    over them (then those between, and so on): a sample read first, and more of it only
+    as far as a filter turns lines down."""
+    step = max(1, count // max(most, 1))
+    for offset in range(step):
+        yield from range(offset, count, step)
