@@ -67,10 +67,11 @@ def wait_until_dead(pid: int, timeout: float = 10) -> None:
 
 
 def run(
-    *args: str, cwd: Path | None = None, timeout: float = 60
+    *args: str, cwd: Path | None = None, timeout: float = 60, input: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*EVENTPIPE, *args],
+        input=input,
         cwd=cwd,
         capture_output=True,
         text=True,

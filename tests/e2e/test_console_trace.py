@@ -98,6 +98,23 @@ def test_where_is_my_event_traces_each_outcome(
         assert waiting["stored"][0]["where"] == "log"
         assert waiting["destinations"][0]["state"] == "waiting"
         assert "not sealed yet" in waiting["destinations"][0]["detail"]
+        # How the waiting event, still in the active segment, would land (log show
+        # --stdin --destination, the event as stored: its own process, with Spark).
+        preview = {"id": ids[4], "destination": "warehouse"}
+        started = httpx.post(console.url + "/api/trace/preview", headers=BEARER, data=preview)
+        assert started.status_code == 200, started.text
+        shown = finished("preview")
+        assert shown["state"] == "done", shown["output"]
+        [landing] = [line for line in shown["output"] if "\ttable page\t" in line]
+        assert landing.startswith("stdin:0\t")
+        assert '"n":4' in landing
+        with _logged_in(console.url) as browser:
+            page_text = browser.get("/trace", params={"id": ids[4]}).text
+        assert "table page" in page_text
+        assert "&#34;n&#34;:4" in page_text  # its columns, as escaped text
+        unknown = {"id": "01900000-0000-7000-8000-000000000000", "destination": "warehouse"}
+        refused = httpx.post(console.url + "/api/trace/preview", headers=BEARER, data=unknown)
+        assert refused.status_code == 404
         nowhere = traced("01900000-0000-7000-8000-000000000000")
         assert (nowhere["stored"], nowhere["destinations"][0]["state"]) == ([], "unknown")
         refused = httpx.get(console.url + "/api/trace", params={"id": "x' OR '1'='1"},
@@ -130,22 +147,6 @@ def test_where_is_my_event_traces_each_outcome(
         assert (none.json()["runs"], none.json()["totals"]) == ([], [])
         bad = httpx.get(console.url + "/api/ledger", headers=BEARER, params={"since": "soon"})
         assert bad.status_code == 400
-        # How the waiting event would land (log show --destination: its own process, with
-        # Spark); an archived event has no preview (the preview reads the log).
-        preview = {"id": ids[4], "destination": "warehouse"}
-        started = httpx.post(console.url + "/api/trace/preview", headers=BEARER, data=preview)
-        assert started.status_code == 200, started.text
-        shown = finished("preview")
-        assert shown["state"] == "done", shown["output"]
-        [landing] = [line for line in shown["output"] if "\ttable page\t" in line]
-        assert '"n":4' in landing
-        with _logged_in(console.url) as browser:
-            page_text = browser.get("/trace", params={"id": ids[4]}).text
-        assert "table page" in page_text
-        assert "&#34;n&#34;:4" in page_text  # its columns, as escaped text
-        archived = {"id": ids[1], "destination": "warehouse"}
-        refused = httpx.post(console.url + "/api/trace/preview", headers=BEARER, data=archived)
-        assert refused.status_code == 409
         # The destinations page: a second run adds a column; the history says which run
         # created the table and which added it.
         _post(c, [{"event_type": "page", "n": 7, "coupon": "WINTER"}], server=True)

@@ -68,6 +68,21 @@ def test_show_prints_a_range_across_segments_with_positions(tmp_path: Path) -> N
     ]  # fmt: skip
 
 
+def test_show_takes_stored_events_on_standard_input(tmp_path: Path) -> None:
+    config = _log(tmp_path)
+    given = '{"n": 1}\n\n{"n": 2, "s": "tab\\there"}\n'
+    result = run("log", "show", "--stdin", "-c", str(config), input=given)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == [
+        'stdin:0\t{"n": 1}',
+        'stdin:1\t{"n": 2, "s": "tab\\there"}',
+    ]
+    for both_or_neither in (["--stdin", "--from", NEW], []):
+        refused = run("log", "show", *both_or_neither, "-c", str(config), input=given)
+        assert refused.returncode == 2
+        assert "give --from (a position of the log) or --stdin, not both" in refused.stderr
+
+
 def test_a_bad_position_says_how_to_write_one(tmp_path: Path) -> None:
     config = _log(tmp_path)
     result = run("log", "show", "--from", "yesterday", "-c", str(config))

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import click
@@ -109,30 +110,53 @@ def log_fill(config_path: Path | None, destination_id: str, idle_exit_code: int)
 
 @log_group.command("show")
 @config_option
-@click.option("--from", "start", required=True, help="First position: SEGMENT[:LINE].")
+@click.option("--from", "start", default=None, help="First position: SEGMENT[:LINE].")
 @click.option("--to", "end", default=None, help="Last position (included); default: the end.")
+@click.option(
+    "--stdin", "from_stdin", is_flag=True,
+    help="The events are JSON lines on standard input (stored events, as the log holds "
+    "them), shown as stdin:N, instead of --from/--to.",
+)  # fmt: skip
 @click.option("--limit", type=int, default=1000, show_default=True, help="Events at most.")
 @click.option(
     "--destination", "destination_id", default=None,
     help="Show each event as this destination would receive it (table, flat columns).",
 )  # fmt: skip
 def log_show(
-    config_path: Path | None, start: str, end: str | None, limit: int, destination_id: str | None
+    config_path: Path | None,
+    start: str | None,
+    end: str | None,
+    from_stdin: bool,
+    limit: int,
+    destination_id: str | None,
 ) -> None:
-    """Print the events from one position to another, each after its position."""
+    """Print the events from one position to another (or given on standard input), each
+    after its position."""
     from itertools import islice
 
     from eventpipe.log.inspect import Position, read
 
     config = load(config_path).config
-    last = Position.parse(end) if end else None
-    first = Position.parse(start)
-    found = list(islice(read(config.layout, first, last), limit))
-    if not found:  # say so: an empty answer looked like a log without events
-        click.echo(f"no events from {first}{f' to {last}' if last else ''} (a position past "
-                   "the end of its segment, or of the log? eventpipe log segments lists "
-                   "them)", err=True)  # fmt: skip
-        return
+    if from_stdin == (start is not None):
+        raise click.UsageError("give --from (a position of the log) or --stdin, not both")
+    if from_stdin:
+        given = (line.rstrip(b"\r\n") for line in sys.stdin.buffer if line.strip())
+        found: list[tuple[object, bytes]] = [
+            (f"stdin:{n}", line) for n, line in enumerate(islice(given, limit))
+        ]
+        if not found:
+            click.echo("no events on standard input", err=True)
+            return
+    else:
+        assert start is not None
+        last = Position.parse(end) if end else None
+        first = Position.parse(start)
+        found = list(islice(read(config.layout, first, last), limit))
+        if not found:  # say so: an empty answer looked like a log without events
+            click.echo(f"no events from {first}{f' to {last}' if last else ''} (a position "
+                       "past the end of its segment, or of the log? eventpipe log segments "
+                       "lists them)", err=True)  # fmt: skip
+            return
     if destination_id is None:
         for position, line in found:
             click.echo(f"{position}\t{line.decode('utf-8', errors='replace')}")

@@ -79,7 +79,7 @@ from eventpipe.console.security import (
     Sessions,
     same,
 )
-from eventpipe.console.trace import BadEventId, Stored, Trace, in_log, trace
+from eventpipe.console.trace import BadEventId, Stored, Trace, stored_line, trace
 from eventpipe.events import failed_event_id, utc_now
 from eventpipe.figures import Sample, Watch
 from eventpipe.paths import SegmentName
@@ -350,11 +350,11 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         found = await traced(request)
         if isinstance(found, Response):
             return found
-        position = _log_position(found.stored[0] if found and found.stored else None)
-        shown = f"the event at {position}"
+        place = _place(found.stored[0]) if found and found.stored else None
+        shown = f"the event at {place}"
         previews = [r for r in replays.all() if r.kind == "preview" and r.selection == shown]
         return page(request, "trace.html", session, trace=found, as_json=_pretty,
-                    wanted=request.query_params.get("id") or "", position=position,
+                    wanted=request.query_params.get("id") or "", position=place,
                     previews=previews, destinations=list(config.destinations))  # fmt: skip
 
     async def trace_preview(request: Request, session: Session | None) -> Response:
@@ -364,17 +364,14 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             return JSONResponse({"error": "preview: no such destination"}, 404)
         if not isinstance(wanted, str) or not wanted:
             return JSONResponse({"error": "preview: give the event's id"}, 400)
-        try:  # only where it is in the log: no destination is asked
-            logged = await asyncio.to_thread(in_log, config, wanted.strip())
+        try:  # as it was stored, in the log or the archive: no destination is asked
+            found = await asyncio.to_thread(stored_line, config, wanted.strip())
         except BadEventId as exc:
             return JSONResponse({"error": str(exc)}, 400)
-        position = _log_position(logged[0] if logged else None)
-        if position is None:
-            return JSONResponse({"error": "preview: the event is not in a sealed segment of "
-                                 "the log (the preview reads those; eventpipe rotate "
-                                 "seals now; an archived event's path is its trace)"},
-                                409)  # fmt: skip
-        started = replays.preview(chosen, position)
+        if found is None:
+            return JSONResponse({"error": "preview: no event with this id in the log or "
+                                 "the archive's days searched"}, 404)  # fmt: skip
+        started = replays.preview(chosen, found[1], f"the event at {_place(found[0])}")
         if session is None:  # a script
             return _json(started.as_json())
         return RedirectResponse(f"/trace?id={quote(wanted.strip())}#preview", 303)
@@ -520,6 +517,12 @@ def _day_or_time(text: str | None, *, end: bool) -> str | None:
     if parsed.tzinfo is not None:
         parsed = parsed.astimezone(UTC).replace(tzinfo=None)
     return parsed.isoformat()
+
+
+def _place(stored: Stored) -> str:
+    """Where an event is stored, as the trace page says it: its log position in a sealed
+    segment, else its file and line (an active segment's, the archive's)."""
+    return _log_position(stored) or f"{stored.file}:{stored.line}"
 
 
 def _log_position(stored: Stored | None) -> str | None:

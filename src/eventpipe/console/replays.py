@@ -6,12 +6,13 @@ destination, its outcome (exit code and last lines) kept to be shown:
   a selection);
 * ``eventpipe reprocess --destination ID --from DAY --to DAY`` (``--force``), and its
   ``--dry-run``, which says what would be rebuilt and why without Spark;
-* ``eventpipe log show --from POS --to POS --destination ID``: how one event of the log
-  would land in a destination (its table and columns, or why it would fail or be
-  filtered), nothing loaded."""
+* ``eventpipe log show --stdin --destination ID``: how one event, as it was stored (in
+  the log or the archive; given on standard input), would land in a destination (its
+  table and columns, or why it would fail or be filtered), nothing loaded."""
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import threading
@@ -84,14 +85,16 @@ class Replays:
             what = "a dry run of " + what
         return self._launch("reprocess", destination, args, what)
 
-    def preview(self, destination: str, position: str) -> Replay:
-        """Start ``eventpipe log show --destination`` of the event at ``position`` (a
-        log position, ``SEGMENT:LINE``), unless one runs for the destination."""
-        args = ["log", "show", "--from", position, "--to", position,
-                "--destination", destination]  # fmt: skip
-        return self._launch("preview", destination, args, f"the event at {position}")
+    def preview(self, destination: str, line: bytes, what: str) -> Replay:
+        """Start ``eventpipe log show --stdin --destination`` of an event as it was
+        stored (``line``, given on the process's standard input), unless one runs for
+        the destination."""
+        args = ["log", "show", "--stdin", "--destination", destination]
+        return self._launch("preview", destination, args, what, given=line)
 
-    def _launch(self, kind: str, destination: str, args: list[str], what: str) -> Replay:
+    def _launch(
+        self, kind: str, destination: str, args: list[str], what: str, given: bytes = b""
+    ) -> Replay:
         with self._lock:
             running = self._started.get((kind, destination))
             if running is not None and running.exit_code is None:
@@ -101,8 +104,12 @@ class Replays:
                 command += ["-c", str(self.config_path)]
             launched = Replay(destination, time.time(), what, kind)
             self._started[(kind, destination)] = launched
-            process = subprocess.Popen(command, stdout=subprocess.PIPE,
+            process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                        stderr=subprocess.STDOUT, text=True)  # fmt: skip
+            assert process.stdin is not None
+            with contextlib.suppress(BrokenPipeError):  # one that failed at once says why
+                process.stdin.write(given.decode("utf-8", errors="replace"))
+            process.stdin.close()
             threading.Thread(target=self._follow, args=(launched, process), daemon=True).start()
             return launched
 

@@ -104,6 +104,21 @@ def trace(config: Config, store: StateStore, event_id: str) -> Trace:
 def in_log(config: Config, event_id: str) -> tuple[Stored, dict[str, Any] | None, Path] | None:
     """Where the event ``event_id`` is in the log (incoming/): its place, the event, its
     segment's file; None: not there (BadEventId: not an id)."""
+    found = _logged_line(config, event_id)
+    return None if found is None else (found[0], _parsed(found[1]), found[2])
+
+
+def stored_line(config: Config, event_id: str) -> tuple[Stored, bytes] | None:
+    """The event ``event_id`` as it was stored, and where: in the log (a sealed or an
+    active segment) or in the archive (its days as :func:`trace` searches them); None:
+    in neither. No destination is asked."""
+    logged = _logged_line(config, event_id)
+    if logged is not None:
+        return logged[0], logged[1]
+    return _in_archive(config, event_id, _days_of(event_id) or _recent_days(config))
+
+
+def _logged_line(config: Config, event_id: str) -> tuple[Stored, bytes, Path] | None:
     if not EVENT_ID.match(event_id):
         raise BadEventId("an event id is letters, digits and . _ : - (at most 128)")
     layout = config.layout
@@ -111,7 +126,7 @@ def in_log(config: Config, event_id: str) -> tuple[Stored, dict[str, Any] | None
     for path in [*layout.sealed_segments(), *layout.active_segments()]:
         hit = _find_line(path, wanted)
         if hit is not None:
-            return Stored("log", path.name, hit[0]), _parsed(hit[1]), path
+            return Stored("log", path.name, hit[0]), hit[1], path
     return None
 
 
