@@ -8,10 +8,12 @@ from typing import Any
 import lz4.frame
 import orjson
 
+from eventpipe.console.ledger import streams
 from eventpipe.errors import QueryError
 from eventpipe.log import tail
 from eventpipe.processing.batch.job import process_once
 from eventpipe.processing.modes import stream
+from eventpipe.state.store import open_state
 from tests.conftest import read_lines
 from tests.e2e.test_batch_pipeline import _post, _query, _seal
 
@@ -44,6 +46,12 @@ def test_events_stream_from_the_active_segment_and_new_fields_become_columns(
     assert report is None  # nothing for batch destinations
     assert not c.layout.sealed_segments()  # archived: every stream destination read it
     assert _query(c, "SELECT count(*) FROM click") == [(2,)]
+    # The console's ledger: one line over all micro-batches (the first ones folded), the
+    # events they read against the rows.
+    [line] = streams(c.config, open_state(c.config))
+    assert (line.destination, line.acknowledged, line.loaded, line.difference) == (
+        "warehouse", 3, 3, 0,
+    )  # fmt: skip
 
 
 def test_a_key_reaches_a_stream_postgres_and_a_batch_duckdb_and_a_rejected_row_fails_alone(
@@ -68,6 +76,9 @@ def test_a_key_reaches_a_stream_postgres_and_a_batch_duckdb_and_a_rejected_row_f
     ]
     assert failed["event"]["price"] == 1e25
     assert "numeric field overflow" in failed["error"]
+    [line] = streams(c.config, open_state(c.config))  # the batch destination has none
+    assert (line.destination, line.acknowledged, line.loaded, line.failed,
+            line.difference) == ("pg", 3, 2, 1, 0)  # fmt: skip
     assert not list(c.layout.sealed_segments())  # streamed without a rotation
     # The batch destination gets the same events once the segment is sealed.
     _seal(c)

@@ -67,7 +67,7 @@ from starlette.staticfiles import StaticFiles
 from eventpipe.config import Config
 from eventpipe.console.destinations import destinations
 from eventpipe.console.failed import FailedPage, newest_records
-from eventpipe.console.ledger import ledger, totals
+from eventpipe.console.ledger import ledger, streams, totals
 from eventpipe.console.live import Filters, LiveTail
 from eventpipe.console.replays import Replays
 from eventpipe.console.security import (
@@ -394,9 +394,14 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         most = LEDGER_MOST if since or until else 20
         limit = min(int(given), LEDGER_MOST) if given.isdigit() else most
         lines, waiting = ledger(config, store, max(limit, 1), since, until)
+        # A stream's older micro-batches are folded, their days not kept: its line is of
+        # them all, shown where no range of days is asked for.
+        flowing = [] if since or until else streams(config, store)
         return {"since": since, "until": until, "limit": limit,
                 "runs": [{**asdict(line), "difference": line.difference} for line in lines],
                 "totals": [asdict(t) for t in totals(lines)],
+                "streams": [{**asdict(line), "difference": line.difference}
+                            for line in flowing],
                 "waiting": [asdict(w) for w in waiting]}  # fmt: skip
 
     def destinations_of(request: Request) -> list[dict[str, Any]] | Response:

@@ -4,10 +4,15 @@ failed, skipped (an empty table name), filtered (namespace, transforms), dropped
 schema contract (``discard_row``); and the events still waiting. A difference is flagged.
 
 Counted from the run history and the log's files: a segment still in ``incoming/`` by
-its lines, an archived one by its index (no event is read). Stream destinations load
-micro-batches, not runs: their lines say so. A loaded row is an event (a source's change
-applied counts one, as ``status`` counts); a metering destination's replaced rows are
-not subtracted."""
+its lines, an archived one by its index (no event is read). A loaded row is an event (a
+source's change applied counts one, as ``status`` counts); a metering destination's
+replaced rows are not subtracted.
+
+Stream destinations load micro-batches, not runs, and the state store folds the records
+of older micro-batches into one (their days are not kept): a stream destination has one
+line, over all its micro-batches, its acknowledged events being the lines its
+micro-batches read (each micro-batch records them; one from before eventpipe did makes
+the count unknown)."""
 
 from __future__ import annotations
 
@@ -17,6 +22,8 @@ from eventpipe.config import Config
 from eventpipe.state.store import StateStore
 
 DROPPING = {"tables:discard_row", "columns:discard_row", "data_type:discard_row"}
+STREAM = "stream"
+"""The status of a stream destination's line (all its micro-batches)."""
 
 
 @dataclass(frozen=True)
@@ -45,7 +52,7 @@ class LedgerLine(WentTo):
 
     @property
     def difference(self) -> int | None:
-        if self.acknowledged is None or self.status != "done":
+        if self.acknowledged is None or self.status not in ("done", STREAM):
             return None
         return self.acknowledged - self.accounted
 
@@ -128,6 +135,27 @@ def ledger(
                 filtered=filtered, dropped=dropped, status=run.status,
             ))  # fmt: skip
     return lines, _waiting(config, store, counted)
+
+
+def streams(config: Config, store: StateStore) -> list[LedgerLine]:
+    """Per stream destination, one line over all its micro-batches (see the module's
+    docstring): the lines they read against where those went."""
+    from eventpipe.state.records import stream_run
+
+    lines = []
+    for dest_id, dest in config.destinations.items():
+        if dest.mode != "stream":
+            continue
+        summary = store.summary(dest_id)
+        dropped = sum(c.events for c in store.contract_counts(dest_id)
+                      if c.kind == "table" and c.rule in DROPPING)  # fmt: skip
+        lines.append(LedgerLine(
+            run_id=stream_run(dest_id, "*"), started_at=summary.last_load or "",
+            destination=dest_id, acknowledged=store.events_read(dest_id),
+            loaded=summary.rows_loaded, failed=summary.failed, skipped=summary.skipped,
+            filtered=summary.filtered, dropped=dropped, status=STREAM,
+        ))  # fmt: skip
+    return lines
 
 
 def _events_in(config: Config, segments: tuple[str, ...], counted: dict[str, int | None]

@@ -88,6 +88,7 @@ CREATE TABLE IF NOT EXISTS destination_runs (
     failed INTEGER NOT NULL,
     finished_at TEXT NOT NULL,
     filtered INTEGER NOT NULL DEFAULT 0,
+    events INTEGER,
     PRIMARY KEY (run_id, destination)
 );
 CREATE TABLE IF NOT EXISTS contract_counts (
@@ -113,7 +114,7 @@ CREATE TABLE IF NOT EXISTS schema_changes (
 
 ADDED_COLUMNS = {
     "runs": (("plan", "TEXT"), ("code_versions", "TEXT")),
-    "destination_runs": (("filtered", "INTEGER NOT NULL DEFAULT 0"),),
+    "destination_runs": (("filtered", "INTEGER NOT NULL DEFAULT 0"), ("events", "INTEGER")),
 }
 """Columns added after a table was first released (name, type): added to a store made
 before. New tables list them in SCHEMA too."""

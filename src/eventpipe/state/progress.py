@@ -182,6 +182,15 @@ class SegmentProgress(Store):
                  for c in changes],
             )  # fmt: skip
 
+    def record_read(self, run_id: str, destination: str, events: int) -> None:
+        """The events a stream micro-batch read for ``destination`` (its log lines): what
+        the console's ledger holds its rows, failures and skips against."""
+        with self._db() as db:
+            db.execute(
+                "UPDATE destination_runs SET events = ? WHERE run_id = ? AND destination = ?",
+                (events, run_id, destination),
+            )
+
     def fold_stream(self, destination: str, epoch: int) -> None:
         """Fold the records of the stream destination's micro-batches before ``epoch``
         into its ``folded`` rows (the micro-batch under way keeps its own)."""
@@ -220,13 +229,15 @@ class SegmentProgress(Store):
             marks = ",".join("?" * len(older))
             db.execute(
                 "INSERT INTO destination_runs (run_id, destination, skipped, failed, "
-                "finished_at, filtered) SELECT ?, destination, sum(skipped), sum(failed), "
-                "max(finished_at), sum(filtered) FROM destination_runs WHERE destination = ? "
+                "finished_at, filtered, events) SELECT ?, destination, sum(skipped), "
+                "sum(failed), max(finished_at), sum(filtered), CASE WHEN count(events) = "
+                "count(*) THEN sum(events) END FROM destination_runs WHERE destination = ? "
                 f"AND run_id IN ({marks}) GROUP BY destination "
                 "ON CONFLICT (run_id, destination) DO UPDATE SET "
                 "skipped = destination_runs.skipped + excluded.skipped, "
                 "failed = destination_runs.failed + excluded.failed, "
-                "filtered = destination_runs.filtered + excluded.filtered, finished_at = "
+                "filtered = destination_runs.filtered + excluded.filtered, "
+                "events = destination_runs.events + excluded.events, finished_at = "
                 f"{_greater('destination_runs.finished_at', 'excluded.finished_at')}",
                 (folded_run, destination, *older),
             )

@@ -89,6 +89,17 @@ class Summaries(Store):
             last, int(rows), int(skipped), int(failed), frozenset(done), int(filtered)
         )
 
+    def events_read(self, destination: str) -> int | None:
+        """The events the destination's stream micro-batches read, over every one kept;
+        None where one of them did not record it (one from before eventpipe did)."""
+        with self._db() as db:
+            runs, recorded, events = db.execute(
+                "SELECT count(*), count(events), coalesce(sum(events), 0) "
+                "FROM destination_runs WHERE destination = ?",
+                (destination,),
+            ).fetchone()
+        return int(events) if runs == recorded else None
+
     def contract_counts(self, destination: str) -> list[ContractCount]:
         """What the destination's contracts found or held back, over every run kept."""
         with self._db() as db:

@@ -44,6 +44,7 @@ from eventpipe.events import Stage
 from eventpipe.log import compaction
 from eventpipe.log.recovery import recover_dead
 from eventpipe.log.settings import LogSettings
+from eventpipe.log.tail import count_lines as newlines
 from eventpipe.paths import DataLayout, count_lines
 from eventpipe.processing.batch.archiving import ArchiveAhead, archive_segments
 from eventpipe.processing.batch.failures import fail_corrupt, fail_once, once
@@ -314,6 +315,8 @@ def process_stream_batch(
         isolation = Isolation(runtime, run_id, dest_id, report, run_job)
         if isolation.after(exc, (name,), lines):
             raise
+    read = sum(newlines(path, 0, path.stat().st_size) for path in lines)  # whole lines
+    runtime.state.record_read(run_id, dest_id, read)  # the ledger's acknowledged events
     runtime.state.fold_stream(dest_id, epoch)  # older micro-batches: one row per table
     shutil.rmtree(layout.tmp / run_id, ignore_errors=True)
     return report
