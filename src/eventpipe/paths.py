@@ -156,6 +156,30 @@ class DataLayout:
         return self.root / "archive"
 
     @property
+    def received(self) -> Path:
+        """The live view's sample of events as received (collector/received.py)."""
+        return self.root / "received"
+
+    @property
+    def received_watching(self) -> Path:
+        """Touched by the console while a live view is open: the collector keeps its
+        sample of events as received only then."""
+        return self.received / "watching"
+
+    def received_file(self, writer: str) -> Path:
+        """A collector worker's sample of events as received (moved aside to
+        ``.old.jsonl`` when full)."""
+        return self.received / f"received.w={check_safe_id(writer, 'writer id')}.jsonl"
+
+    def received_files(self) -> list[Path]:
+        """Every worker's sample files, the older one of each worker first."""
+        if not self.received.is_dir():
+            return []
+        found = [p for p in self.received.iterdir() if p.name.startswith("received.w=")]
+        return sorted(found, key=lambda p: (p.name.removesuffix(".old.jsonl").removesuffix(
+            ".jsonl"), not p.name.endswith(".old.jsonl")))  # fmt: skip
+
+    @property
     def tmp(self) -> Path:
         """Runs' staging files: the Spark executors write here and the driver reads, so
         on a cluster every node sees it (docs/deploy.md)."""

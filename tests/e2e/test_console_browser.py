@@ -85,6 +85,13 @@ def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     [link] = browser.find_elements(By.CSS_SELECTOR, "#events a")
     event_id = orjson.loads(shown)["eventn_ctx"]["event_id"]
     assert link.get_attribute("href") == f"{running.url}/trace?id={event_id}"
+    # Beside it, as its client sent it (the collector's sample while a view is open).
+    while not browser.find_elements(By.CSS_SELECTOR, "#events li pre.received"):
+        assert time.monotonic() - sent < 3, "the event as received not shown within 3 s"
+        time.sleep(0.05)
+    as_sent = browser.find_element(By.CSS_SELECTOR, "#events li pre.received").text
+    assert orjson.loads(as_sent) == HOSTILE
+    assert browser.find_elements(By.CSS_SELECTOR, "#events script, #events img") == []
     assert _requested(browser) == {running.url}
     assert _errors(browser) == []
 

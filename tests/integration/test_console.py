@@ -163,29 +163,43 @@ def test_the_live_stream_shows_an_event_within_two_seconds_as_json_text(console:
     bearer = {"Authorization": f"Bearer {TOKEN}"}
     hostile = {"event_type": "xss", "title": "<script>alert(1)</script>",
                "url": "javascript:alert(1)", "img": '<img src=x onerror="alert(1)">'}  # fmt: skip
-    seen: list[dict[str, Any]] = []
+    # As sent: a writeKey field and a key's secret in a value, which nothing stores.
+    sent_as = {**hostile, "writeKey": "wk-123", "note": f"pasted {WEB_JS} here"}
+    seen: dict[str, Any] = {}
     with httpx.stream("GET", running.url + "/api/events/stream?type=xss", headers=bearer,
                       timeout=10) as stream:  # fmt: skip
         assert stream.headers["content-type"].startswith("text/event-stream")
+        mark = collector.layout.received_watching  # the open view asks for a sample
+        deadline = time.monotonic() + 5
+        while not mark.exists():
+            assert time.monotonic() < deadline, "the live view did not mark itself open"
+            time.sleep(0.05)
         sent = time.monotonic()
         posted = httpx.post(collector.url + "/api/v1/event", params={"token": WEB_JS},
-                            content=orjson.dumps([{"event_type": "other"}, hostile]))  # fmt: skip
+                            content=orjson.dumps([{"event_type": "other"}, sent_as]))  # fmt: skip
         assert posted.status_code == 200
         kind = None
         for line in stream.iter_lines():
             if line.startswith("event: "):
                 kind = line.removeprefix("event: ")
-            elif line.startswith("data: ") and kind == "event":
-                seen.append(orjson.loads(line.removeprefix("data: ")))
-                break
-            assert time.monotonic() - sent < 2, "no event within 2 s"
-    [event] = seen
+            elif line.startswith("data: ") and kind in ("event", "received"):
+                seen[kind] = orjson.loads(line.removeprefix("data: "))
+                if len(seen) == 2:
+                    break
+            assert time.monotonic() - sent < 2, f"not within 2 s: {sorted(seen)}"
+    event = seen["event"]
     assert event["event_type"] == "xss"  # filtered: the other type is not shown
     assert (event["title"], event["url"], event["img"]) == (
         hostile["title"],
         hostile["url"],
         hostile["img"],
     )
+    # Beside it, as its client sent it: nothing added, the secrets scrubbed as stored.
+    assert seen["received"]["event_id"] == event["eventn_ctx"]["event_id"]
+    assert seen["received"]["received"] == {**hostile, "note": "pasted [redacted] here"}
+    assert event["note"] == "pasted [redacted] here"
+    assert "writeKey" not in event
+    assert {"api_key", "source_ip"} <= event.keys()
 
 
 def test_a_console_token_that_is_short_or_an_event_key_is_refused(tmp_path: Any) -> None:

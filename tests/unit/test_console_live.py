@@ -93,3 +93,12 @@ def test_a_sealed_segment_read_to_its_end_is_not_opened_again(
     assert opened == [sealed]
     _append(active, [{"n": 2}])  # the writer's next active segment is read
     assert [e["n"] for e in tail.poll(10, Filters()).events] == [2]
+
+
+def test_events_kept_as_received_are_shown_first(layout: DataLayout) -> None:
+    active = layout.active_segment("web", "host-0")
+    tail = LiveTail(layout)
+    _append(active, [{"n": n, "eventn_ctx": {"event_id": f"e{n}"}} for n in range(1000)])
+    polled = tail.poll(3, Filters(), preferred={"e5", "e777"})
+    assert [e["n"] for e in polled.events] == [0, 5, 777]  # in the log's order
+    assert polled.passed_over == 997

@@ -60,6 +60,7 @@ from eventpipe.collector.enrich import (
 )
 from eventpipe.collector.http import error_body, json_answer, request_token
 from eventpipe.collector.metrics import CollectorMetrics
+from eventpipe.collector.received import ReceivedSample, as_parsed
 from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import ApiKey, Config
 from eventpipe.contracts.check import Contracts
@@ -150,6 +151,7 @@ class Collector:
             writer=host_writer(worker, config.server.writer_id),
             hooks=LogHooks(on_round=self.metrics.on_round, on_sealed=self.metrics.on_sealed),
         )
+        self.received = ReceivedSample(config.layout, self.segment_log.writer, self.scrub)
         self.backpressure = Backpressure(
             config.layout,
             self.segment_log,
@@ -384,8 +386,13 @@ class Collector:
         The caller drops its parsed items and body before awaiting :meth:`_append`: with
         many requests waiting for one fsync round, keeping them alive measurably slowed
         parsing of the next requests (cache churn; docs/collector.md, Performance)."""
+        # The live view's sample of items as received (only while one is open).
+        chosen = [(i, raw) for i in self.received.choose(len(items))
+                  if (raw := as_parsed(items[i])) is not None]  # fmt: skip
         batch = enrich_batch(items, ctx, self.enrich_settings, in_array=in_array,
                              refused=refused)  # fmt: skip
+        if chosen:
+            self.received.keep(chosen, items)
         if excess:
             cap = len(items)
             batch.rejected["too_many_events"] += excess

@@ -68,7 +68,7 @@ from eventpipe.config import Config
 from eventpipe.console.destinations import destinations
 from eventpipe.console.failed import FailedPage, newest_records
 from eventpipe.console.ledger import ledger, streams, totals
-from eventpipe.console.live import Filters, LiveTail
+from eventpipe.console.live import Filters, LiveTail, Received
 from eventpipe.console.replays import Replays
 from eventpipe.console.security import (
     LOGIN_COOKIE,
@@ -240,12 +240,16 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
     def events_stream(request: Request, session: Session | None) -> Response:
         filters = _filters(request)
         tail = LiveTail(config.layout)
+        received = Received(config.layout)
 
         async def arriving() -> AsyncIterator[bytes]:
             while not await request.is_disconnected():
-                polled = await asyncio.to_thread(tail.poll, live_most, filters)
+                polled = await asyncio.to_thread(tail.poll, live_most, filters, received.ids())
+                await asyncio.to_thread(received.refresh)
                 for event in polled.events:
                     yield _event("event", event)
+                    if (sent := received.of(event)) is not None:
+                        yield _event("received", {"event_id": sent[0], "received": sent[1]})
                 if polled.passed_over:
                     yield _event("passed_over", {"events": polled.passed_over})
                 yield b": keep-alive\n\n"

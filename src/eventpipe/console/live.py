@@ -6,13 +6,18 @@ At high rates only a sample is read: from each segment at most :data:`READ_BYTES
 poll (the newest lines), and of those at most the configured events per second shown,
 spread evenly; only the lines shown (and those a filter turned down) are parsed, and
 what was passed over is counted (the lines not read, estimated from the length of those
-read). A sealed segment read to its end is not opened again."""
+read). A sealed segment read to its end is not opened again.
+
+Beside each event as stored, the live view shows it as its client sent it where the
+collector kept it so (:class:`Received`, collector/received.py: a sample, while a live
+view is open); the events of that sample are shown first when the view samples."""
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -70,9 +75,9 @@ class LiveTail:
             with contextlib.suppress(FileNotFoundError):
                 self.offsets[path.stat().st_ino] = complete_end(path)
 
-    def poll(self, most: int, filters: Filters) -> Polled:
+    def poll(self, most: int, filters: Filters, preferred: Container[str] = ()) -> Polled:
         """The events written since the last poll: at most ``most`` of those ``filters``
-        keeps, spread over them."""
+        keeps, those whose id is ``preferred`` first, then spread over the rest."""
         lines: list[bytes] = []
         passed = 0
         sealed = self.layout.sealed_segments()
@@ -89,7 +94,10 @@ class LiveTail:
                 lines.extend(found[0])
                 passed += found[1]
         shown: list[tuple[int, dict[str, Any]]] = []
-        for index in _spread(len(lines), most):
+        first = [i for i, line in enumerate(lines) if _event_id_of(line) in preferred]
+        picked = set(first)
+        rest = (i for i in _spread(len(lines), most) if i not in picked)
+        for index in itertools.chain(first, rest):
             if len(shown) == most:
                 break
             try:
@@ -137,3 +145,58 @@ def _spread(count: int, most: int) -> Iterator[int]:
     step = max(1, count // max(most, 1))
     for offset in range(step):
         yield from range(offset, count, step)
+
+
+def _event_id_of(line: bytes) -> str | None:
+    """The first ``"event_id":"..."`` of a stored line (eventpipe's own is in
+    ``eventn_ctx``; a client's own one first only makes its event not preferred)."""
+    at = line.find(b'"event_id":"')
+    if at < 0:
+        return None
+    start = at + 12
+    return line[start : line.find(b'"', start)].decode("utf-8", errors="replace")
+
+
+class Received:
+    """The collector's sample of events as received (collector/received.py), by event
+    id: its files read again when one changed. Marks the live view open as it reads."""
+
+    def __init__(self, layout: DataLayout) -> None:
+        self.layout = layout
+        self._seen: dict[Path, tuple[float, int]] = {}
+        self._by_id: dict[str, Any] = {}
+
+    def refresh(self) -> None:
+        """Mark a live view open, and read the sample again if a file changed."""
+        mark = self.layout.received_watching
+        with contextlib.suppress(OSError):
+            mark.parent.mkdir(parents=True, exist_ok=True)
+            mark.touch()
+        files = self.layout.received_files()
+        seen = {}
+        for path in files:
+            with contextlib.suppress(OSError):
+                stat = path.stat()
+                seen[path] = (stat.st_mtime, stat.st_size)
+        if seen == self._seen:
+            return
+        by_id: dict[str, Any] = {}
+        for path in seen:  # the older file of each worker first: the newer wins
+            with contextlib.suppress(OSError):
+                for line in path.read_bytes().splitlines():
+                    with contextlib.suppress(orjson.JSONDecodeError):
+                        record = orjson.loads(line)
+                        if isinstance(record, dict) and isinstance(record.get("event_id"), str):
+                            by_id[record["event_id"]] = record.get("received")
+        self._seen, self._by_id = seen, by_id
+
+    def ids(self) -> Container[str]:
+        return self._by_id.keys()
+
+    def of(self, event: dict[str, Any]) -> tuple[str, Any] | None:
+        """The event's id and its form as received, if the sample holds it."""
+        context = event.get("eventn_ctx")
+        event_id = context.get("event_id") if isinstance(context, dict) else None
+        if isinstance(event_id, str) and event_id in self._by_id:
+            return event_id, self._by_id[event_id]
+        return None

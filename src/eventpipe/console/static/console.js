@@ -75,6 +75,7 @@ function live(section) {
   const list = document.getElementById("events");
   const passed = document.getElementById("passed-over");
   let skipped = 0;
+  const shown = new Map(); // event id -> its list item, for its form as received
   const stream = new EventSource(section.dataset.stream);
   stream.addEventListener("event", (message) => {
     const event = JSON.parse(message.data);
@@ -92,11 +93,31 @@ function live(section) {
       link.className = "trace-link";
       summary.append(" · ", link);
     }
+    const label = document.createElement("p");
+    label.className = "form-label";
+    label.textContent = "as enriched (stored)";
     const body = document.createElement("pre");
     body.textContent = JSON.stringify(event, null, 2);
-    item.append(summary, body);
+    item.append(summary, label, body);
     list.prepend(item);
-    while (list.children.length > 200) list.lastElementChild.remove();
+    if (typeof context.event_id === "string") shown.set(context.event_id, item);
+    while (list.children.length > 200) {
+      const gone = list.lastElementChild;
+      for (const [id, each] of shown) if (each === gone) shown.delete(id);
+      gone.remove();
+    }
+  });
+  stream.addEventListener("received", (message) => {
+    const sent = JSON.parse(message.data);
+    const item = shown.get(sent.event_id);
+    if (!item || item.querySelector(".received")) return;
+    const label = document.createElement("p");
+    label.className = "form-label";
+    label.textContent = "as received";
+    const body = document.createElement("pre");
+    body.className = "received";
+    body.textContent = JSON.stringify(sent.received, null, 2);
+    item.append(label, body);
   });
   stream.addEventListener("passed_over", (message) => {
     skipped += JSON.parse(message.data).events;
