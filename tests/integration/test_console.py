@@ -200,6 +200,11 @@ def test_the_live_stream_shows_an_event_within_two_seconds_as_json_text(console:
     assert event["note"] == "pasted [redacted] here"
     assert "writeKey" not in event
     assert {"api_key", "source_ip"} <= event.keys()
+    # Its trace shows it as received too (from the same sample).
+    traced = httpx.get(running.url + "/api/trace", headers=bearer,
+                       params={"id": event["eventn_ctx"]["event_id"]}).json()  # fmt: skip
+    assert traced["event"] == event
+    assert traced["received"] == seen["received"]["received"]
 
 
 def test_a_console_token_that_is_short_or_an_event_key_is_refused(tmp_path: Any) -> None:

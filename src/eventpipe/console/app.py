@@ -357,9 +357,11 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         place = _place(found.stored[0]) if found and found.stored else None
         shown = f"the event at {place}"
         previews = [r for r in replays.all() if r.kind == "preview" and r.selection == shown]
+        sent = await asyncio.to_thread(as_received, found)
         return page(request, "trace.html", session, trace=found, as_json=_pretty,
                     wanted=request.query_params.get("id") or "", position=place,
-                    previews=previews, destinations=list(config.destinations))  # fmt: skip
+                    previews=previews, destinations=list(config.destinations),
+                    received=sent)  # fmt: skip
 
     async def trace_preview(request: Request, session: Session | None) -> Response:
         form = await request.form()
@@ -380,11 +382,24 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
             return _json(started.as_json())
         return RedirectResponse(f"/trace?id={quote(wanted.strip())}#preview", 303)
 
+    def as_received(found: Trace | None) -> Any:
+        """The traced event as its client sent it, where the live view's sample holds
+        it (None: not there)."""
+        if found is None or found.event is None:
+            return None
+        sample = Received(config.layout)
+        sample.refresh(watch=False)  # a trace is not a live view: no sample asked for
+        sent = sample.of(found.event)
+        return None if sent is None else sent[1]
+
     async def trace_api(request: Request, session: Session | None) -> Response:
         found = await traced(request)
         if found is None:
             return JSONResponse({"error": "give the event's id: ?id=..."}, 400)
-        return found if isinstance(found, Response) else _json(asdict(found))
+        if isinstance(found, Response):
+            return found
+        sent = await asyncio.to_thread(as_received, found)
+        return _json({**asdict(found), "received": sent})
 
     def ledger_of(request: Request) -> dict[str, Any] | Response:
         q = request.query_params

@@ -166,12 +166,14 @@ class Received:
         self._seen: dict[Path, tuple[float, int]] = {}
         self._by_id: dict[str, Any] = {}
 
-    def refresh(self) -> None:
-        """Mark a live view open, and read the sample again if a file changed."""
+    def refresh(self, *, watch: bool = True) -> None:
+        """Mark a live view open (``watch``), and read the sample again if a file
+        changed."""
         mark = self.layout.received_watching
-        with contextlib.suppress(OSError):
-            mark.parent.mkdir(parents=True, exist_ok=True)
-            mark.touch()
+        if watch:
+            with contextlib.suppress(OSError):
+                mark.parent.mkdir(parents=True, exist_ok=True)
+                mark.touch()
         files = self.layout.received_files()
         seen = {}
         for path in files:
