@@ -107,3 +107,31 @@ def test_a_full_file_is_moved_aside_and_the_console_reads_both(
     assert view.of({"eventn_ctx": {"event_id": "id-9"}}) == ("id-9", {"n": 9, "pad": "x" * 40})
     assert view.of({"eventn_ctx": {"event_id": "id-0"}}) is None  # dropped with the ring
     assert layout.received_watching.exists()  # reading marks the view open
+
+
+def test_the_console_reads_on_where_it_stopped_and_keeps_the_newest(
+    layout: DataLayout, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventpipe.console import live
+
+    monkeypatch.setattr(live, "RECEIVED_KEPT", 3)
+    path = layout.received_file("host-0")
+    path.parent.mkdir(parents=True)
+    view = Received(layout)
+
+    def add(n: int, tail: bytes = b"\n") -> None:
+        with path.open("ab") as f:
+            f.write(orjson.dumps({"event_id": f"id-{n}", "received": {"n": n}}) + tail)
+
+    add(0)
+    add(1, tail=b"")  # a line not whole yet: read once it is
+    view.refresh(watch=False)
+    assert view.of({"eventn_ctx": {"event_id": "id-0"}}) == ("id-0", {"n": 0})
+    assert view.of({"eventn_ctx": {"event_id": "id-1"}}) is None
+    assert not layout.received_watching.exists()  # a trace's look: no sample asked for
+    with path.open("ab") as f:
+        f.write(b"\n")
+    for n in range(2, 5):
+        add(n)
+    view.refresh(watch=False)
+    assert [n for n in range(5) if view.of({"eventn_ctx": {"event_id": f"id-{n}"}})] == [2, 3, 4]

@@ -29,6 +29,9 @@ from eventpipe.paths import DataLayout
 
 READ_BYTES = 256 * 1024
 """Bytes read from one segment in one poll at most (the newest whole lines of them)."""
+RECEIVED_KEPT = 5_000
+"""Events as received a live view keeps at most (the newest): a few minutes of the
+collector's sample, which it looks up only for the events it shows as they arrive."""
 
 
 @dataclass(frozen=True)
@@ -159,38 +162,49 @@ def _event_id_of(line: bytes) -> str | None:
 
 class Received:
     """The collector's sample of events as received (collector/received.py), by event
-    id: its files read again when one changed. Marks the live view open as it reads."""
+    id: each file read on from where it was read to (a file moved aside keeps its inode,
+    a new one is read from its start), the newest :data:`RECEIVED_KEPT` ids kept. Marks
+    the live view open as it reads."""
 
     def __init__(self, layout: DataLayout) -> None:
         self.layout = layout
-        self._seen: dict[Path, tuple[float, int]] = {}
+        self._read_to: dict[int, int] = {}
+        """Per file (inode): the bytes read, up to its last whole line."""
         self._by_id: dict[str, Any] = {}
 
     def refresh(self, *, watch: bool = True) -> None:
-        """Mark a live view open (``watch``), and read the sample again if a file
-        changed."""
+        """Mark a live view open (``watch``), and read what the sample's files got."""
         mark = self.layout.received_watching
         if watch:
             with contextlib.suppress(OSError):
                 mark.parent.mkdir(parents=True, exist_ok=True)
                 mark.touch()
-        files = self.layout.received_files()
-        seen = {}
-        for path in files:
-            with contextlib.suppress(OSError):
-                stat = path.stat()
-                seen[path] = (stat.st_mtime, stat.st_size)
-        if seen == self._seen:
-            return
-        by_id: dict[str, Any] = {}
-        for path in seen:  # the older file of each worker first: the newer wins
-            with contextlib.suppress(OSError):
-                for line in path.read_bytes().splitlines():
-                    with contextlib.suppress(orjson.JSONDecodeError):
-                        record = orjson.loads(line)
-                        if isinstance(record, dict) and isinstance(record.get("event_id"), str):
-                            by_id[record["event_id"]] = record.get("received")
-        self._seen, self._by_id = seen, by_id
+        inodes = set()
+        for path in self.layout.received_files():  # the older of each worker first
+            with contextlib.suppress(OSError), path.open("rb") as f:
+                stat = os.fstat(f.fileno())
+                inodes.add(stat.st_ino)
+                start = self._read_to.get(stat.st_ino, 0)
+                if stat.st_size < start:  # a new file on a reused inode
+                    start = 0
+                if stat.st_size == start:
+                    continue
+                f.seek(start)
+                chunk = f.read(stat.st_size - start)
+                end = chunk.rfind(b"\n") + 1
+                self._read_to[stat.st_ino] = start + end
+                self._add(chunk[:end])
+        self._read_to = {ino: at for ino, at in self._read_to.items() if ino in inodes}
+
+    def _add(self, lines: bytes) -> None:
+        for line in lines.splitlines():
+            with contextlib.suppress(orjson.JSONDecodeError):
+                record = orjson.loads(line)
+                if isinstance(record, dict) and isinstance(record.get("event_id"), str):
+                    self._by_id.pop(record["event_id"], None)  # the newest last
+                    self._by_id[record["event_id"]] = record.get("received")
+        for oldest in list(itertools.islice(self._by_id, max(0, len(self._by_id) - RECEIVED_KEPT))):
+            del self._by_id[oldest]
 
     def ids(self) -> Container[str]:
         return self._by_id.keys()
