@@ -177,7 +177,7 @@ def test_a_table_change_waits_for_a_reader_a_bounded_time_then_tries_again(
 
     import psycopg
 
-    from eventpipe.destinations import postgres
+    from eventpipe.destinations.postgres import destination as postgres
     from eventpipe.errors import TransientError
 
     dsn = request.getfixturevalue("postgres_dsn")

@@ -66,8 +66,8 @@ from eventpipe.destinations.base import (
     table_lock,
 )
 from eventpipe.destinations.converted import beside, converted_rows
-from eventpipe.destinations.postgres import classified
-from eventpipe.destinations.postgres_query import check_query
+from eventpipe.destinations.postgres.destination import classified
+from eventpipe.destinations.postgres.query import check_query
 from eventpipe.errors import QueryError, TerminalError, TransientError, first_line, redacted
 from eventpipe.locks import Locks
 from eventpipe.objectstore import Location
@@ -512,7 +512,7 @@ class RedshiftDestination:
     def query(
         self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run one read (destinations/postgres_query.py says which: Redshift's SQL is
+        """Run one read (destinations/postgres/query.py says which: Redshift's SQL is
         PostgreSQL's for reads) in a read-only transaction stopped after
         ``timeout_seconds``, in the destination's schema, as ``query_dsn``'s user when
         configured; column names and rows."""

@@ -17,7 +17,7 @@ import pytest
 
 from eventpipe.destinations.base import LoadRequest
 from eventpipe.destinations.bigquery import BigQueryDestination
-from eventpipe.destinations.snowflake_query import check_query
+from eventpipe.destinations.snowflake.query import check_query
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError
 from eventpipe.locks import FileLocks
 from eventpipe.schema.diff import Table, diff
@@ -53,7 +53,7 @@ def test_an_append_is_a_load_job_of_the_batchs_own_id_and_a_rerun_never_appends_
     from google.api_core import exceptions as google
     from google.cloud import bigquery
 
-    from eventpipe.destinations.bigquery import _job_id
+    from eventpipe.destinations.bigquery.destination import _job_id
 
     _ensure(dest, Table("events", COLUMNS))
     at = datetime(2026, 11, 21, 10)
@@ -96,7 +96,7 @@ def test_a_staged_file_that_fits_is_appended_as_it_is_its_columns_matched_by_nam
     dest: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
 
-    from eventpipe.destinations import bigquery as module
+    from eventpipe.destinations.bigquery import destination as module
     from eventpipe.reserved import ROW
 
     _ensure(dest, Table("staged", {**COLUMNS, "extra": S}))
@@ -136,7 +136,7 @@ def test_a_staged_file_that_fits_is_appended_as_it_is_its_columns_matched_by_nam
 def test_a_keyed_transaction_that_fails_after_its_rows_leaves_nothing_and_a_rerun_loads_once(
     dest: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eventpipe.destinations import bigquery
+    from eventpipe.destinations.bigquery import destination as bigquery
 
     key = ("id",)
     _ensure(dest, Table("events", COLUMNS, key))
@@ -236,7 +236,7 @@ def test_no_server_is_transient(tmp_path: Path) -> None:
     nowhere = BigQueryDestination("bq", FileLocks(tmp_path / "locks"), project="p",
                                   dataset="d", endpoint=closed)  # fmt: skip
     nowhere.api.call["timeout"] = 5
-    from eventpipe.destinations import bigquery_api
+    from eventpipe.destinations.bigquery import api as bigquery_api
 
     bigquery_api.RETRY_SECONDS, before = 2.0, bigquery_api.RETRY_SECONDS
     try:
@@ -257,7 +257,7 @@ def writing(bigquery_server: Any, bigquery_dataset: str, tmp_path: Path) -> BigQ
 def test_storage_write_appends_once_whichever_step_a_run_dies_at(
     writing: BigQueryDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eventpipe.destinations import bigquery_write
+    from eventpipe.destinations.bigquery import write as bigquery_write
 
     _ensure(writing, Table("events", {**COLUMNS, "extra": S}))
     at = datetime(2026, 11, 21, 10, tzinfo=UTC)

@@ -331,7 +331,7 @@ def test_postgres_leaves_out_rows_it_cannot_store_and_loads_the_rest(
 
 
 def test_csv_chunks_made_ahead_stop_with_their_consumer_and_pass_on_errors() -> None:
-    from eventpipe.destinations.postgres_rows import ahead
+    from eventpipe.destinations.postgres.rows import ahead
 
     def chunks(fail_at: int | None = None) -> Any:
         for i in range(100):

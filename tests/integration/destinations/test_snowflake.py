@@ -18,7 +18,7 @@ import pytest
 
 from eventpipe.destinations.base import LoadRequest
 from eventpipe.destinations.snowflake import SnowflakeDestination
-from eventpipe.destinations.snowflake_query import check_query
+from eventpipe.destinations.snowflake.query import check_query
 from eventpipe.errors import QueryError, TransientError
 from eventpipe.locks import FileLocks
 from eventpipe.schema.diff import Table, diff
@@ -146,7 +146,7 @@ def test_no_server_is_transient_and_says_no_secret(
 def test_a_staged_file_with_the_runs_row_ids_is_copied_as_it_is(
     dest: SnowflakeDestination, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from eventpipe.destinations import snowflake as module
+    from eventpipe.destinations.snowflake import destination as module
     from eventpipe.reserved import ROW
 
     columns = {"id": S, "n": DataType.INT64}

@@ -28,7 +28,7 @@
 Length (over 500 lines): the destination protocol in full for one database (describe,
 patch under advisory locks, COPY loads, upserts, day swaps, metering), all on the same
 connection handling and error classification; the rows a COPY sends and leaves out are
-in postgres_rows.py.
+in rows.py.
 """
 
 from __future__ import annotations
@@ -50,8 +50,8 @@ from eventpipe.destinations.base import (
     delete_days,
     newest_only,
 )
-from eventpipe.destinations.postgres_query import check_query
-from eventpipe.destinations.postgres_rows import (
+from eventpipe.destinations.postgres.query import check_query
+from eventpipe.destinations.postgres.rows import (
     MAX_REJECTED_ROWS,
     ahead,
     copy_line,
@@ -252,7 +252,7 @@ class PostgresDestination:
 
     def _inexact_rows(self, db: psycopg.Connection[Any], request: LoadRequest) -> dict[int, str]:
         """Rows with a float that its ``numeric(p,s)`` column would round
-        (postgres_rows.inexact_rows), each to be left out with the reason."""
+        (rows.py, inexact_rows), each to be left out with the reason."""
         floats = [c for c, t in request.columns.items() if t is DataType.FLOAT64]
         if not floats or not request.files:
             return {}
@@ -461,7 +461,7 @@ class PostgresDestination:
     def query(
         self, sql: str, *, timeout_seconds: float = QUERY_TIMEOUT_SECONDS
     ) -> tuple[list[str], list[tuple[Any, ...]]]:
-        """Run one read (destinations/postgres_query.py says which) in a read-only
+        """Run one read (destinations/postgres/query.py says which) in a read-only
         transaction with a statement and a lock timeout, as ``query_dsn``'s user when
         configured, and return column names and rows. It is parsed first, and sent as a
         prepared statement (the extended protocol), which the server refuses to hold

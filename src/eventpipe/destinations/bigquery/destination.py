@@ -19,7 +19,7 @@
      they are (:func:`_as_staged`: several are joined into one, unconverted);
   3. an append (no key, no changes) with ``appends: storage_write`` (the default in
      stream mode): a pending stream of the Storage Write API, prepared, committed and
-     recorded (bigquery_write.py); otherwise one load job straight into the table whose
+     recorded (write.py); otherwise one load job straight into the table whose
      id is the batch's own (:func:`_job_id`, then the attempt), and the record after it.
      BigQuery refuses a second job of one id: a rerun after a crash between the two
      finds the job done and writes the record alone; a failed job's id is spent, and
@@ -62,11 +62,11 @@ from eventpipe.destinations.base import (
     swap_days,
     table_lock,
 )
-from eventpipe.destinations.bigquery_api import BigQueryApi
-from eventpipe.destinations.bigquery_schema import DUCKDB_TYPES, LATTICE, field, key_of
-from eventpipe.destinations.bigquery_write import writable
+from eventpipe.destinations.bigquery.api import BigQueryApi
+from eventpipe.destinations.bigquery.schema import DUCKDB_TYPES, LATTICE, field, key_of
+from eventpipe.destinations.bigquery.write import writable
 from eventpipe.destinations.converted import beside, converted_rows, fits, joined
-from eventpipe.destinations.snowflake_query import check_query
+from eventpipe.destinations.snowflake.query import check_query
 from eventpipe.errors import QueryError, TerminalError, TransientError
 from eventpipe.locks import Locks
 from eventpipe.schema.dialects import BIGQUERY, TIMESTAMP_COLUMN
@@ -78,7 +78,7 @@ if TYPE_CHECKING:
 
 LOADS_TABLE = reserved.LOADS_TABLE
 STREAMS_TABLE = "_eventpipe_streams"
-"""The Storage Write API's prepared streams, a batch's each (bigquery_write.py)."""
+"""The Storage Write API's prepared streams, a batch's each (write.py)."""
 STAGE_TABLE_PREFIX = "_eventpipe_stage_"
 MAX_LOAD_ATTEMPTS = 100
 """Load jobs of one batch at most (a failed job's id is spent; each retry of a batch the
@@ -274,7 +274,7 @@ class BigQueryDestination:
 
     def _written(self, table: Table, request: LoadRequest, files: tuple[Path, ...]) -> int:
         """The rows appended through a pending stream of the Storage Write API, prepared
-        and committed (bigquery_write.py: a rerun commits a stream it finds prepared);
+        and committed (write.py: a rerun commits a stream it finds prepared);
         the rows it holds."""
         streams = self.api.name(STREAMS_TABLE)
         if not self._streams_ready:

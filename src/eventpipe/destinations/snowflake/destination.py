@@ -64,8 +64,8 @@ from eventpipe.destinations.base import (
     table_lock,
 )
 from eventpipe.destinations.converted import beside, converted_rows, fits
-from eventpipe.destinations.snowflake_query import check_query
-from eventpipe.destinations.snowflake_rows import duckdb_type
+from eventpipe.destinations.snowflake.query import check_query
+from eventpipe.destinations.snowflake.rows import duckdb_type
 from eventpipe.errors import ConfigError, QueryError, TerminalError, TransientError, first_line
 from eventpipe.locks import Locks
 from eventpipe.schema.dialects import SNOWFLAKE, TIMESTAMP_COLUMN

@@ -1,5 +1,5 @@
 """BigQuery's APIs as the BigQuery destination calls them: Google's REST client (one
-per credentials), the Storage Write API's (bigquery_write.py), Google's errors as
+per credentials), the Storage Write API's (write.py), Google's errors as
 eventpipe's (transient, configuration or terminal), a query job run within the
 destination's deadline, and eventpipe's own tables made."""
 
@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
-from eventpipe.destinations.bigquery_write import StorageWriter
+from eventpipe.destinations.bigquery.write import StorageWriter
 from eventpipe.errors import ConfigError, TerminalError, TransientError, first_line
 from eventpipe.schema.dialects import BIGQUERY
 
