@@ -135,3 +135,15 @@ def test_the_console_reads_on_where_it_stopped_and_keeps_the_newest(
         add(n)
     view.refresh(watch=False)
     assert [n for n in range(5) if view.of({"eventn_ctx": {"event_id": f"id-{n}"}})] == [2, 3, 4]
+
+
+def test_an_ip_sent_is_kept_as_stored_where_addresses_are_anonymized(layout: DataLayout) -> None:
+    _watch(layout)
+    sample = ReceivedSample(layout, "host-0", Scrubber([]), anonymize_ip=True, clock=Clock())
+    items: list[object] = [{"source_ip": "203.0.113.77", "n": 1}]
+    chosen = [(i, raw) for i in sample.choose(1) if (raw := as_parsed(items[i]))]
+    items[0] = {"source_ip": "203.0.113.0", "n": 1, "eventn_ctx": {"event_id": "id-0"}}
+    sample.keep(chosen, items)
+    [line] = layout.received_file("host-0").read_bytes().splitlines()
+    assert orjson.loads(line)["received"] == {"source_ip": "203.0.113.0", "n": 1}
+    assert b"203.0.113.77" not in layout.received_file("host-0").read_bytes()

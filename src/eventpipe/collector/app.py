@@ -151,7 +151,8 @@ class Collector:
             writer=host_writer(worker, config.server.writer_id),
             hooks=LogHooks(on_round=self.metrics.on_round, on_sealed=self.metrics.on_sealed),
         )
-        self.received = ReceivedSample(config.layout, self.segment_log.writer, self.scrub)
+        self.received = ReceivedSample(config.layout, self.segment_log.writer, self.scrub,
+                                       anonymize_ip=config.server.anonymize_ip)  # fmt: skip
         self.backpressure = Backpressure(
             config.layout,
             self.segment_log,

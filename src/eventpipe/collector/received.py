@@ -5,7 +5,9 @@ The log keeps each event enriched (its id, times, address and key added; secrets
 while a live view is open (the console touches ``received/watching`` as it polls, and a
 worker looks at the mark at most once a second), each collector worker keeps a sample of
 the items it receives, at most :data:`PER_SECOND` a second, as they were parsed (before
-enrichment; a Segment API message as the event it became), scrubbed as the log is.
+enrichment; a Segment API message as the event it became), scrubbed as the log is. With
+``server.anonymize_ip``, a ``source_ip`` a client sent is kept as the log keeps it
+(anonymized), never as sent.
 
 Each is a line ``{"event_id": ..., "received": ...}`` in ``received/received.w=<writer>.jsonl``
 under the data directory, which is moved aside to ``.old.jsonl`` when it passes
@@ -45,12 +47,14 @@ class ReceivedSample:
         scrub: Callable[[bytes], bytes],
         *,
         per_second: int = PER_SECOND,
+        anonymize_ip: bool = False,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.mark = layout.received_watching
         self.path = layout.received_file(writer)
         self.scrub = scrub
         self.per_second = per_second
+        self.anonymize_ip = anonymize_ip
         self._clock = clock
         self._checked_at = float("-inf")
         self._watched = False
@@ -84,6 +88,8 @@ class ReceivedSample:
             context = item.get("eventn_ctx") if isinstance(item, dict) else None
             event_id = context.get("event_id") if isinstance(context, dict) else None
             if isinstance(event_id, str):
+                if self.anonymize_ip and b'"source_ip"' in raw:
+                    raw = _stored_ip(raw, item)
                 lines.append(b'{"event_id":' + orjson.dumps(event_id) + b',"received":' + raw
                              + b"}\n")  # fmt: skip
         if not lines:
@@ -97,6 +103,14 @@ class ReceivedSample:
                 os.replace(self.path, self.path.with_name(self.path.name[:-6] + ".old.jsonl"))
         except OSError as exc:
             log.debug("could not keep events as received in %s: %s", self.path, exc)
+
+
+def _stored_ip(raw: bytes, item: dict[str, Any]) -> bytes:
+    """``raw`` with its ``source_ip`` as the enriched ``item`` stores it (anonymized)."""
+    sent = orjson.loads(raw)
+    if isinstance(sent, dict) and "source_ip" in sent:
+        sent["source_ip"] = item.get("source_ip")
+    return orjson.dumps(sent)
 
 
 def as_parsed(item: Any) -> bytes | None:
