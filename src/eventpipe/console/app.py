@@ -413,9 +413,7 @@ def console_app(config: Config, config_path: Path | None = None) -> Starlette:
         most = LEDGER_MOST if since or until else 20
         limit = min(int(given), LEDGER_MOST) if given.isdigit() else most
         lines, waiting = ledger(config, store, max(limit, 1), since, until)
-        # A stream's older micro-batches are folded, their days not kept: its line is of
-        # them all, shown where no range of days is asked for.
-        flowing = [] if since or until else streams(config, store)
+        flowing = streams(config, store, since, until)  # older micro-batches: by day
         return {"since": since, "until": until, "limit": limit,
                 "runs": [{**asdict(line), "difference": line.difference} for line in lines],
                 "totals": [asdict(t) for t in totals(lines)],

@@ -9,10 +9,11 @@ source's change applied counts one, as ``status`` counts); a metering destinatio
 replaced rows are not subtracted.
 
 Stream destinations load micro-batches, not runs, and the state store folds the records
-of older micro-batches into one (their days are not kept): a stream destination has one
-line, over all its micro-batches, its acknowledged events being the lines its
-micro-batches read (each micro-batch records them; one from before eventpipe did makes
-the count unknown)."""
+of older micro-batches into a row per UTC day: a stream destination has one line over its
+micro-batches of a range of days (all of them without one), its acknowledged events being
+the lines its micro-batches read (each micro-batch records them; one from before
+eventpipe did makes the count unknown). A micro-batch recorded across midnight can count
+its rows on one day and its lines on the other."""
 
 from __future__ import annotations
 
@@ -137,23 +138,25 @@ def ledger(
     return lines, _waiting(config, store, counted)
 
 
-def streams(config: Config, store: StateStore) -> list[LedgerLine]:
-    """Per stream destination, one line over all its micro-batches (see the module's
-    docstring): the lines they read against where those went."""
+def streams(
+    config: Config, store: StateStore, since: str | None = None, until: str | None = None
+) -> list[LedgerLine]:
+    """Per stream destination, one line over its micro-batches recorded in ``[since,
+    until)`` (see the module's docstring): the lines they read against where those went."""
     from eventpipe.state.records import stream_run
 
     lines = []
     for dest_id, dest in config.destinations.items():
         if dest.mode != "stream":
             continue
-        summary = store.summary(dest_id)
-        dropped = sum(c.events for c in store.contract_counts(dest_id)
+        counts = store.stream_counts(dest_id, since, until)
+        dropped = sum(c.events for c in counts.contracts
                       if c.kind == "table" and c.rule in DROPPING)  # fmt: skip
         lines.append(LedgerLine(
-            run_id=stream_run(dest_id, "*"), started_at=summary.last_load or "",
-            destination=dest_id, acknowledged=store.events_read(dest_id),
-            loaded=summary.rows_loaded, failed=summary.failed, skipped=summary.skipped,
-            filtered=summary.filtered, dropped=dropped, status=STREAM,
+            run_id=stream_run(dest_id, "*"), started_at=counts.last_load or "",
+            destination=dest_id, acknowledged=counts.events_read,
+            loaded=counts.rows_loaded, failed=counts.failed, skipped=counts.skipped,
+            filtered=counts.filtered, dropped=dropped, status=STREAM,
         ))  # fmt: skip
     return lines
 

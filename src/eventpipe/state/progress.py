@@ -193,16 +193,19 @@ class SegmentProgress(Store):
 
     def fold_stream(self, destination: str, epoch: int) -> None:
         """Fold the records of the stream destination's micro-batches before ``epoch``
-        into its ``folded`` rows (the micro-batch under way keeps its own)."""
+        into its ``folded-<day>`` rows, one per UTC day they were recorded on (the
+        micro-batch under way keeps its own): the ledger counts a stream by day."""
         prefix = micro_batch(destination, 0).removesuffix(f"{0:012d}")  # batch-<n> of any n
-        folded = f"queue.dst={destination}/folded"
-        folded_run = stream_run(destination, "folded")
+        folded = f"queue.dst={destination}/folded-"
+        folded_run = stream_run(destination, "folded-")
+        day = "substr(updated_at, 1, 10)"
         with self._db() as db:
             db.execute(
                 "INSERT INTO segment_status (segment, destination, tbl, status, rows, run_id, "
-                "updated_at) SELECT ?, destination, tbl, 'ok', sum(rows), ?, "
-                "max(updated_at) FROM segment_status WHERE destination = ? AND status = 'ok' "
-                "AND tbl != ? AND segment >= ? AND segment < ? GROUP BY destination, tbl "
+                f"updated_at) SELECT ? || {day}, destination, tbl, 'ok', sum(rows), "
+                f"? || {day}, max(updated_at) FROM segment_status WHERE destination = ? "
+                "AND status = 'ok' AND tbl != ? AND segment >= ? AND segment < ? "
+                f"GROUP BY destination, tbl, {day} "
                 "ON CONFLICT (segment, destination, tbl) DO UPDATE SET "
                 "rows = segment_status.rows + excluded.rows, updated_at = "
                 f"{_greater('segment_status.updated_at', 'excluded.updated_at')}",
@@ -227,12 +230,29 @@ class SegmentProgress(Store):
             if not older:
                 return
             marks = ",".join("?" * len(older))
+            # Contracts' counts first: their day is their run's, read before it is folded.
+            db.execute(
+                "INSERT INTO contract_counts (run_id, destination, kind, subject, rule, events) "
+                "SELECT ? || substr(r.finished_at, 1, 10), c.destination, c.kind, c.subject, "
+                "c.rule, sum(c.events) FROM contract_counts c JOIN destination_runs r ON "
+                "r.run_id = c.run_id AND r.destination = c.destination "
+                f"WHERE c.destination = ? AND c.run_id IN ({marks}) "
+                "GROUP BY c.destination, c.kind, c.subject, c.rule, substr(r.finished_at, 1, 10) "
+                "ON CONFLICT (run_id, destination, kind, subject, rule) DO UPDATE SET "
+                "events = contract_counts.events + excluded.events",
+                (folded_run, destination, *older),
+            )
+            db.execute(
+                f"DELETE FROM contract_counts WHERE destination = ? AND run_id IN ({marks})",
+                (destination, *older),
+            )
             db.execute(
                 "INSERT INTO destination_runs (run_id, destination, skipped, failed, "
-                "finished_at, filtered, events) SELECT ?, destination, sum(skipped), "
-                "sum(failed), max(finished_at), sum(filtered), CASE WHEN count(events) = "
-                "count(*) THEN sum(events) END FROM destination_runs WHERE destination = ? "
-                f"AND run_id IN ({marks}) GROUP BY destination "
+                "finished_at, filtered, events) SELECT ? || substr(finished_at, 1, 10), "
+                "destination, sum(skipped), sum(failed), max(finished_at), sum(filtered), "
+                "CASE WHEN count(events) = count(*) THEN sum(events) END FROM "
+                f"destination_runs WHERE destination = ? AND run_id IN ({marks}) "
+                "GROUP BY destination, substr(finished_at, 1, 10) "
                 "ON CONFLICT (run_id, destination) DO UPDATE SET "
                 "skipped = destination_runs.skipped + excluded.skipped, "
                 "failed = destination_runs.failed + excluded.failed, "
@@ -243,19 +263,6 @@ class SegmentProgress(Store):
             )
             db.execute(
                 f"DELETE FROM destination_runs WHERE destination = ? AND run_id IN ({marks})",
-                (destination, *older),
-            )
-            db.execute(
-                "INSERT INTO contract_counts (run_id, destination, kind, subject, rule, events) "
-                "SELECT ?, destination, kind, subject, rule, sum(events) FROM contract_counts "
-                f"WHERE destination = ? AND run_id IN ({marks}) "
-                "GROUP BY destination, kind, subject, rule "
-                "ON CONFLICT (run_id, destination, kind, subject, rule) DO UPDATE SET "
-                "events = contract_counts.events + excluded.events",
-                (folded_run, destination, *older),
-            )
-            db.execute(
-                f"DELETE FROM contract_counts WHERE destination = ? AND run_id IN ({marks})",
                 (destination, *older),
             )
 

@@ -153,6 +153,20 @@ class DestinationSummary:
 
 
 @dataclass(frozen=True)
+class StreamCounts:
+    """What a stream destination's micro-batches recorded over a range of time."""
+
+    last_load: str | None
+    rows_loaded: int
+    skipped: int
+    failed: int
+    filtered: int
+    events_read: int | None
+    """The lines its micro-batches read; None where one did not record them."""
+    contracts: tuple[ContractCount, ...]
+
+
+@dataclass(frozen=True)
 class SchemaChange:
     """A change eventpipe made to a destination's table: ``create`` (one per column it
     was created with), ``add`` (a column added), ``primary_key`` (its columns, comma

@@ -21,10 +21,11 @@
   (processing/modes/reprocess.py).
 * A stream destination records each micro-batch like a segment
   (``queue.dst=<id>/batch-<n>``), one a second: once a later micro-batch is recorded,
-  the older ones are folded into one row per table (``queue.dst=<id>/folded``, rows
-  summed), and their skipped/filtered/failed counts into one ``destination_runs`` row
-  (their ``contract_counts`` likewise), so the store stays small however long the stream
-  runs.
+  the older ones are folded into one row per table and UTC day
+  (``queue.dst=<id>/folded-<day>``, rows summed), and their skipped/filtered/failed counts
+  and the lines they read into one ``destination_runs`` row per day (their
+  ``contract_counts`` likewise), so the store stays small however long the stream runs
+  and the console's ledger can count a stream by day.
 * ``contract_counts``: run x destination x what a contract found or held back (a tracking
   plan's violations by plan and rule; a table's schema contract by table and what it
   did: ``columns:freeze``): ``status`` and ``status --history`` show them.

@@ -12,6 +12,7 @@ from eventpipe.state.records import (
     DestinationSummary,
     RunRecord,
     SchemaChange,
+    StreamCounts,
     TableProgress,
     TableRun,
 )
@@ -89,16 +90,45 @@ class Summaries(Store):
             last, int(rows), int(skipped), int(failed), frozenset(done), int(filtered)
         )
 
+    def stream_counts(
+        self, destination: str, since: str | None = None, until: str | None = None
+    ) -> StreamCounts:
+        """What a stream destination's micro-batches recorded in ``[since, until)`` (ISO
+        8601 UTC text; the older micro-batches are kept a row per UTC day, so a range
+        counts them by the day they were recorded on)."""
+        low, high = since or "", until or "\uffff"
+        with self._db() as db:
+            last, rows = db.execute(
+                "SELECT max(updated_at), coalesce(sum(rows), 0) FROM segment_status "
+                "WHERE destination = ? AND tbl != ? AND status = 'ok' "
+                "AND updated_at >= ? AND updated_at < ?",
+                (destination, ALL_TABLES, low, high),
+            ).fetchone()
+            runs, recorded, events, skipped, failed, filtered = db.execute(
+                "SELECT count(*), count(events), coalesce(sum(events), 0), "
+                "coalesce(sum(skipped), 0), coalesce(sum(failed), 0), "
+                "coalesce(sum(filtered), 0) FROM destination_runs WHERE destination = ? "
+                "AND finished_at >= ? AND finished_at < ?",
+                (destination, low, high),
+            ).fetchone()
+            contracts = db.execute(
+                "SELECT c.kind, c.subject, c.rule, sum(c.events) FROM contract_counts c "
+                "JOIN destination_runs r ON r.run_id = c.run_id AND r.destination = "
+                "c.destination WHERE c.destination = ? AND r.finished_at >= ? AND "
+                "r.finished_at < ? GROUP BY c.kind, c.subject, c.rule",
+                (destination, low, high),
+            ).fetchall()
+        return StreamCounts(
+            last_load=last, rows_loaded=int(rows), skipped=int(skipped), failed=int(failed),
+            filtered=int(filtered), events_read=int(events) if runs == recorded else None,
+            contracts=tuple(ContractCount(k, s, r, int(n), destination)
+                            for k, s, r, n in contracts),
+        )  # fmt: skip
+
     def events_read(self, destination: str) -> int | None:
         """The events the destination's stream micro-batches read, over every one kept;
         None where one of them did not record it (one from before eventpipe did)."""
-        with self._db() as db:
-            runs, recorded, events = db.execute(
-                "SELECT count(*), count(events), coalesce(sum(events), 0) "
-                "FROM destination_runs WHERE destination = ?",
-                (destination,),
-            ).fetchone()
-        return int(events) if runs == recorded else None
+        return self.stream_counts(destination).events_read
 
     def contract_counts(self, destination: str) -> list[ContractCount]:
         """What the destination's contracts found or held back, over every run kept."""

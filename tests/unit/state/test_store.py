@@ -3,6 +3,7 @@ runs on both databases the store can live in: SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -16,6 +17,9 @@ from eventpipe.state.store import ALL_TABLES, REPROCESS, DayVersion, StateStore,
 from tests.process import free_port
 
 HELD = ContractCount("table", "events", "columns:freeze", 2)
+
+
+DAY = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -75,10 +79,13 @@ def test_a_streams_older_micro_batches_fold_into_one_row_per_table(store: StateS
     assert before.rows_loaded == 7 + 12 * 10 + 6
     assert (before.skipped, before.failed, before.filtered) == (12, 24, 36)
     segments = {(s, t): r for s, d, t, _, r, _, _ in store.statuses() if d == "live"}
+    # One folded row per table and UTC day the micro-batches were recorded on: here one.
+    [day] = {s.removeprefix("queue.dst=live/folded-") for s, _ in segments if "folded" in s}
+    assert DAY.match(day)
     assert segments == {
         ("s1", "events"): 7,
-        ("queue.dst=live/folded", "events"): 110,
-        ("queue.dst=live/folded", "clicks"): 5,
+        (f"queue.dst=live/folded-{day}", "events"): 110,
+        (f"queue.dst=live/folded-{day}", "clicks"): 5,
         (micro_batch("live", 11), "events"): 10,  # the latest keeps its own records
         (micro_batch("live", 11), "clicks"): 1,
         (micro_batch("live", 11), ALL_TABLES): 0,
@@ -87,11 +94,11 @@ def test_a_streams_older_micro_batches_fold_into_one_row_per_table(store: StateS
     with store.db.transaction() as db:
         runs = db.execute("SELECT run_id FROM destination_runs WHERE destination = 'live' "
                           "ORDER BY 1").fetchall()  # fmt: skip
-    assert [tuple(r) for r in runs] == [("stream-live-11",), ("stream-live-folded",)]
+    assert [tuple(r) for r in runs] == [("stream-live-11",), (f"stream-live-folded-{day}",)]
     assert store.contract_counts("live") == [replace(HELD, events=24, destination="live")]
     with store.db.transaction() as db:
         kept = db.execute("SELECT run_id, events FROM contract_counts ORDER BY 1").fetchall()
-    assert [tuple(r) for r in kept] == [("stream-live-11", 2), ("stream-live-folded", 22)]
+    assert [tuple(r) for r in kept] == [("stream-live-11", 2), (f"stream-live-folded-{day}", 22)]
     assert store.summary("batch").rows_loaded == 3  # other destinations untouched
 
 
@@ -110,6 +117,37 @@ def test_the_events_a_streams_micro_batches_read_are_kept_through_folding(
     store.record_read("stream-live-5", "live", 1)  # no such run: changes nothing
     store.fold_stream("live", 5)
     assert store.events_read("live") is None
+
+
+def test_a_streams_micro_batches_are_counted_by_the_day_they_were_recorded_on(
+    store: StateStore,
+) -> None:
+    days = ["2026-11-20", "2026-11-21", "2026-11-21"]
+    for epoch, day in enumerate(days):
+        run = f"stream-live-{epoch}"
+        store.record([micro_batch("live", epoch)], "live", "events", ok=True, rows=10 + epoch,
+                     run_id=run)  # fmt: skip
+        store.record_destination_run(run, "live", skipped=0, failed=1, contracts=[HELD])
+        store.record_read(run, "live", 11 + epoch)
+        with store.db.transaction() as db:  # as if recorded on that day
+            db.execute("UPDATE segment_status SET updated_at = ? WHERE run_id = ?",
+                       (f"{day}T12:00:00.000+00:00", run))  # fmt: skip
+            db.execute("UPDATE destination_runs SET finished_at = ? WHERE run_id = ?",
+                       (f"{day}T12:00:00.000+00:00", run))  # fmt: skip
+    store.fold_stream("live", 2)  # the first two folded, one row per day
+    with store.db.transaction() as db:
+        folded = db.execute("SELECT run_id FROM destination_runs ORDER BY 1").fetchall()
+    assert [r[0] for r in folded] == [
+        "stream-live-2", "stream-live-folded-2026-11-20", "stream-live-folded-2026-11-21",
+    ]  # fmt: skip
+    first = store.stream_counts("live", "2026-11-20", "2026-11-21")
+    assert (first.rows_loaded, first.failed, first.events_read) == (10, 1, 11)
+    assert first.contracts == (replace(HELD, destination="live"),)
+    second = store.stream_counts("live", "2026-11-21", "2026-11-22")
+    assert (second.rows_loaded, second.failed, second.events_read) == (11 + 12, 2, 12 + 13)
+    assert second.contracts == (replace(HELD, events=4, destination="live"),)
+    every = store.stream_counts("live")
+    assert (every.rows_loaded, every.events_read) == (10 + 11 + 12, 11 + 12 + 13)
 
 
 def test_history_is_newest_first_even_within_one_millisecond(store: StateStore) -> None:
