@@ -120,6 +120,13 @@ def event_error_line(
         return orjson.dumps(record, option=orjson.OPT_APPEND_NEWLINE, default=str)
 
 
+def stored_event_id(event: Any) -> str | None:
+    """The ``eventn_ctx.event_id`` of an event as the log stores it (a string), if any."""
+    context = event.get("eventn_ctx") if isinstance(event, dict) else None
+    found = context.get("event_id") if isinstance(context, dict) else None
+    return found if isinstance(found, str) else None
+
+
 def failed_event_id(record: Any) -> str | None:
     """The ``eventn_ctx.event_id`` of an EventError record's event (as text), if any."""
     event = record.get("event") if isinstance(record, dict) else None

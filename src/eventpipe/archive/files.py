@@ -30,6 +30,7 @@ from typing import Any
 
 import orjson
 
+from eventpipe.events import stored_event_id
 from eventpipe.paths import DataLayout, SegmentName
 
 FORMAT = 1
@@ -269,12 +270,9 @@ def event_id(line: bytes) -> str | None:
     if at < 0:
         return None
     try:
-        event = orjson.loads(line)
+        return stored_event_id(orjson.loads(line))
     except orjson.JSONDecodeError:
         return None
-    context = event.get("eventn_ctx") if isinstance(event, dict) else None
-    found = context.get("event_id") if isinstance(context, dict) else None
-    return found if isinstance(found, str) else None
 
 
 def id_hash(event: str | None) -> int:

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from eventpipe.events import stored_event_id
 from eventpipe.paths import DataLayout
 
 log = logging.getLogger("eventpipe.collector")
@@ -85,9 +86,7 @@ class ReceivedSample:
         lines = []
         for index, raw in items:
             item = enriched[index]
-            context = item.get("eventn_ctx") if isinstance(item, dict) else None
-            event_id = context.get("event_id") if isinstance(context, dict) else None
-            if isinstance(event_id, str):
+            if (event_id := stored_event_id(item)) is not None:
                 if self.anonymize_ip and b'"source_ip"' in raw:
                     raw = _stored_ip(raw, item)
                 lines.append(b'{"event_id":' + orjson.dumps(event_id) + b',"received":' + raw

@@ -17,13 +17,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
-from collections.abc import Container, Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import orjson
 
+from eventpipe.archive.files import event_id
+from eventpipe.events import stored_event_id
 from eventpipe.log.tail import complete_end
 from eventpipe.paths import DataLayout
 
@@ -78,7 +80,7 @@ class LiveTail:
             with contextlib.suppress(FileNotFoundError):
                 self.offsets[path.stat().st_ino] = complete_end(path)
 
-    def poll(self, most: int, filters: Filters, preferred: Container[str] = ()) -> Polled:
+    def poll(self, most: int, filters: Filters, preferred: Collection[str] = ()) -> Polled:
         """The events written since the last poll: at most ``most`` of those ``filters``
         keeps, those whose id is ``preferred`` first, then spread over the rest."""
         lines: list[bytes] = []
@@ -97,7 +99,9 @@ class LiveTail:
                 lines.extend(found[0])
                 passed += found[1]
         shown: list[tuple[int, dict[str, Any]]] = []
-        first = [i for i, line in enumerate(lines) if _event_id_of(line) in preferred]
+        first = (
+            [i for i, line in enumerate(lines) if event_id(line) in preferred] if preferred else []
+        )
         picked = set(first)
         rest = (i for i in _spread(len(lines), most) if i not in picked)
         for index in itertools.chain(first, rest):
@@ -116,29 +120,44 @@ class LiveTail:
         """The whole lines ``path`` got since the last poll (at most READ_BYTES of the
         newest), and about how many lines before them were passed over."""
         with path.open("rb") as f:
-            stat = os.fstat(f.fileno())
-            start = self.offsets.get(stat.st_ino, 0)
-            if stat.st_size < start:  # a new file on a reused inode
-                start = 0
-            if stat.st_size == start:
-                if sealed:
-                    self.read_whole.add(path)
-                return None
-            first = max(start, stat.st_size - READ_BYTES)
-            f.seek(first)
-            chunk = f.read(stat.st_size - first)
-        end = chunk.rfind(b"\n") + 1
-        if end == 0:
+            grown = _read_on(f, self.offsets, READ_BYTES)
+        if grown is None:
+            if sealed:
+                self.read_whole.add(path)
+            return None
+        start, first, chunk = grown
+        if not chunk:
             return None  # no whole line yet
-        self.offsets[stat.st_ino] = first + end
-        chunk = chunk[:end]
         lines = [line for line in chunk.split(b"\n") if line.strip()]
         passed = 0
         if first > start:  # a sample: the first line read is a part of one
             lines = lines[1:]
-            average = end / max(len(lines), 1)
+            average = len(chunk) / max(len(lines), 1)
             passed = round((first - start) / average) + 1
         return lines, passed
+
+
+def _read_on(
+    f: BinaryIO, read_to: dict[int, int], most: int | None = None
+) -> tuple[int, int, bytes] | None:
+    """What the open file ``f`` got since it was read to (``read_to``, by inode; a file
+    smaller than that is a new one on a reused inode, read from its start), up to its
+    last whole line and at most its newest ``most`` bytes: where it had been read to,
+    where this read began, and the bytes (empty: no whole line yet); None: it did not
+    grow. ``read_to`` moves on to the end of the bytes."""
+    stat = os.fstat(f.fileno())
+    start = read_to.get(stat.st_ino, 0)
+    if stat.st_size < start:
+        start = 0
+    if stat.st_size == start:
+        return None
+    first = start if most is None else max(start, stat.st_size - most)
+    f.seek(first)
+    chunk = f.read(stat.st_size - first)
+    end = chunk.rfind(b"\n") + 1
+    if end:
+        read_to[stat.st_ino] = first + end
+    return start, first, chunk[:end]
 
 
 def _spread(count: int, most: int) -> Iterator[int]:
@@ -148,16 +167,6 @@ def _spread(count: int, most: int) -> Iterator[int]:
     step = max(1, count // max(most, 1))
     for offset in range(step):
         yield from range(offset, count, step)
-
-
-def _event_id_of(line: bytes) -> str | None:
-    """The first ``"event_id":"..."`` of a stored line (eventpipe's own is in
-    ``eventn_ctx``; a client's own one first only makes its event not preferred)."""
-    at = line.find(b'"event_id":"')
-    if at < 0:
-        return None
-    start = at + 12
-    return line[start : line.find(b'"', start)].decode("utf-8", errors="replace")
 
 
 class Received:
@@ -182,18 +191,10 @@ class Received:
         inodes = set()
         for path in self.layout.received_files():  # the older of each worker first
             with contextlib.suppress(OSError), path.open("rb") as f:
-                stat = os.fstat(f.fileno())
-                inodes.add(stat.st_ino)
-                start = self._read_to.get(stat.st_ino, 0)
-                if stat.st_size < start:  # a new file on a reused inode
-                    start = 0
-                if stat.st_size == start:
-                    continue
-                f.seek(start)
-                chunk = f.read(stat.st_size - start)
-                end = chunk.rfind(b"\n") + 1
-                self._read_to[stat.st_ino] = start + end
-                self._add(chunk[:end])
+                inodes.add(os.fstat(f.fileno()).st_ino)
+                grown = _read_on(f, self._read_to)
+                if grown is not None:
+                    self._add(grown[2])
         self._read_to = {ino: at for ino, at in self._read_to.items() if ino in inodes}
 
     def _add(self, lines: bytes) -> None:
@@ -206,13 +207,12 @@ class Received:
         for oldest in list(itertools.islice(self._by_id, max(0, len(self._by_id) - RECEIVED_KEPT))):
             del self._by_id[oldest]
 
-    def ids(self) -> Container[str]:
+    def ids(self) -> Collection[str]:
         return self._by_id.keys()
 
     def of(self, event: dict[str, Any]) -> tuple[str, Any] | None:
         """The event's id and its form as received, if the sample holds it."""
-        context = event.get("eventn_ctx")
-        event_id = context.get("event_id") if isinstance(context, dict) else None
-        if isinstance(event_id, str) and event_id in self._by_id:
-            return event_id, self._by_id[event_id]
+        found = stored_event_id(event)
+        if found is not None and found in self._by_id:
+            return found, self._by_id[found]
         return None

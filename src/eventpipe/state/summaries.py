@@ -125,11 +125,6 @@ class Summaries(Store):
                             for k, s, r, n in contracts),
         )  # fmt: skip
 
-    def events_read(self, destination: str) -> int | None:
-        """The events the destination's stream micro-batches read, over every one kept;
-        None where one of them did not record it (one from before eventpipe did)."""
-        return self.stream_counts(destination).events_read
-
     def contract_counts(self, destination: str) -> list[ContractCount]:
         """What the destination's contracts found or held back, over every run kept."""
         with self._db() as db:

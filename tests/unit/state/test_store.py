@@ -105,18 +105,18 @@ def test_a_streams_older_micro_batches_fold_into_one_row_per_table(store: StateS
 def test_the_events_a_streams_micro_batches_read_are_kept_through_folding(
     store: StateStore,
 ) -> None:
-    assert store.events_read("live") == 0
+    assert store.stream_counts("live").events_read == 0
     for epoch in range(4):
         store.record_destination_run(f"stream-live-{epoch}", "live", skipped=0, failed=0)
         store.record_read(f"stream-live-{epoch}", "live", 10 + epoch)
         store.fold_stream("live", epoch)
-    assert store.events_read("live") == 10 + 11 + 12 + 13
+    assert store.stream_counts("live").events_read == 10 + 11 + 12 + 13
     # A micro-batch that did not record it (made before eventpipe did): not known since.
     store.record_destination_run("stream-live-4", "live", skipped=0, failed=0)
-    assert store.events_read("live") is None
+    assert store.stream_counts("live").events_read is None
     store.record_read("stream-live-5", "live", 1)  # no such run: changes nothing
     store.fold_stream("live", 5)
-    assert store.events_read("live") is None
+    assert store.stream_counts("live").events_read is None
 
 
 def test_a_streams_micro_batches_are_counted_by_the_day_they_were_recorded_on(
