@@ -3,6 +3,13 @@ worker, fsync on) with the console's live view open (a client reading
 ``/api/events/stream`` and ``/api/overview/stream`` all along) and without it, in one
 run, alternating rounds; then the console process's memory (peak RSS) after the run.
 
+On a machine where wrk, the collector and the console share two cores, rounds of the
+same case differ by 30%; so each round also counts the CPU time the collector (its worker
+and fsync process) and the console spent, per event. The collector's CPU per event with
+the view open against without it is what the view costs ingest where the collector has a
+core of its own; adding the console's CPU to the open side is what it costs where the
+console takes its CPU from the collector's core.
+
     .venv/bin/python bench/console.py --seconds 8 --rounds 3
 
 The goal: at least 0.95x the events/s with the live view open.
@@ -17,9 +24,11 @@ console's RSS printed each minute (the goal: under 150 MB after an hour of 1,000
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,6 +37,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -43,6 +53,7 @@ from ingest import (
 )
 
 TOKEN = "bench-console-token-0123456789abcdef"
+WATCH_SECONDS = 5  # eventpipe.collector.received.WATCH_SECONDS
 
 
 class Viewer:
@@ -96,6 +107,7 @@ def main() -> None:
             bodies[per_post].write_text(json.dumps(events if per_post > 1 else events[0]))
         collector, url, served, viewer_url = _start(work, sample_seconds=1)
         results: dict[tuple[str, int], list[float]] = {}
+        cpu_used: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
         shown = 0
         try:
             _wait_console(viewer_url, served)
@@ -106,14 +118,24 @@ def main() -> None:
                         if name == "live view open":
                             with Viewer(viewer_url) as viewer:
                                 time.sleep(0.5)
+                                before = _family_cpu(collector.pid), _family_cpu(served.pid)
                                 rps, _, _, errors = run_wrk(url, body, args.seconds,
                                                             args.connections)  # fmt: skip
+                                after = _family_cpu(collector.pid), _family_cpu(served.pid)
                             shown += viewer.events
                         else:
+                            # The collector samples for a while after the view's last poll.
+                            time.sleep(WATCH_SECONDS + 1)
+                            before = _family_cpu(collector.pid), _family_cpu(served.pid)
                             rps, _, _, errors = run_wrk(url, body, args.seconds, args.connections)
+                            after = _family_cpu(collector.pid), _family_cpu(served.pid)
                         if errors:
                             raise SystemExit(f"{name}: {errors} errors")
+                        events = rps * per_post * args.seconds
                         results.setdefault((name, per_post), []).append(rps * per_post)
+                        cpu_used.setdefault((name, per_post), []).append(
+                            (events, after[0] - before[0], after[1] - before[1])
+                        )
             rss = peak_rss_mb([served.pid])
             cpu = _cpu_seconds(served.pid)
         finally:
@@ -123,9 +145,48 @@ def main() -> None:
     print(f"\n{args.rounds} alternating rounds of {args.seconds} s, one collector worker, "
           "fsync on\n")  # fmt: skip
     print_alternating(results, list(bodies), "console closed", "live view open", "open / closed")
+    print_cpu(cpu_used, list(bodies))
     open_seconds = args.seconds * args.rounds * len(bodies)
     print(f"the live view showed {shown:,} event(s); the console's peak RSS {rss:.0f} MB; "
           f"its CPU {cpu:.1f} s in all (the live view was open {open_seconds} s)")  # fmt: skip
+
+
+def print_cpu(used: dict[tuple[str, int], list[tuple[float, float, float]]],
+              sizes: list[int]) -> None:  # fmt: skip
+    """Per post size: the collector's and the console's CPU per event, medians of the
+    rounds, and what the view costs ingest by CPU (see the module's docstring)."""
+    for per_post in sizes:
+        per_event = {}
+        for name in ("console closed", "live view open"):
+            rounds = used[(name, per_post)]
+            collector = statistics.median(c / e * 1e6 for e, c, _ in rounds)
+            console = statistics.median(v / e * 1e6 for e, _, v in rounds)
+            per_event[name] = collector, console
+            print(f"{per_post:>3} events/post, {name}: collector {collector:.2f} us of CPU "
+                  f"per event, console {console:.2f} us")  # fmt: skip
+        closed, _ = per_event["console closed"]
+        collector, console = per_event["live view open"]
+        paired = sorted(  # each open round against the closed round before it
+            (c / e) / (o / f)
+            for (e, c, _), (f, o, _) in zip(used[("console closed", per_post)],
+                                            used[("live view open", per_post)], strict=True)
+        )  # fmt: skip
+        print(f"{per_post:>3} events/post: by CPU, open / closed = {closed / collector:.3f}x "
+              f"(the collector on a core of its own; round by round, median "
+              f"{statistics.median(paired):.3f}x, {paired[0]:.2f}-{paired[-1]:.2f}), "
+              f"{closed / (collector + console):.3f}x (the console's CPU taken from the "
+              "collector's)\n")  # fmt: skip
+
+
+def _family_cpu(pid: int) -> float:
+    """User and system CPU seconds of a process and its children so far."""
+    process = psutil.Process(pid)
+    total = 0.0
+    for member in (process, *process.children(recursive=True)):
+        with contextlib.suppress(psutil.Error):
+            times = member.cpu_times()
+            total += times.user + times.system
+    return total
 
 
 def soak(seconds: int, rate: int) -> None:

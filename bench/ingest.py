@@ -221,7 +221,13 @@ def print_alternating(
             each = ", ".join(f"{r:,.0f}" for r in rounds)
             print(f"{per_post:>3} events/post, {name}: {medians[name]:,.0f} events/s ({each})")
         ratio = medians[other] / medians[base]
-        print(f"{per_post:>3} events/post: {ratio_name} = {ratio:.2f}x events/s\n")
+        # Each round of ``other`` beside the round of ``base`` just before it: a ratio
+        # that the machine's drift over the run does not move.
+        paired = sorted(o / b for b, o in zip(results[(base, per_post)],
+                                              results[(other, per_post)], strict=True))  # fmt: skip
+        spread = f"{paired[0]:.2f}-{paired[-1]:.2f}"
+        print(f"{per_post:>3} events/post: {ratio_name} = {ratio:.2f}x events/s; round by "
+              f"round, median {statistics.median(paired):.2f}x ({spread})\n")  # fmt: skip
 
 
 def eventpipe_command() -> list[str]:

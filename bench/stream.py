@@ -112,6 +112,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--per-request", type=int, default=10)
+    parser.add_argument("--interval", type=float, help="the destination's stream_interval_seconds")
     parser.add_argument("--keep-log", type=Path, help="copy the pipeline's log here at the end")
     args = parser.parse_args()
 
@@ -143,6 +144,8 @@ def main() -> None:
             reader = bigquery_reader(bq)
         else:
             dest = {"type": "duckdb", "mode": "stream"}
+        if args.interval is not None:
+            dest["stream_interval_seconds"] = args.interval
         port = free_port()
         config = write_config(
             work / "eventpipe.yaml", work / "data", port,
