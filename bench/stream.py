@@ -113,6 +113,13 @@ def main() -> None:
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--per-request", type=int, default=10)
     parser.add_argument("--interval", type=float, help="the destination's stream_interval_seconds")
+    parser.add_argument(
+        "--spark",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a Spark setting of the pipeline (spark.eventLog.enabled=true)",
+    )
     parser.add_argument("--keep-log", type=Path, help="copy the pipeline's log here at the end")
     args = parser.parse_args()
 
@@ -146,10 +153,11 @@ def main() -> None:
             dest = {"type": "duckdb", "mode": "stream"}
         if args.interval is not None:
             dest["stream_interval_seconds"] = args.interval
+        spark = {"master": "local[2]", **dict(kv.split("=", 1) for kv in args.spark)}
         port = free_port()
         config = write_config(
             work / "eventpipe.yaml", work / "data", port,
-            destinations={"live": dest}, spark={"master": "local[2]"},
+            destinations={"live": dest}, spark=spark,
             processing={"batch_period_seconds": 30},
         )  # fmt: skip
         run = CollectorProcess(config, port, work / "run.log", command="run")

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
-from pyspark.sql.types import TimestampType
+from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from eventpipe.config import DestinationConfig
 from eventpipe.files import write_file
@@ -51,7 +51,6 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from pyspark.sql import Column, DataFrame
-    from pyspark.sql.types import StructType
 
 log = logging.getLogger("eventpipe.processing")
 
@@ -267,7 +266,13 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
     spark = flat.sparkSession
     if not any(out.glob(f"{TABLE}=*")):
         return spark.createDataFrame([], flat.drop(ERROR).schema), counts
-    return spark.read.parquet(str(out)), counts
+    # Read with the schema it was written with (the table last, as a partition column
+    # comes back), not one inferred from the files' footers: 0.08 s less of a stream's
+    # micro-batch of 1,300 events (0.10 s against 0.02 s, this 2-core machine).
+    written = flat.drop(ERROR).schema
+    staged = StructType([*(f for f in written.fields if f.name != TABLE),
+                         StructField(TABLE, StringType())])  # fmt: skip
+    return spark.read.schema(staged).parquet(str(out)), counts
 
 
 def _cast_explicit(frame: DataFrame, explicit: dict[str, DataType]) -> DataFrame:
