@@ -196,3 +196,46 @@ def test_each_database_record_is_decoded_once_per_worker(geo_database: Path) -> 
     rows = lookup.geo_lookup(path, addresses).to_pylist()
     assert {r["city"] for r in rows if r} == {"London"}
     assert records.size == 1
+
+
+def test_a_batch_of_server_events_only_gets_no_browser_lookup(
+    spark: Any, tmp_path: Path, geo_database: Path
+) -> None:
+    """The implicit browser rules are left out of a batch whose every line is a server
+    event (``src: "api"`` at its top level), and kept as soon as one line may be a
+    browser event; a destination's own rules are kept either way."""
+    import orjson
+    from pyspark.sql.types import StringType, StructField, StructType
+
+    from eventpipe.config import parse_config
+    from eventpipe.processing.batch.read import may_hold_browser_events
+    from eventpipe.processing.steps.lookup import Lookups
+
+    def lines(*events: Any, raw: bytes = b"") -> list[str]:
+        path = tmp_path / f"segment-{len(list(tmp_path.iterdir()))}.log"
+        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events) + raw)
+        return [str(path)]
+
+    server = {"event": "signup", "source_ip": "81.2.69.160", "src": "api", "api_key": "web"}
+    browser = {"event": "click", "source_ip": "81.2.69.160", "api_key": "web"}
+    tricky = {**browser, "src": "web", "properties": {"src": "api"}}  # a property's src
+    assert not may_hold_browser_events(lines(server, server) + lines(server))
+    assert not may_hold_browser_events(lines(server, raw=b"\n  \n"))  # blank lines
+    assert may_hold_browser_events(lines(server, browser))
+    assert may_hold_browser_events(lines(server, tricky))
+    assert may_hold_browser_events(lines(server, {**server, "src": "API"}))  # Spark's test
+    assert may_hold_browser_events(lines(server, raw=b'{"src":"api","n":NaN}\n'))
+    assert may_hold_browser_events(lines(server, server), most=10)  # too large to read
+    assert may_hold_browser_events([str(tmp_path / "gone.log")])
+
+    config = parse_config({
+        "data_dir": str(tmp_path / "data"), "enrichment": {"ip_database": str(geo_database)},
+        "destinations": {"w": {"type": "duckdb", "enrichment": [
+            {"name": "ip_lookup", "from": "/source_ip", "to": "/geo"}]}},
+    }, source="test")  # fmt: skip
+    schema = StructType([StructField(n, StringType()) for n in ("source_ip", "src", "api_key")])
+    lookups = Lookups.plan(config)
+    browser_only = {r.column for r in lookups.rules if r.destinations is None}
+    own = {r.column for r in lookups.rules if r.destinations is not None}
+    assert browser_only & set(lookups.computed(schema))  # the address is looked up for both
+    assert set(lookups.computed(schema, browser_events=False)) == own

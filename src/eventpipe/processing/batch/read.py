@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
+import orjson
 from pyspark.sql import functions as F
 
 from eventpipe import reserved
@@ -64,6 +65,42 @@ def entry_file(layout: DataLayout, run_id: str, entry: str) -> Path:
         with source.open("rb") as lines, replacing(out) as copy:
             copy.writelines(itertools.islice(lines, part.start, end))
     return out
+
+
+SERVER_CHECK_BYTES = 8 << 20
+"""Files of at most this many bytes in all are read for :func:`may_hold_browser_events`."""
+
+
+def may_hold_browser_events(paths: Sequence[str], most: int = SERVER_CHECK_BYTES) -> bool:
+    """False only where every line of the files is a server event (``src`` ``"api"`` at
+    its top level, as the collector marks them): the implicit browser lookups then have
+    nothing to look up. Read only for files of at most ``most`` bytes in all (a stream's
+    micro-batch, a small run; a micro-batch of 1,000 server events took 0.2 s less
+    without the lookup's Python worker); larger runs are taken to hold some.
+
+    A line without the bytes ``"src":"api"`` is taken for a browser event at once (the
+    log's lines are orjson's, without spaces); one with them is parsed to be sure the
+    key is the event's own, not a property's. A line orjson cannot parse counts as a
+    browser event."""
+    try:
+        if sum(Path(p).stat().st_size for p in paths) > most:
+            return True
+        for path in paths:
+            with open(path, "rb") as lines:
+                for line in lines:
+                    if not line.strip():
+                        continue
+                    if b'"src":"api"' not in line:
+                        return True
+                    try:
+                        event = orjson.loads(line)
+                    except orjson.JSONDecodeError:
+                        return True  # Spark's reader may take what orjson refuses (NaN)
+                    if not isinstance(event, dict) or event.get("src") != "api":
+                        return True
+    except OSError:
+        return True  # the read will say what is wrong with the files
+    return False
 
 
 def events_copy(layout: DataLayout, run_id: str) -> Path:
@@ -122,7 +159,7 @@ def stage_events(
         if days is not None:
             raw = raw.filter(day_of(raw.schema).isin(list(days)))
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
-        extra.update(lookups.computed(raw.schema))
+        extra.update(lookups.computed(raw.schema, browser_events=may_hold_browser_events(paths)))
         if check is not None:
             extra[VERDICT] = check(F.col(LINE))
         if not staged and CORRUPT not in raw.columns:

@@ -506,12 +506,16 @@ class Lookups:
             check_ip_database(database)  # a bad path: a config error, not a failed run
         return cls(database, tuple(rules))
 
-    def computed(self, schema: StructType) -> dict[str, Column]:
+    def computed(self, schema: StructType, *, browser_events: bool = True) -> dict[str, Column]:
         """The lookup columns a batch with ``schema`` gets (rules whose source it has).
         Implicit rules look up browser events' values only: server events' are passed as
-        null (Spark runs a UDF on every row, whatever condition is around it)."""
+        null (Spark runs a UDF on every row, whatever condition is around it), and a batch
+        known to hold no browser event (``browser_events`` false) gets no implicit rule
+        at all: no Python worker is handed its rows for nothing."""
         out: dict[str, Column] = {}
         for rule in self.rules:
+            if rule.destinations is None and not browser_events:
+                continue
             ref = column_at(schema, rule.source)
             if ref is not None and rule.column not in out:
                 function = rule_function(rule.name, self.database)
