@@ -253,7 +253,10 @@ def test_backpressure_on_backlog_then_recovery(start_collector: Any) -> None:
     c = start_collector(incoming={"max_backlog_bytes": 2000, "retry_after_seconds": 7})
     c.collector.backpressure.interval_seconds = 0.05
     for i in range(10):
-        assert _post(c, orjson.dumps({"i": i, "pad": "x" * 300})).status_code == 200
+        status = _post(c, orjson.dumps({"i": i, "pad": "x" * 300})).status_code
+        # Under the limit every post is taken; past it the monitor may turn backpressure
+        # on before the tenth (a slow machine: its check runs between two posts).
+        assert status == 200 if i < 5 else status in (200, 503)
     deadline = time.monotonic() + 5
     while (response := _post(c, b'{"late": 1}')).status_code == 200:
         assert time.monotonic() < deadline, "backpressure never started"
