@@ -115,20 +115,16 @@ def main() -> None:
                 run_wrk(url, body, 2, args.connections)  # warm-up
                 for _ in range(args.rounds):
                     for name in ("console closed", "live view open"):
-                        if name == "live view open":
-                            with Viewer(viewer_url) as viewer:
-                                time.sleep(0.5)
-                                before = _family_cpu(collector.pid), _family_cpu(served.pid)
-                                rps, _, _, errors = run_wrk(url, body, args.seconds,
-                                                            args.connections)  # fmt: skip
-                                after = _family_cpu(collector.pid), _family_cpu(served.pid)
-                            shown += viewer.events
-                        else:
-                            # The collector samples for a while after the view's last poll.
-                            time.sleep(WATCH_SECONDS + 1)
+                        viewer = Viewer(viewer_url) if name == "live view open" else None
+                        with viewer or contextlib.nullcontext():
+                            # A view takes a moment to open; the collector samples for a
+                            # while after the view's last poll.
+                            time.sleep(0.5 if viewer else WATCH_SECONDS + 1)
                             before = _family_cpu(collector.pid), _family_cpu(served.pid)
                             rps, _, _, errors = run_wrk(url, body, args.seconds, args.connections)
                             after = _family_cpu(collector.pid), _family_cpu(served.pid)
+                        if viewer is not None:
+                            shown += viewer.events
                         if errors:
                             raise SystemExit(f"{name}: {errors} errors")
                         events = rps * per_post * args.seconds
@@ -137,7 +133,7 @@ def main() -> None:
                             (events, after[0] - before[0], after[1] - before[1])
                         )
             rss = peak_rss_mb([served.pid])
-            cpu = _cpu_seconds(served.pid)
+            cpu = _family_cpu(served.pid)
         finally:
             for proc in (served, collector):
                 proc.send_signal(signal.SIGTERM)
@@ -215,7 +211,7 @@ def soak(seconds: int, rate: int) -> None:
                               f"{_rss_mb(served.pid):14.1f}", flush=True)  # fmt: skip
                         next_report += 60
                     time.sleep(0.02)
-            rss, cpu = _rss_mb(served.pid), _cpu_seconds(served.pid)
+            rss, cpu = _rss_mb(served.pid), _family_cpu(served.pid)
             peak = peak_rss_mb([served.pid])
         finally:
             for proc in (served, collector):
@@ -246,14 +242,6 @@ def _rss_mb(pid: int) -> float:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) / 1024
     return 0.0
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User and system CPU seconds of a process so far."""
-    import os
-
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _wait_console(url: str, proc: subprocess.Popen[bytes]) -> None:
