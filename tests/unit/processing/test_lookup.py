@@ -208,7 +208,7 @@ def test_a_batch_of_server_events_only_gets_no_browser_lookup(
     from pyspark.sql.types import StringType, StructField, StructType
 
     from eventpipe.config import parse_config
-    from eventpipe.processing.batch.read import may_hold_browser_events
+    from eventpipe.processing.batch.glance import glance
     from eventpipe.processing.steps.lookup import Lookups
 
     def lines(*events: Any, raw: bytes = b"") -> list[str]:
@@ -219,6 +219,10 @@ def test_a_batch_of_server_events_only_gets_no_browser_lookup(
     server = {"event": "signup", "source_ip": "81.2.69.160", "src": "api", "api_key": "web"}
     browser = {"event": "click", "source_ip": "81.2.69.160", "api_key": "web"}
     tricky = {**browser, "src": "web", "properties": {"src": "api"}}  # a property's src
+
+    def may_hold_browser_events(paths: list[str], most: int | None = None) -> bool:
+        return (glance(paths) if most is None else glance(paths, most)).browser_events
+
     assert not may_hold_browser_events(lines(server, server) + lines(server))
     assert not may_hold_browser_events(lines(server, raw=b"\n  \n"))  # blank lines
     assert may_hold_browser_events(lines(server, browser))

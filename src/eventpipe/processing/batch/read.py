@@ -9,11 +9,10 @@ import json
 import logging
 import threading
 import weakref
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, cast
 
-import orjson
 from pyspark.sql import functions as F
 
 from eventpipe import reserved
@@ -21,6 +20,7 @@ from eventpipe.config import Config
 from eventpipe.files import replacing, write_file
 from eventpipe.paths import DataLayout
 from eventpipe.processing.batch import segment_schemas
+from eventpipe.processing.batch.glance import glance
 from eventpipe.processing.batch.run import TIMESTAMP, Target, ref, step
 from eventpipe.processing.batch.segment_schemas import json_reader
 from eventpipe.processing.steps.contracts import plan_check
@@ -67,45 +67,6 @@ def entry_file(layout: DataLayout, run_id: str, entry: str) -> Path:
     return out
 
 
-SERVER_CHECK_BYTES = 8 << 20
-"""Files of at most this many bytes in all are read for :func:`may_hold_browser_events`."""
-
-
-def may_hold_browser_events(paths: Sequence[str], most: int = SERVER_CHECK_BYTES) -> bool:
-    """False only where every line of the files is a server event (``src`` ``"api"`` at
-    its top level, as the collector marks them): the implicit browser lookups then have
-    nothing to look up. Read only for files of at most ``most`` bytes in all (a stream's
-    micro-batch, a small run; a micro-batch of 1,000 server events took 0.2 s less
-    without the lookup's Python worker); larger runs are taken to hold some.
-
-    A line orjson cannot parse counts as a browser event."""
-    try:
-        if sum(Path(p).stat().st_size for p in paths) > most:
-            return True
-        return not all(_server_event(line) for line in _lines(paths) if line.strip())
-    except OSError:
-        return True  # the read will say what is wrong with the files
-
-
-def _lines(paths: Sequence[str]) -> Iterator[bytes]:
-    for path in paths:
-        with open(path, "rb") as lines:
-            yield from lines
-
-
-def _server_event(line: bytes) -> bool:
-    """Whether a log line's event has ``src`` ``"api"`` at its top level. A line without
-    the bytes ``"src":"api"`` has not (the log's lines are orjson's, without spaces); one
-    with them is parsed to be sure the key is the event's own, not a property's."""
-    if b'"src":"api"' not in line:
-        return False
-    try:
-        event = orjson.loads(line)
-    except orjson.JSONDecodeError:
-        return False  # Spark's reader may take what orjson refuses (NaN)
-    return isinstance(event, dict) and event.get("src") == "api"
-
-
 def events_copy(layout: DataLayout, run_id: str) -> Path:
     """Where a run writes its staged copy of its events (whole once ``_SUCCESS`` is in it)."""
     return layout.tmp / run_id / "events"
@@ -140,7 +101,8 @@ def stage_events(
 
     The schema is Spark's inference of the files, or, where the service's wait kept one
     for each of the run's segments, those merged (segment_schemas.py: exactly what the
-    inference would give, else inferred here).
+    inference would give, else inferred here), or for a small run, inferred by the driver
+    from the lines (glance.py: exactly Spark's, else left to Spark).
 
     ``by_segment``: each row keeps its segment's name (SEGMENT), for destinations that
     take only some of the run's segments. ``days``: only the events of these UTC days
@@ -149,11 +111,20 @@ def stage_events(
     layout = config.layout
     out = events_copy(layout, run_id)
     if not (out / "_SUCCESS").exists():
+        # A small run's lines read here first: whether any is a browser event, and
+        # their schema where it can be told exactly without Spark's inference job.
+        glanced = glance(paths)
         # Kept by the service's wait for each segment (none for a scheduler's run).
-        kept = segment_schemas.kept_schema(spark, layout, paths)
+        kept = segment_schemas.kept_schema(spark, layout, paths) or glanced.schema
         if not staged:
             spark = run_session(spark, layout.tmp / run_id)
-        how = "merge the kept schemas" if kept is not None else "infer the schema"
+        how = "infer the schema"
+        if kept is not None:
+            how = (
+                "infer the schema in the driver"
+                if kept is glanced.schema
+                else "merge the kept schemas"
+            )
         with_plans = bool(config.contracts.plans)
         with step(f"{how} of {len(paths)} segment(s)"):
             raw = read_events(spark, paths, inferred=kept, by_segment=by_segment,
@@ -162,7 +133,7 @@ def stage_events(
         if days is not None:
             raw = raw.filter(day_of(raw.schema).isin(list(days)))
         extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
-        extra.update(lookups.computed(raw.schema, browser_events=may_hold_browser_events(paths)))
+        extra.update(lookups.computed(raw.schema, browser_events=glanced.browser_events))
         if check is not None:
             extra[VERDICT] = check(F.col(LINE))
         if not staged and CORRUPT not in raw.columns:
