@@ -17,7 +17,7 @@ from eventpipe.config import DestinationConfig
 from eventpipe.files import write_file
 from eventpipe.processing.batch.read import of_segments, read_events, staging_writer
 from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
-from eventpipe.processing.steps import metering, transforms
+from eventpipe.processing.steps import lambdas, metering, transforms
 from eventpipe.processing.steps.contracts import summary
 from eventpipe.processing.steps.fields import (
     assign,
@@ -172,7 +172,9 @@ def _discarded(frame: DataFrame, sources: dict[str, str]) -> DataFrame:
     event as a whole (``required``) drops nothing: its row carries it, as flagged."""
     broken = F.col(DISCARD)
     dropped = {
-        column: F.when(broken.isNull() | ~F.exists(broken, _breaks(place)), ref(column))
+        column: F.when(
+            broken.isNull() | ~lambdas.exists(broken, _breaks(place), "pointer"), ref(column)
+        )
         for column, place in sources.items()
         if column in frame.columns and column not in (TABLE, ERROR, ROW)
     }
@@ -257,7 +259,7 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
                 F.count_if(table == F.lit("")).alias("skipped"),
                 F.count_if(table == F.lit(FILTERED)).alias("filtered"),
                 F.count_if(table.isNull()).alias("failed"),
-                F.transform(days, lambda d: F.date_format(d, "yyyy-MM-dd")).alias("days"),
+                lambdas.transform(days, _day_text, "day").alias("days"),
             )
             kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
             staging_writer(kept.drop(ERROR)).partitionBy(TABLE).parquet(str(out))
@@ -273,6 +275,10 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
     staged = StructType([*(f for f in written.fields if f.name != TABLE),
                          StructField(TABLE, StringType())])  # fmt: skip
     return spark.read.schema(staged).parquet(str(out)), counts
+
+
+def _day_text(day: Column) -> Column:
+    return F.date_format(day, "yyyy-MM-dd")
 
 
 def _cast_explicit(frame: DataFrame, explicit: dict[str, DataType]) -> DataFrame:

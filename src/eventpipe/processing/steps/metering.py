@@ -37,6 +37,7 @@ import yaml
 
 from eventpipe import reserved
 from eventpipe.errors import ConfigError
+from eventpipe.processing.steps import lambdas
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -195,7 +196,7 @@ def classify(value_at: Callable[[str], Column], products: Sequence[Product]) -> 
         found = F.array(*(F.when(_matches(p, values), F.lit(p.uid)) for p in group))
         case = F.when(named, found) if case is None else case.when(named, found)
     assert case is not None
-    return F.filter(case.otherwise(none), lambda uid: uid.isNotNull())
+    return lambdas.keep(case.otherwise(none), lambda uid: uid.isNotNull(), "product")
 
 
 def json_text_at(schema: StructType, fallback: Callable[[], Column]) -> Callable[[str], Column]:
