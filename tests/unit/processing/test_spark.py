@@ -37,6 +37,22 @@ def test_a_launchers_settings_win_over_the_defaults_and_config_over_both() -> No
     assert spark_settings({"spark.master": "local[1]"}, launcher)["spark.master"] == "local[1]"
 
 
+def test_every_jvm_of_the_job_compiles_huge_generated_methods(spark: Any) -> None:
+    """The driver this process started has the option; a cluster's executors get it
+    before the options configured for them (which win); a launcher's are kept."""
+    from eventpipe.processing.runtime.spark import COMPILE_HUGE_METHODS
+
+    runtime = spark._jvm.java.lang.management.ManagementFactory.getRuntimeMXBean()
+    assert COMPILE_HUGE_METHODS in list(runtime.getInputArguments())
+    key = "spark.executor.extraJavaOptions"
+    cluster = {"spark.master": "spark://master:7077"}
+    assert spark_settings(cluster)[key] == COMPILE_HUGE_METHODS
+    mine = spark_settings({**cluster, key: "-XX:+DontCompileHugeMethods"})[key]
+    assert mine == f"{COMPILE_HUGE_METHODS} -XX:+DontCompileHugeMethods"
+    assert key not in spark_settings({"spark.master": "local[2]"})  # the driver's JVM
+    assert key not in spark_settings({}, {**cluster, key: "-Xss4m"})  # spark-submit's
+
+
 def test_missing_java_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("JAVA_HOME", raising=False)
     monkeypatch.setattr(class_data.shutil, "which", lambda name: None)
@@ -130,18 +146,25 @@ def test_a_terminal_gets_sparks_progress_bar_and_a_log_does_not(
 def test_a_short_lived_local_session_compiles_quickly_unless_configured_otherwise(
     tmp_path: Path,
 ) -> None:
-    from eventpipe.processing.runtime.spark import JVM_LOG_OPTIONS, java_options
+    from eventpipe.processing.runtime.spark import (
+        COMPILE_HUGE_METHODS,
+        JVM_LOG_OPTIONS,
+        java_options,
+    )
+
+    # its warnings kept off standard output; huge generated methods compiled
+    first = f"{JVM_LOG_OPTIONS} {COMPILE_HUGE_METHODS}"
 
     def options(settings: dict[str, str], **kwargs: Any) -> str:
         out = java_options(settings, **kwargs)[class_data.JAVA_OPTIONS]
-        assert out.startswith(f"{JVM_LOG_OPTIONS} ")  # its warnings kept off standard output
-        return out.removeprefix(f"{JVM_LOG_OPTIONS} ")
+        assert out.startswith(f"{first} ")
+        return out.removeprefix(f"{first} ")
 
     local = {"spark.master": "local[2]"}
     assert options(local, archive=None, short_lived=True) == "-XX:TieredStopAtLevel=1"
     assert java_options(local, archive=None, short_lived=False) == {
         **local,
-        class_data.JAVA_OPTIONS: JVM_LOG_OPTIONS,
+        class_data.JAVA_OPTIONS: first,
     }
     mine = {**local, class_data.JAVA_OPTIONS: "-XX:TieredStopAtLevel=4"}
     assert options(mine, archive=None, short_lived=True) == (
@@ -150,7 +173,7 @@ def test_a_short_lived_local_session_compiles_quickly_unless_configured_otherwis
     cluster = {"spark.master": "spark://master:7077"}  # executors elsewhere: as they are
     assert java_options(cluster, archive=None, short_lived=True) == {
         **cluster,
-        class_data.JAVA_OPTIONS: JVM_LOG_OPTIONS,
+        class_data.JAVA_OPTIONS: first,
     }
     archive = tmp_path / "spark.jsa"
     archive.write_bytes(b"built")
