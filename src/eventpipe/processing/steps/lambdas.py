@@ -53,10 +53,8 @@ def _higher_order(
     name: str,
     fresh: Callable[[Column, Body], Column],
 ) -> Column:
-    from pyspark.sql.utils import is_remote
-
-    if is_remote():
-        return fresh(column, body)
+    if type(column).__module__.startswith("pyspark.sql.connect"):
+        return fresh(column, body)  # a Connect client's column
     from pyspark import SparkContext
     from pyspark.sql.classic.column import _to_java_column, _to_seq
     from pyspark.sql.column import Column
