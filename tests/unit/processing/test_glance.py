@@ -81,6 +81,9 @@ REFUSED = [
     b'{"a":1}\r',
     # keys that differ only in case, in one object or across lines
     b'{"o":{"k":1,"K":2}}',
+    # deeper than Jackson may read; a key longer than it may read
+    pytest.param(b'{"d":' + b"[" * 450 + b"]" * 450 + b"}", id="deep"),
+    pytest.param(b'{"' + b"k" * 10_001 + b'":1}', id="long key"),
 ]
 
 

@@ -28,6 +28,7 @@ anything else:
 * an integer outside the signed 64-bit range (Spark types it as a decimal);
 * keys of one object that differ only in case (which one Spark keeps is Spark's to
   know), at any depth;
+* lines that may be nested deeper, or keys longer, than Jackson reads (MOST_OPENINGS);
 * a schema with no field at all.
 
 ``tests/unit/processing/test_glance.py`` checks :func:`infer` against Spark's inference of
@@ -57,6 +58,13 @@ from eventpipe.processing.batch.segment_schemas import _CASE_FOLDS, _java_order
 
 GLANCE_BYTES = 8 << 20
 """Files of at most this many bytes in all are read."""
+
+MOST_OPENINGS = 400
+LONGEST_KEY = 10_000
+"""Lines with more ``{`` and ``[`` (a bound on their depth), or a key longer, are left to
+Spark: Jackson refuses a document nested deeper, or a name longer, than its limits (500
+and 50,000 in Jackson 2.21), and a line Jackson refuses is a corrupt record, which only
+Spark's inference gives a column."""
 
 _NULL, _BOOL, _LONG, _DOUBLE, _TEXT = "null", "boolean", "long", "double", "text"
 _LONGEST = 1 << 63
@@ -152,6 +160,8 @@ class _Inference:
                 return False
         except orjson.JSONEncodeError:  # text orjson reads but does not write
             return False
+        if line.count(b"{") + line.count(b"[") > MOST_OPENINGS:
+            return False  # maybe deeper than Jackson reads
         try:
             _merge_object(self._type, event)
         except _Inexact:
@@ -211,6 +221,8 @@ def _merge(merged: Any, value: Any) -> Any:
 
 def _merge_object(merged: dict[str, Any], value: dict[str, Any]) -> dict[str, Any]:
     for key, item in value.items():
+        if len(key) > LONGEST_KEY:
+            raise _Inexact
         merged[key] = _merge(merged.get(key, _NULL), item)
     return merged
 
