@@ -164,7 +164,7 @@ class _Inference:
             return False  # maybe deeper than Jackson reads
         try:
             _merge_object(self._type, event)
-        except _Inexact:
+        except (_Inexact, RecursionError):
             return False
         return True
 
