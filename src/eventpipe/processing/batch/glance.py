@@ -54,7 +54,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from eventpipe.processing.batch.segment_schemas import _CASE_FOLDS, _java_order
+from eventpipe.processing.batch.segment_schemas import CASE_FOLDS, java_order
 
 GLANCE_BYTES = 8 << 20
 """Files of at most this many bytes in all are read."""
@@ -241,7 +241,7 @@ def _canonical(merged: Any) -> DataType | None:
     if type(merged) is dict:
         fields = [
             StructField(name, data_type, True)
-            for name in sorted(merged, key=_java_order)
+            for name in sorted(merged, key=java_order)
             if name and (data_type := _canonical(merged[name])) is not None
         ]
         return StructType(fields) if fields else None
@@ -254,7 +254,7 @@ def _canonical(merged: Any) -> DataType | None:
 def _folds_together(merged: Any) -> bool:
     """Whether some object's keys differ only in case, at any depth."""
     if type(merged) is dict:
-        if any(len({fold(k) for k in merged}) < len(merged) for fold in _CASE_FOLDS):
+        if any(len({fold(k) for k in merged}) < len(merged) for fold in CASE_FOLDS):
             return True
         return any(_folds_together(t) for t in merged.values())
     if type(merged) is tuple:

@@ -252,12 +252,12 @@ def _merge(
         left = {f.name: f.dataType for f in a.fields}
         right = {f.name: f.dataType for f in b.fields}
         names = left.keys() | right.keys()
-        if any(len({fold(n) for n in names}) < len(names) for fold in _CASE_FOLDS):
+        if any(len({fold(n) for n in names}) < len(names) for fold in CASE_FOLDS):
             # Spark merges objects whose keys differ only in case by the first one's
             # keys (case-insensitive resolution): which one is first is Spark's to know.
             raise Inexact(f"{where}: keys that differ only in case")
         fields = []
-        for name in sorted(names, key=_java_order):
+        for name in sorted(names, key=java_order):
             if name in left and name in right:
                 data_type = _merge(left[name], right[name], a_empty, b_empty, (*path, name))
             else:
@@ -289,7 +289,7 @@ def _fold_upper(name: str) -> str:
     return "".join(c.upper() if len(c.upper()) == 1 else c for c in name)
 
 
-_CASE_FOLDS = (_fold_lower, _fold_upper)
+CASE_FOLDS = (_fold_lower, _fold_upper)
 """Java's ``equalsIgnoreCase`` compares character by character, by upper or by lower case."""
 
 
@@ -300,7 +300,7 @@ def _has_values(data_type: DataType) -> bool:
     return not isinstance(data_type, ArrayType)
 
 
-def _java_order(name: str) -> bytes:
+def java_order(name: str) -> bytes:
     """Java's ``String.compareTo`` order (by UTF-16 code units), in which Spark's
     inference sorts an object's fields."""
     return name.encode("utf-16-be", errors="surrogatepass")
