@@ -109,6 +109,9 @@ def test_the_glance_reads_small_files_only(tmp_path: Path) -> None:
     assert not seen.browser_events
     assert seen.schema is not None
     assert seen.schema.fieldNames() == ["event", "n", "src"]
+    known = glance([str(path)], infer=False)  # a schema kept already: none inferred
+    assert not known.browser_events
+    assert known.schema is None
     too_large = glance([str(path)], most=10)
     assert too_large.browser_events
     assert too_large.schema is None

@@ -80,16 +80,17 @@ class Glance:
     """Spark's inference of the lines; None where it is left to Spark."""
 
 
-def glance(paths: Sequence[str], most: int = GLANCE_BYTES) -> Glance:
+def glance(paths: Sequence[str], most: int = GLANCE_BYTES, *, infer: bool = True) -> Glance:
     """The lines of ``paths`` looked at (module docstring); files of more than ``most``
-    bytes in all are not read (taken to hold browser events)."""
+    bytes in all are not read (taken to hold browser events). ``infer``: False where the
+    schema is known already (only the browser events are looked for)."""
     try:
         size = sum(Path(p).stat().st_size for p in paths)
     except OSError:
         return Glance(True, None)  # the read will say what is wrong with the files
     if size > most:
         return Glance(True, None)
-    inference: _Inference | None = _Inference()
+    inference = _Inference() if infer else None
     browser = False
     try:
         for line in _lines(paths):

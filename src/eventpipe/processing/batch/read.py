@@ -111,20 +111,17 @@ def stage_events(
     layout = config.layout
     out = events_copy(layout, run_id)
     if not (out / "_SUCCESS").exists():
-        # A small run's lines read here first: whether any is a browser event, and
-        # their schema where it can be told exactly without Spark's inference job.
-        glanced = glance(paths)
         # Kept by the service's wait for each segment (none for a scheduler's run).
-        kept = segment_schemas.kept_schema(spark, layout, paths) or glanced.schema
+        kept = segment_schemas.kept_schema(spark, layout, paths)
+        how = "merge the kept schemas"
+        # A small run's lines read here first: whether any is a browser event, and
+        # (none kept) their schema where it can be told exactly without Spark's job.
+        glanced = glance(paths, infer=kept is None)
+        if kept is None:
+            kept = glanced.schema
+            how = "infer the schema" if kept is None else "infer the schema in the driver"
         if not staged:
             spark = run_session(spark, layout.tmp / run_id)
-        how = "infer the schema"
-        if kept is not None:
-            how = (
-                "infer the schema in the driver"
-                if kept is glanced.schema
-                else "merge the kept schemas"
-            )
         with_plans = bool(config.contracts.plans)
         with step(f"{how} of {len(paths)} segment(s)"):
             raw = read_events(spark, paths, inferred=kept, by_segment=by_segment,

@@ -5,10 +5,11 @@ PySpark names each lambda variable it makes afresh (``x_7``, then ``x_13`` in th
 plan built), and Spark 4 writes that name into the Java code it generates for the plan.
 Its cache of compiled code is keyed by that text, so a plan built again for each run
 (every micro-batch of a stream, every small ``process --once``) compiled its code again:
-two classes of some 8 KB of bytecode, 117-203 ms a run on a 2-core machine, for a run
-whose whole job is 0.5 s. With names that depend only on the plan's shape, a run of the
-same shape finds its code compiled (``tests/unit/processing/test_lambdas.py`` counts the
-compilations).
+two classes in every run of a ``table_name_template`` with placeholders (Spark's
+CodegenMetrics). With names that depend only on the plan's shape, a run of the same
+shape finds its code compiled (``tests/unit/processing/test_lambdas.py`` counts the
+compilations). The runs' time did not change measurably on a 2-core machine
+(docs/pipeline.md).
 
 A caller names its variables so that a lambda nested in another's body never reuses an
 enclosing one's name (it would hide it). Under Spark Connect the plan is built by the
