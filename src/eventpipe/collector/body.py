@@ -10,12 +10,12 @@
   schema, so the collector names empty keys before they are logged: ``_unnamed`` (the
   column name seed 1 gives an empty key), or ``_unnamed_1``, ``_unnamed_2``... when the
   object already has that key. Only bodies that contain ``""`` followed by a colon are
-  walked.
+  walked (found in the one pass of :mod:`eventpipe.collector.scan`, as are the numbers
+  below).
 * Integers: orjson reads an integer beyond 64 bits as a float, which loses digits, and a
   number too small for a float (``1e-400``) as 0. A body with a run of 20 digits or more
-  (found by one ``bytes.translate``, about 1 us per KB) or a negative exponent of three
-  digits or more that ends a number (``e-400,``; a regular expression, about 0.6 us per
-  KB) is read again by the standard library, which keeps every integer exact: one beyond
+  or a negative exponent of three digits or more that ends a number (``e-400,``) is
+  read again by the standard library, which keeps every integer exact: one beyond
   64 bits is written to the log as the digits it was sent as (an ``orjson.Fragment``), up
   to 38 digits, the most a destination's DECIMAL(38,0) holds; an item with a longer one
   is rejected alone (:class:`IntegerTooLong`), as no destination could store it exactly;
@@ -37,7 +37,6 @@ from __future__ import annotations
 import asyncio
 import io
 import json
-import re
 import zlib
 from collections.abc import AsyncIterator
 from typing import Any
@@ -45,14 +44,9 @@ from typing import Any
 import orjson
 from starlette.requests import ClientDisconnect
 
+from eventpipe.collector.scan import BIG_INTEGER, BODY, EMPTY_KEY, TINY_NUMBER
+
 EMPTY_KEY_NAME = "_unnamed"
-_EMPTY_KEY = re.compile(rb'""\s*:')
-_DIGITS = bytes(0x30 if 0x30 <= b <= 0x39 else 0x2E for b in range(256))
-"""Digits to ``0``, everything else to ``.``: a run of 20 digits is then a substring."""
-_TWENTY_DIGITS = b"0" * 20
-_LONG_NEGATIVE_EXPONENT = re.compile(rb"-(?<=[eE]-)[0-9]{3,}[,\]}\s]")
-"""``e-400`` at the end of a number (a digit run, then what may follow a number: a UUID's
-``7e-4123-`` is not one). It starts with the ``-`` so that the search skips to each."""
 MAX_INTEGER_DIGITS = 38
 """The most digits of an integer eventpipe keeps exactly (DECIMAL(38,0), PostgreSQL's and
 DuckDB's widest exact integers; Spark's too)."""
@@ -244,11 +238,10 @@ def parse_events(body: bytes) -> tuple[list[Any], bool]:
     except orjson.JSONDecodeError as exc:
         reason = "too_deep" if "depth" in str(exc) else "malformed_json"
         raise BodyError(400, reason, f"body is not valid JSON: {exc}") from None
-    if _TWENTY_DIGITS in body.translate(_DIGITS) or (
-        b"-" in body and _LONG_NEGATIVE_EXPONENT.search(body)
-    ):
+    found = BODY.found(body)
+    if found & (BIG_INTEGER | TINY_NUMBER):
         document = exact_json(body)
-    if _EMPTY_KEY.search(body):
+    if found & EMPTY_KEY:
         document = _named(document)
     if isinstance(document, dict):
         return [document], False
