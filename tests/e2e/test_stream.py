@@ -54,6 +54,25 @@ def test_events_stream_from_the_active_segment_and_new_fields_become_columns(
     )  # fmt: skip
 
 
+def test_a_streams_checkpoint_is_written_through_the_file_system_api(
+    start_collector: Any, spark: Any
+) -> None:
+    """Spark's default writes the offset and commit logs through FileContext, whose
+    renames start a ``readlink`` process per file status asked (pip's PySpark has no
+    native Hadoop library): the query's logs use FileSystem's API instead."""
+    c = start_collector(destinations={"warehouse": {"type": "duckdb", "mode": "stream"}})
+    _post(c, [{"event_type": "click"}], server=True)
+    with stream.stream_lock(c.config, "warehouse"):
+        query = stream.start_stream(spark, c.config, "warehouse", available_now=True)
+        query.awaitTermination()
+    execution = query._jsq.streamingQuery()
+    for log in (execution.offsetLog(), execution.commitLog()):
+        manager = log.fileManager().getClass().getName()
+        assert manager in stream.FILE_SYSTEM_MANAGERS
+    assert _query(c, "SELECT count(*) FROM events") == [(1,)]
+    assert (c.layout.incoming / "queue.dst=warehouse" / "checkpoint" / "commits" / "0").exists()
+
+
 def test_a_key_reaches_a_stream_postgres_and_a_batch_duckdb_and_a_rejected_row_fails_alone(
     start_collector: Any, spark: Any, postgres_dsn: str, postgres_schema: str
 ) -> None:
