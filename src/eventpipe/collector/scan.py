@@ -4,9 +4,9 @@ Each request's body and each append's lines are searched for several things: a r
 20 digits (an integer orjson would round), ``e-400`` (a number it would read as 0), an
 empty key, a line with more brackets than ``max_json_depth`` allows, a ``writeKey``
 field, the configured secrets. Done with Python's own byte searches that was one pass
-per thing, about 0.2-0.5 us each per event of 450 bytes (``bytes.translate``, a regular
-expression, ``lower()``, ``count``, ``in``), some 2 us of the 8-9 us an event costs a
-worker in 100-event posts (docs/collector.md, "Batched posts: where the time goes").
+per thing, about 0.2-0.7 us each per event of 450 bytes (``bytes.translate``, a regular
+expression, ``lower()``, ``count``, ``in``), some 2 us of the 7-8 us an event cost a
+worker in 100-event posts (docs/collector.md, "Performance").
 
 `Hyperscan <https://github.com/intel/hyperscan>`_ (through the ``hyperscan`` package,
 wheels for Linux x86-64 and arm64, macOS and Windows) searches for a set of patterns in
