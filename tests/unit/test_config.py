@@ -135,6 +135,42 @@ def test_invalid_yaml_is_reported(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_a_key_given_twice_is_an_error_naming_both_lines(tmp_path: Path) -> None:
+    """YAML parsers keep the last of two equal keys: a setting added above the one the
+    generated config already has would be silently overridden by it."""
+    path = tmp_path / "eventpipe.yaml"
+    path.write_text(
+        "destinations:\n"
+        "  warehouse:\n"
+        "    type: duckdb\n"
+        "    on_violation: quarantine\n"
+        "    mode: batch\n"
+        "    on_violation: flag\n"
+    )
+    with pytest.raises(ConfigError) as raised:
+        load_config(path)
+    message = str(raised.value)
+    assert "'on_violation' is given twice in one mapping (first on line 4)" in message
+    assert f'in "{path}", line 6' in message
+
+
+def test_keys_merged_in_may_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "eventpipe.yaml"
+    path.write_text(
+        "destinations:\n"
+        "  a: &base\n"
+        "    type: duckdb\n"
+        "    on_violation: flag\n"
+        "  b:\n"
+        "    <<: *base\n"
+        "    on_violation: quarantine\n"
+        "    path: b.duckdb\n"
+    )
+    destinations = load_config(path).config.destinations
+    assert destinations["a"].on_violation == "flag"
+    assert destinations["b"].on_violation == "quarantine"
+
+
 def test_dev_keys_are_generated_once_and_kept(tmp_path: Path) -> None:
     config = Config(data_dir=tmp_path / "data")
     first, key = with_dev_keys(config)

@@ -22,6 +22,7 @@ from eventpipe.config.destinations import TYPES, DestinationConfig
 from eventpipe.config.root import Config, LoadedConfig
 from eventpipe.errors import ConfigError
 from eventpipe.files import write_file
+from eventpipe.yamlfiles import load_yaml
 
 DEFAULT_CONFIG_PATH = Path("eventpipe.yaml")
 
@@ -181,7 +182,7 @@ def load_config(path: Path | None = None) -> LoadedConfig:
             )
         return LoadedConfig(config=Config(), source="built-in defaults", embedded=True)
     try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        data = load_yaml(path.read_text(encoding="utf-8"), str(path))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path} is not valid YAML: {exc}") from None
     return LoadedConfig(

@@ -135,8 +135,10 @@ def _parsed(path: Path, data: bytes) -> Any:
             raise PlanError(f"{path}: not JSON: {exc}") from None
     import yaml
 
+    from eventpipe.yamlfiles import load_yaml
+
     try:
-        return yaml.safe_load(data)
+        return load_yaml(data, str(path))
     except yaml.YAMLError as exc:
         raise PlanError(f"{path}: not YAML: {exc}".splitlines()[0]) from None
 

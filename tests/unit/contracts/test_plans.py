@@ -81,6 +81,11 @@ def test_a_plan_too_large_unparsable_or_saying_nothing_of_its_events_is_refused(
     not_json.write_text("x-eventpipe: {event_type: a}\nenum: !!set {a, b}\n")
     with pytest.raises(PlanError, match=r"not_json\.yaml: not a JSON Schema"):
         read_plans([not_json])
+    twice = tmp_path / "twice.yaml"
+    twice.write_text("x-eventpipe: {event_type: a}\ntype: object\nrequired: [a]\n"
+                     "required: [b]\n")  # fmt: skip
+    with pytest.raises(PlanError, match=r"twice\.yaml: not YAML: 'required' is given twice"):
+        read_plans([twice])
     anonymous = tmp_path / "anonymous.yaml"
     anonymous.write_text("type: object\n")
     with pytest.raises(PlanError, match='add "x-eventpipe"'):

@@ -33,11 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from eventpipe import reserved
 from eventpipe.errors import ConfigError
 from eventpipe.processing.steps import lambdas
+from eventpipe.yamlfiles import load_yaml
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -79,7 +78,7 @@ def load_products(path: Path) -> list[Product]:
     if path.suffix == ".csv":
         rows: list[Any] = list(csv.DictReader(text.splitlines()))
     elif path.suffix in (".yaml", ".yml"):
-        rows = yaml.safe_load(text) or []
+        rows = load_yaml(text, str(path)) or []
         if not isinstance(rows, list):
             raise ConfigError(f"products {path}: a list of products is expected")
     else:
