@@ -1,9 +1,9 @@
 """YAML as eventpipe reads its own files (the config, tracking plans, metering seeds):
 PyYAML's safe loader, but a key given twice in one mapping is an error.
 
-PyYAML keeps the last of two equal keys without a word, so a setting added below one
-that already exists (``on_violation: quarantine`` under a destination whose generated
-config says ``on_violation: flag`` further down) was silently overridden by the other.
+PyYAML keeps the last of two equal keys without a word, so a setting added to a mapping
+that already had it (``on_violation: quarantine`` added under a destination whose
+generated config says ``on_violation: flag`` further down) was silently overridden.
 Keys merged in with ``<<`` may still be overridden by the mapping's own, as YAML says.
 """
 
