@@ -268,7 +268,9 @@ def record_peaks() -> None:
         PEAKS[kind] = max(PEAKS.get(kind, 0), peak_rss_mb(proc.pid))
 
 
-def destination_config(work: Path, name: str, destination: dict[str, Any], **sections: Any) -> Any:
+def destination_config(
+    work: Path, name: str, destination: dict[str, Any], source: str = "source", **sections: Any
+) -> Any:
     """A config whose one destination ``name`` loads a copy of ``work/source``'s sealed
     segments (under ``work/name``), a table per event type, with the implicit browser
     lookups off: the benchmarks that use it compare loading, not enrichment. ``sections``:
@@ -276,7 +278,7 @@ def destination_config(work: Path, name: str, destination: dict[str, Any], **sec
     from eventpipe.config import parse_config
 
     data = work / name
-    shutil.copytree(work / "source", data / "incoming")
+    shutil.copytree(work / source, data / "incoming")
     return parse_config(
         {"data_dir": str(data), "enrichment": {"browser_rules": False},
          "destinations": {name: {**destination, "table_name_template": "{{ event_type }}"}},

@@ -1,10 +1,15 @@
 """Tracking plans: ingest with 20 plans checked at the collector (``contracts.collector:
 flag``) beside the same collector without them, in one run, alternating rounds; and with
-``--batch-events N``, the batch job over N events with plans (checked in the job, every
-event flagged or not) beside the same job without, alternating runs.
+``--batch-events N``, the batch job over N events with plans (every event flagged or not)
+beside the same job without, alternating runs. The job's events go through a collector
+first (over HTTP, 100 to a post): for the run with plans, one that checks them under the
+same plans (``collector: flag``), whose verdicts the job takes; for the run without, one
+without plans. With ``--in-job`` they are written straight to the log, and the job
+checks every one.
 
     .venv/bin/python bench/contracts.py --seconds 8 --rounds 3
     .venv/bin/python bench/contracts.py --batch-events 1000000 --rounds 2 --no-ingest
+    .venv/bin/python bench/contracts.py --batch-events 1000000 --rounds 2 --no-ingest --in-job
 
 The events are bench/ingest.py's (four event types, ~450 bytes each); 20 plans: one for
 each of the four types (types, required fields, a pattern, an enum, bounds: every event
@@ -75,11 +80,17 @@ def main() -> None:
         help="the batch job's plan takes discount as text too: no event breaks it (by "
         "default a third of the events do)",
     )  # fmt: skip
+    parser.add_argument(
+        "--in-job", action="store_true",
+        help="the batch job's events written straight to its log, so that the job checks "
+        "every one (by default they go through a collector, which checks them under the "
+        "plans for the run with plans)",
+    )  # fmt: skip
     args = parser.parse_args()
     if not args.no_ingest:
         ingest(args)
     if args.batch_events:
-        batch(args.batch_events, args.rounds, all_meet=args.all_meet)
+        batch(args.batch_events, args.rounds, all_meet=args.all_meet, collected=not args.in_job)
 
 
 BATCH_PLAN = {
@@ -104,7 +115,7 @@ BATCH_PLAN = {
 those events break it (flagged)."""
 
 
-def batch(events: int, rounds: int, *, all_meet: bool = False) -> None:
+def batch(events: int, rounds: int, *, all_meet: bool = False, collected: bool = True) -> None:
     import logging
     import time
 
@@ -128,14 +139,27 @@ def batch(events: int, rounds: int, *, all_meet: bool = False) -> None:
             (plans / f"{event_type}.json").write_text(json.dumps(plan))
         generate(work / "source", events)
         with_plans = {"contracts": {"plans": [str(plans)]}}
-        warm = destination_config(work, "warm", {"type": "duckdb"}, **with_plans)
+        sources = {"without plans": "source", "with 20 plans": "source"}
+        if collected:  # through the collector, with and without its check
+            for name, (source, extra) in {
+                "without plans": ("plain", None),
+                "with 20 plans": ("checked", {"contracts": {**with_plans["contracts"],
+                                                            "collector": "flag"}}),
+            }.items():  # fmt: skip
+                seconds = collect(work / "source", work / f"collector-{source}", work / source,
+                                  extra)  # fmt: skip
+                print(f"  collected {events:,} events {name} in {seconds:.1f} s", flush=True)
+                sources[name] = source
+        warm = destination_config(work, "warm", {"type": "duckdb"},
+                                  source=sources["with 20 plans"], **with_plans)  # fmt: skip
         spark = start_session(warm.spark.settings)
         process_once(warm, spark)  # the JVM, the Python workers, the plans compiled
         times: dict[str, list[float]] = {"without plans": [], "with 20 plans": []}
         for n in range(rounds):
             for name, sections in (("without plans", {}), ("with 20 plans", with_plans)):
                 label = f"r{n}_{'plans' if sections else 'plain'}"
-                config = destination_config(work, label, {"type": "duckdb"}, **sections)
+                config = destination_config(work, label, {"type": "duckdb"},
+                                            source=sources[name], **sections)  # fmt: skip
                 started = time.perf_counter()
                 process_once(config, spark)
                 times[name].append(time.perf_counter() - started)
@@ -143,12 +167,53 @@ def batch(events: int, rounds: int, *, all_meet: bool = False) -> None:
         spark.stop()
     medians = {name: statistics.median(t) for name, t in times.items()}
     breaking = "no event breaks its plan" if all_meet else "a third of the events break it"
+    how = ("collected: with plans checked at the collector, the job taking its verdicts"
+           if collected else "not collected: every event checked in the job")  # fmt: skip
     print(f"\nbatch job over {events:,} events into DuckDB, {rounds} alternating rounds "
-          f"({breaking})")  # fmt: skip
+          f"({breaking}; {how})")  # fmt: skip
     for name, seconds in medians.items():
         print(f"  {name}: {seconds:.1f} s median ({events / seconds:,.0f} events/s)")
     ratio = medians["with 20 plans"] / medians["without plans"]
     print(f"  with plans / without = {ratio:.2f}x the time")
+
+
+def collect(source: Path, work: Path, out: Path, extra: dict[str, object] | None) -> float:
+    """The events of ``source``'s segments posted to a collector (``extra``: more of its
+    config) over HTTP, 100 to a post; its sealed segments moved to ``out``. Returns the
+    seconds the posts took."""
+    import http.client
+    import shutil
+    import time
+
+    from ingest import SERVER_KEY
+
+    work.mkdir()
+    port = free_port()
+    [proc] = start_eventpipe(work, port, 1, extra)
+    wait_ready(f"http://127.0.0.1:{port}/api/v1/s2s/event", proc)
+    connection = http.client.HTTPConnection("127.0.0.1", port)
+    headers = {"X-Auth-Token": SERVER_KEY, "Content-Type": "application/json"}
+    started = time.perf_counter()
+    try:
+        for path in sorted(source.iterdir()):
+            lines = path.read_bytes().splitlines()
+            for first in range(0, len(lines), 100):
+                body = b"[" + b",".join(lines[first : first + 100]) + b"]"
+                connection.request("POST", "/api/v1/s2s/event", body, headers)
+                answer = connection.getresponse()
+                text = answer.read()
+                if answer.status != 200 or b'"ok"' not in text:
+                    raise SystemExit(f"the collector answered {answer.status}: {text[:200]!r}")
+        seconds = time.perf_counter() - started
+    finally:
+        connection.close()
+        proc.send_signal(signal.SIGTERM)  # a clean stop seals its segments
+        proc.wait(60)
+    out.mkdir()
+    for segment in (work / "data" / "incoming").glob("incoming.*"):
+        if segment.stat().st_size:
+            shutil.move(segment, out / segment.name)
+    return seconds
 
 
 def ingest(args: argparse.Namespace) -> None:
@@ -183,7 +248,7 @@ def ingest(args: argparse.Namespace) -> None:
                         results.setdefault((name, per_post), []).append(rps * per_post)
             checked = (work / "with 20 plans" / "data" / "incoming").glob("incoming.*")
             line = next(p for p in checked if p.stat().st_size).read_text().splitlines()[0]
-            assert json.loads(line)["eventn_ctx"]["contract"], "the events were not checked"
+            assert json.loads(line)["_eventpipe_checked"]["plan"], "the events were not checked"
         finally:
             for proc, _ in servers.values():
                 proc.send_signal(signal.SIGTERM)

@@ -56,6 +56,13 @@ LINE = "_eventpipe_line"
 VERDICT = "_eventpipe_verdict"
 """An event's check against its tracking plan: its plan, its violations (JSON text), the
 rules broken and where; null when no plan is for it."""
+CHECKED = "_eventpipe_checked"
+"""The last top-level key of a line whose event the collector checked against its plan:
+the plans' digest and the verdict (eventpipe.contracts.check.Contracts.mark). Never
+event data: the collector drops what a client sends under this name, on every path in."""
+UNCHECKED = "_eventpipe_unchecked"
+"""Whether an event of a type some plan is for came without a mark the run can trust
+(its verdict then still to be made)."""
 DISCARD = "_eventpipe_discard"
 """Where the values that broke an event's plan are (JSON pointers), carried through the
 mapping to the flat columns of a destination that drops them (``discard_value``)."""

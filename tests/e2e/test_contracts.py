@@ -1,18 +1,24 @@
 """Tracking plans in the job, end to end over HTTP: every event checked against its plan
 as it was stored (not as Spark read it), marked in its row (``flag``), sent to failed/
 with its violations (``reject``) or loaded into its table's side table (``quarantine``)
-per destination, whatever the client claimed."""
+per destination, whatever the client claimed; where the collector checked an event
+under the same plans, its verdict taken from the event's line."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
 import orjson
 
+from eventpipe.contracts.check import Contracts, marked
+from eventpipe.contracts.plans import read_plans
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
 from eventpipe.processing.batch.job import process_once
+from eventpipe.processing.steps.contracts import PlanCheck
+from eventpipe.reserved import CHECKED
 from eventpipe.state.store import open_state
 from tests.conftest import read_lines
 from tests.e2e.test_batch_pipeline import _post, _seal
@@ -220,3 +226,128 @@ def test_each_destination_evolves_freezes_or_discards_what_its_tables_lack(
         "evolving": {("events", "data_type:evolve"): 1},
         "closed": {("order", "data_type:freeze"): 1, ("refund", "tables:freeze"): 1},
     }  # fmt: skip
+
+
+def test_the_job_takes_the_collectors_verdict_made_under_its_plans_and_checks_the_rest(
+    start_collector: Any, spark: Any, tmp_path: Path, monkeypatch: Any, caplog: Any
+) -> None:
+    """With ``contracts.collector: flag`` each checked line ends with its verdict and the
+    plans' digest: the job takes it and checks no line again. A line without such a mark
+    is checked: a client's forged mark (dropped at the collector), a segment that was
+    not checked at the collector, events collected under plans that have changed since."""
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "checkout.json").write_bytes(orjson.dumps(PLAN))
+    warehouse = tmp_path / "flagged.duckdb"
+    c = start_collector(
+        contracts={"plans": [str(plans)], "collector": "flag"},
+        destinations={"flagged": {"type": "duckdb", "path": str(warehouse)}},
+    )
+    contracts = Contracts(read_plans([plans]))
+    forged = {CHECKED: {"plans": contracts.digest, "plan": "checkout/1"}}
+    _post(c, [{"event_type": "checkout", "n": 1, "total": 12},
+              {"event_type": "checkout", "n": 2, "total": -1, **forged},
+              {"event_type": "page_view", "n": 3, **forged}], server=True)  # fmt: skip
+    _post(c, [{"event_type": "checkout", "n": 4, "total": "12", **forged}])
+    _seal(c)
+    checked: list[int] = []  # runs whose lines went to the Python workers
+    of_lines = PlanCheck.of_lines
+    monkeypatch.setattr(PlanCheck, "of_lines",
+                        lambda self, line: checked.append(1) or of_lines(self, line))  # fmt: skip
+
+    def flagged() -> dict[int, tuple[Any, Any]]:
+        columns = "n, eventn_ctx_contract, eventn_ctx_contract_violations"
+        rows = DuckDBDestination("w", warehouse, FileLocks(c.layout.locks)).query(
+            f"SELECT {columns} FROM events"
+        )[1]
+        return {n: (plan, v and orjson.loads(v)) for n, plan, v in rows}
+
+    process_once(c.config, spark)
+    assert checked == []
+    minimum = ["/total minimum: -1 is less than the minimum of 0"]
+    text = ['/total type: "12" is not of type "number"']
+    assert flagged() == {1: ("checkout/1", None), 2: ("checkout/1", minimum), 3: (None, None),
+                         4: ("checkout/1", text)}  # fmt: skip
+    described = DuckDBDestination("w", warehouse, FileLocks(c.layout.locks)).describe("events")
+    assert described is not None
+    assert not [k for k in described.columns if "checked" in k]  # a mark is no column
+    assert {(k.subject, k.rule): k.events for k in open_state(c.config).contract_counts("flagged")
+            } == {("checkout/1", "minimum"): 1, ("checkout/1", "type"): 1}  # fmt: skip
+
+    # A segment the collector did not check, its first 64 KiB marked (a guess from them
+    # says every line is): the one line without a mark is checked all the same.
+    lines = []
+    for n in range(100, 800):
+        event = {"event_type": "checkout", "n": n, "total": n, "_timestamp": "2026-11-21T10:00:00Z"}
+        lines.append(marked(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE),
+                            contracts.mark(event, contracts.check(event)) or b""))  # fmt: skip
+    assert sum(map(len, lines)) > 64 * 1024
+    lines.append(
+        b'{"event_type":"checkout","n":6,"total":-5,"_timestamp":"2026-11-21T10:00:01Z"}\n'
+    )
+    (c.layout.incoming / "incoming.tok=web-2026-11-21T10-00-00.000.log").write_bytes(
+        b"".join(lines)
+    )
+    with caplog.at_level(logging.INFO, logger="eventpipe.processing"):
+        process_once(c.config, spark)
+    assert checked == [1]
+    assert "without a mark made under the run's plans" in caplog.text
+    found = flagged()
+    assert found[6] == ("checkout/1", ["/total minimum: -5 is less than the minimum of 0"])
+    assert all(found[n] == ("checkout/1", None) for n in range(100, 800))
+
+    # Collected under one plan, processed under its next version: checked again.
+    _post(c, [{"event_type": "checkout", "n": 7, "total": 5}], server=True)
+    _seal(c)
+    (plans / "checkout.json").write_bytes(
+        orjson.dumps(
+            {
+                **PLAN,
+                "properties": {**PLAN["properties"], "total": {"type": "number", "minimum": 10}},
+            }
+        )
+    )
+    process_once(c.config, spark)
+    assert checked == [1, 1]
+    assert flagged()[7] == ("checkout/1", ["/total minimum: 5 is less than the minimum of 10"])
+
+
+def test_a_verdict_read_from_its_mark_equals_the_one_made_from_its_line(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Whatever the violations quote (quotes, backslashes, control characters, non-ASCII,
+    markup, a line separator), the verdict Spark reads from a line's mark is the one the
+    Python workers make of the line."""
+    from pyspark.sql import functions as F
+
+    from eventpipe.processing.batch.read import read_events
+    from eventpipe.reserved import LINE
+
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "signup.json").write_bytes(orjson.dumps({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "x-eventpipe": {"event_type": "signup"},
+        "properties": {"name": {"type": "string", "maxLength": 1},
+                       "tags": {"type": "array", "items": {"enum": ["a"]}}},
+    }))  # fmt: skip
+    contracts = Contracts(read_plans([plans]))
+    names = ['a"b', "back\\slash", "tab\tnew\nline\x01\x1f", "é😀 ü", "</script><b>",
+             "\u2028\u2029", "x" * 300, "ok"]  # fmt: skip
+    lines = []
+    for n, name in enumerate([*names, "o"]):  # the last meets the plan
+        tags = ["a", name] if name != "o" else ["a"]
+        event = {"event_type": "signup", "n": n, "name": name, "tags": tags}
+        lines.append(marked(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE),
+                            contracts.mark(event, contracts.check(event)) or b""))  # fmt: skip
+    log = tmp_path / "events.log"
+    log.write_bytes(b"".join(lines))
+    check = PlanCheck(read_plans([plans]), None)
+    raw = read_events(spark, [str(log)], lines=True, marks=True)
+    rows = raw.select("n", check.of_marks(F.col(CHECKED)).alias("mark"),
+                      check.of_lines(F.col(LINE)).alias("line")).collect()  # fmt: skip
+    assert len(rows) == len(names) + 1
+    for row in rows:
+        assert row["mark"] is not None
+        assert row["mark"].asDict() == row["line"].asDict(), row["n"]
+    assert [row["n"] for row in rows if row["mark"]["violations"] is None] == [len(names)]

@@ -1,7 +1,7 @@
 """Tracking plans at the collector, over real HTTP on 127.0.0.1: ``reject`` refuses an
 event that breaks its plan alone, with its violations in the answer and in failed/;
-``flag`` accepts it marked; an event records its plan; what a client claims under the
-contract's names is never kept."""
+``flag`` accepts it marked, its line ending with the verdict for the job; an event
+records its plan; what a client claims under the contract's names is never kept."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ import httpx
 import orjson
 import pytest
 
+from eventpipe.contracts.check import Contracts, unmarked
+from eventpipe.contracts.plans import read_plans
+from eventpipe.reserved import CHECKED
 from tests.conftest import (
     WEB_JS,
     WEB_SERVER,
@@ -58,9 +61,9 @@ def test_reject_refuses_an_event_that_breaks_its_plan_alone_and_says_why(
         "/total minimum: -3 is less than the minimum of 0"
     )
     good, other = stored_events(c)
-    assert good["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
-    assert "contract_violations" not in good["eventn_ctx"]
-    assert "contract" not in other["eventn_ctx"]
+    assert good[CHECKED]["plan"] == "https://plans.example.com/checkout/1"
+    assert "violations" not in good[CHECKED]
+    assert CHECKED not in other
     [failed] = refused_events(c)
     assert failed["event"]["total"] == -3
     assert failed["error"].startswith("item 1: contract https://plans.example.com/checkout/1")
@@ -90,12 +93,14 @@ def test_flag_accepts_an_event_that_breaks_its_plan_marked_and_a_claim_is_not_ke
                         content=orjson.dumps([GOOD, claimed]))  # fmt: skip
     assert answer.json() == {"status": "ok", "accepted": 2}
     good, bad = stored_events(c)
-    assert good["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
-    assert bad["eventn_ctx"]["contract"] == "https://plans.example.com/checkout/1"
-    assert bad["eventn_ctx"]["contract_violations"] == [
+    assert good[CHECKED]["plan"] == "https://plans.example.com/checkout/1"
+    assert bad[CHECKED]["plan"] == "https://plans.example.com/checkout/1"
+    assert orjson.loads(bad[CHECKED]["violations"]) == [
         '/currency enum: "<script>alert(1)</script>" is not one of "EUR" or "USD"',
         "/total minimum: -3 is less than the minimum of 0",
     ]
+    # The job's names for a verdict: what the client claimed there is dropped.
+    assert not {"contract", "contract_violations"} & set(bad["eventn_ctx"])
     assert not refused_events(c)
 
 
@@ -108,3 +113,37 @@ def test_a_browser_event_never_keeps_the_marks_of_a_check(start_collector: Any) 
     assert answer.status_code == 200
     [stored] = stored_events(c)
     assert not {"contract", "contract_violations"} & set(stored["eventn_ctx"])
+
+
+def test_flag_ends_each_checked_line_with_its_verdict_and_drops_a_clients_mark(
+    start_collector: Any, plans: Path
+) -> None:
+    """The mark the job may take instead of checking the line again: the plans' digest
+    and the verdict, the line's last key; what a client sends under its name (with the
+    right digest, claiming a clean check) is dropped, whatever its key."""
+    c = start_collector(contracts={"plans": [str(plans)], "collector": "flag"})
+    contracts = Contracts(read_plans([plans]))
+    forged = {CHECKED: {"plans": contracts.digest, "plan": PLAN["$id"]}}
+    body = orjson.dumps([GOOD, {**BAD, **forged}, {**OTHER, **forged}])
+    answer = httpx.post(f"{c.url}/api/v1/event", params={"token": WEB_JS}, content=body)
+    assert answer.json() == {"status": "ok", "accepted": 3}
+    answer = httpx.post(f"{c.url}/api/v1/s2s/event", headers={"X-Auth-Token": WEB_SERVER},
+                        content=orjson.dumps({**BAD, "n": 4, **forged}))  # fmt: skip
+    assert answer.json() == {"status": "ok", "accepted": 1}
+    lines = c.layout.active_segment("web", c.writer).read_bytes().splitlines()
+    good, bad, other, server = (orjson.loads(line) for line in lines)
+    plan = {"plans": contracts.digest, "plan": PLAN["$id"]}
+    assert good[CHECKED] == plan
+    broken = {**plan,
+              "violations": orjson.dumps([
+                  '/currency enum: "<script>alert(1)</script>" is not one of "EUR" or "USD"',
+                  "/total minimum: -3 is less than the minimum of 0"]).decode(),
+              "rules": ["enum", "minimum"], "pointers": ["/currency", "/total"]}  # fmt: skip
+    assert bad[CHECKED] == broken
+    assert server[CHECKED] == broken
+    assert CHECKED not in other  # no plan for its type: the job does not check it either
+    # Each mark is what a check of its line as stored (without the check's own fields)
+    # gives, spliced in as the line's last key.
+    for line, event in zip(lines, (good, bad, other, server), strict=True):
+        mark = contracts.mark(event, contracts.check(unmarked(dict(event))))
+        assert line.endswith(mark + b"}") if mark else CHECKED.encode() not in line

@@ -47,8 +47,9 @@ from eventpipe.collector.body import (
     deeper_than,
 )
 from eventpipe.collector.scan import crowded_lines
-from eventpipe.contracts.check import Contracts
+from eventpipe.contracts.check import Contracts, marked
 from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
+from eventpipe.reserved import CHECKED
 
 _APPEND_NEWLINE = orjson.OPT_APPEND_NEWLINE
 
@@ -207,6 +208,8 @@ def enrich_batch(
         if type(item) is not dict:
             _reject(out, ctx, index, item, _not_an_object(item))
             continue
+        if CHECKED in item:
+            del item[CHECKED]  # the check's mark: never a client's, whatever its key
         context = item.get("eventn_ctx")
         if context is None:
             context = item["eventn_ctx"] = {}
@@ -259,8 +262,9 @@ def enrich_batch(
             context["event_id"] = browser_ids + event_id
         else:
             context["event_id"] = event_id
+        mark = None
         if contracts is not None:
-            refusal = _contract_refusal(item, context, contracts, reject, out)
+            refusal, mark = _contract_refusal(item, context, contracts, reject, out)
             if refusal is not None:
                 _reject(out, ctx, index, item, ("contract_violation", refusal))
                 continue
@@ -282,7 +286,7 @@ def enrich_batch(
                 ),
             )
             continue
-        lines.append(line)
+        lines.append(line if mark is None else marked(line, mark))
         kept.append(index)
     if len(lines) > first and crowded_lines(max_containers).found(b"".join(lines[first:])):
         _reject_deep(out, ctx, items, first, kept, settings.max_json_depth, base)
@@ -320,24 +324,22 @@ def _contract_refusal(
     contracts: Contracts,
     reject: bool,
     out: EnrichedBatch,
-) -> str | None:
+) -> tuple[str | None, bytes | None]:
     """Check ``item`` against its plan: why it is refused (``reject`` and a violation),
-    else None, its plan then recorded in ``eventn_ctx.contract`` and, when it broke it,
-    the violations in ``eventn_ctx.contract_violations``. What a client sent under those
-    two names is never kept (a browser could claim a clean check)."""
+    else the mark its line ends with (eventpipe.contracts.check.Contracts.mark: its plan
+    and violations, for the job). What a client sent under ``eventn_ctx.contract`` and
+    ``contract_violations`` (the job's names for a verdict) is never kept: a browser
+    could claim a clean check."""
     context.pop("contract", None)
     context.pop("contract_violations", None)
     verdict = contracts.check(item)
     if verdict is None:
-        return None
+        return None, contracts.mark(item, None)
     for rule in verdict.rules:
         out.violations[(verdict.plan, rule)] += 1
     if verdict.violations and reject:
-        return verdict.summary()
-    context["contract"] = verdict.plan
-    if verdict.violations:
-        context["contract_violations"] = [str(v) for v in verdict.violations]
-    return None
+        return verdict.summary(), None
+    return None, contracts.mark(item, verdict)
 
 
 def _reject(

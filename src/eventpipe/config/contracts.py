@@ -18,9 +18,10 @@ class ContractsConfig(Section):
     config is: a plan that cannot be used stops eventpipe with its file and the reason."""
     collector: Literal["off", "flag", "reject"] = "off"
     """Where the collector checks each event against its plan: ``off``; ``flag``
-    (accepted, marked with ``eventn_ctx.contract_violations``); ``reject`` (refused
-    alone with its violations, in the answer and in failed/). A checked event records
-    its plan's id in ``eventn_ctx.contract``."""
+    (accepted, its violations in its line's mark); ``reject`` (refused alone with its
+    violations, in the answer and in failed/). The line of a checked event ends with
+    its verdict and the plans' digest (``_eventpipe_checked``), which the job takes
+    instead of checking the event again (docs/contracts.md)."""
     version_field: str | None = None
     """A top-level field of the event that names the version of its plan to check it
     against. Absent (or absent from the event): the newest version for it."""

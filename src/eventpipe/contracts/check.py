@@ -4,12 +4,16 @@ JSON pointer of the value, the rule (the schema keyword) and the validator's mes
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
+import orjson
+
 from eventpipe.contracts.plans import Plan, compiled
+from eventpipe.reserved import CHECKED
 
 MAX_VIOLATIONS = 10
 """Violations of one event recorded at most (the rest are counted)."""
@@ -81,21 +85,73 @@ class Verdict:
         return f"contract {self.plan}: {'; '.join(self.listed())}"
 
 
+MARK_FORMAT = 1
+"""The version of what a mark holds and of how verdicts are written (change it with
+either: marks made before are then checked again)."""
+
+
+def plans_digest(plans: Iterable[Plan], version_field: str | None) -> str:
+    """What a list of plans checks, in 16 hex digits: the same for the same plans in the
+    same order (their ids, versions, selectors and schemas, whatever their files),
+    version field and validator, and different as soon as any of them differs. A line's
+    mark (:meth:`Contracts.mark`) names it, so that the job trusts only a verdict made
+    under the plans, and by the validator, it runs with. (64 bits tell plans apart; what
+    keeps a client from forging a mark is the collector dropping any mark it sends.)"""
+    from importlib.metadata import version
+
+    described = [[p.id, p.version, p.event_type, sorted(p.keys or ()), sorted(p.sources or ()),
+                  p.schema] for p in plans]  # fmt: skip
+    whole = orjson.dumps([MARK_FORMAT, version("jsonschema-rs"), version_field, described],
+                         option=orjson.OPT_SORT_KEYS)  # fmt: skip
+    return hashlib.sha256(whole).hexdigest()[:16]
+
+
+MARK_PREFIX = b',"' + CHECKED.encode() + b'":'
+"""What a line's mark starts with, spliced in as the line's last top-level key."""
+
+
 class Contracts:
-    """The tracking plans, ready to check events (:meth:`check`)."""
+    """The tracking plans, ready to check events (:meth:`check`) and to mark the lines of
+    the events they checked (:meth:`mark`)."""
 
     def __init__(self, plans: Iterable[Plan], version_field: str | None = None) -> None:
+        plans = list(plans)
         self.version_field = version_field
+        self.digest = plans_digest(plans, version_field)
         self._by_type: dict[str, list[_Checked]] = {}
+        self._ok_marks: dict[str, bytes] = {}
         for plan in sorted(plans, key=lambda p: -p.version):
             checked = _Checked(plan, compiled(plan.path, plan.schema), Verdict(plan.id, ()))
             self._by_type.setdefault(plan.event_type, []).append(checked)
+            self._ok_marks[plan.id] = self._mark({"plan": plan.id})
+        self._no_plan_mark = self._mark({})
         self._chosen: dict[tuple[str, Any, Any], list[_Checked]] = {}
         """The plans for an event type, key and source, newest first (made once each:
         this runs for every event on the collector's event loop)."""
 
     def __bool__(self) -> bool:
         return bool(self._by_type)
+
+    def mark(self, event: Mapping[str, Any], verdict: Verdict | None) -> bytes | None:
+        """What the line of ``event``, checked to ``verdict``, ends with (spliced in by
+        :func:`marked` as its last top-level key, :data:`CHECKED`): these plans' digest
+        and the verdict, so that the job can take the verdict instead of checking the
+        line again. None for an event of a type no plan is for (the job does not check
+        those either)."""
+        if verdict is None:
+            event_type = event.get(EVENT_TYPE)
+            planned = type(event_type) is str and event_type in self._by_type
+            return self._no_plan_mark if planned else None
+        if verdict.ok:
+            return self._ok_marks[verdict.plan]
+        # The violations as the JSON text the job's verdict holds (Spark would write a
+        # JSON array back otherwise: characters past the BMP as \u escapes).
+        listed = orjson.dumps(verdict.listed()).decode()
+        return self._mark({"plan": verdict.plan, "violations": listed, "rules": verdict.rules,
+                           "pointers": verdict.pointers})  # fmt: skip
+
+    def _mark(self, verdict: dict[str, Any]) -> bytes:
+        return MARK_PREFIX + orjson.dumps({"plans": self.digest, **verdict})
 
     def check(self, event: Mapping[str, Any]) -> Verdict | None:
         """``event`` against the plan for it; None when no plan is for it."""
@@ -133,6 +189,25 @@ class Contracts:
             Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
             for e in errors
         ))  # fmt: skip
+
+
+def marked(line: bytes, mark: bytes) -> bytes:
+    """``line`` (one JSON object and its newline, as orjson writes it) with ``mark`` as its
+    last top-level key."""
+    return line[:-2] + mark + b"}\n"
+
+
+def unmarked(event: dict[str, Any]) -> dict[str, Any]:
+    """``event`` (changed in place) as the collector checked it: without what the check
+    adds to its line (the mark, ``eventn_ctx.contract`` and ``contract_violations``), so
+    that a check of the line gives the verdict its mark carries, and a plan that allows
+    no other keys does not call the check's own fields wrong."""
+    event.pop(CHECKED, None)
+    context = event.get("eventn_ctx")
+    if type(context) is dict and ("contract" in context or "contract_violations" in context):
+        context.pop("contract", None)
+        context.pop("contract_violations", None)
+    return event
 
 
 @dataclass(frozen=True)

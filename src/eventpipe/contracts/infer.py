@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from eventpipe.contracts.check import unmarked
+
 DRAFT = "https://json-schema.org/draft/2020-12/schema"
 MAX_FIELDS = 500
 """Fields of one object drafted at most (an event type with random keys: the rest are
@@ -120,7 +122,7 @@ class Drafts:
                 return
             shape = self.shapes[event_type] = _Shape()
         self.events += 1
-        shape.add(event, 0)
+        shape.add(unmarked(event), 0)
 
     def plans(self, described: str) -> dict[str, dict[str, Any]]:
         """A draft plan per event type (``described``: where its events came from)."""

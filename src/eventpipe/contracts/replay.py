@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import orjson
 
-from eventpipe.contracts.check import Contracts
+from eventpipe.contracts.check import Contracts, unmarked
 
 EXAMPLES = 3
 """Example events kept for each rule broken at each place."""
@@ -44,7 +44,7 @@ class Replayed:
         if not isinstance(event, dict):
             self.unreadable += 1
             return
-        verdict = contracts.check(event)
+        verdict = contracts.check(unmarked(event))
         if verdict is None:
             self.unplanned += 1
             return

@@ -73,6 +73,7 @@ from eventpipe.files import write_file
 from eventpipe.log.segments import SegmentLog
 from eventpipe.log.settings import LogSettings
 from eventpipe.log.writers import host_id
+from eventpipe.reserved import CHECKED
 from eventpipe.state.locks import open_locks
 
 log = logging.getLogger("eventpipe.sources")
@@ -297,6 +298,8 @@ class PostgresSource:
         return rows
 
     def _event(self, row: dict[str, Any], envelope: dict[str, Any], event_id: str) -> bytes:
+        if CHECKED in row:  # the name of the collector's mark on a line: never a row's
+            row = {name: value for name, value in row.items() if name != CHECKED}
         event = {**row, **envelope, "_timestamp": envelope["_commit_time"], "src": "postgres",
                  "api_key": self.id, "eventn_ctx": {"event_id": event_id}}  # fmt: skip
         # json, not orjson: numeric values beyond 64 bits stay digits.

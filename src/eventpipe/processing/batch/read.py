@@ -7,6 +7,7 @@ from __future__ import annotations
 import itertools
 import json
 import logging
+import shutil
 import threading
 import weakref
 from collections.abc import Sequence
@@ -23,7 +24,7 @@ from eventpipe.processing.batch import segment_schemas
 from eventpipe.processing.batch.glance import glance
 from eventpipe.processing.batch.run import TIMESTAMP, Target, ref, step
 from eventpipe.processing.batch.segment_schemas import json_reader
-from eventpipe.processing.steps.contracts import plan_check
+from eventpipe.processing.steps.contracts import MARK_TYPE, mark_type, plan_check
 from eventpipe.processing.steps.fields import (
     has_arrays,
     json_object,
@@ -31,11 +32,13 @@ from eventpipe.processing.steps.fields import (
 )
 from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
+    CHECKED,
     CORRUPT,
     FILE,
     LINE,
     ROW,
     SEGMENT,
+    UNCHECKED,
     VERDICT,
 )
 from eventpipe.schema.casts import cast_to
@@ -82,6 +85,7 @@ def stage_events(
     staged: bool = True,
     by_segment: bool = False,
     days: Sequence[str] | None = None,
+    trust_marks: bool = True,
 ) -> DataFrame:
     """The run's events with their row ids and lookups: read once (Spark's JSON reader)
     into Parquet under tmp/<run>/ when ``staged``, else read where they are.
@@ -125,19 +129,42 @@ def stage_events(
         with_plans = bool(config.contracts.plans)
         with step(f"{how} of {len(paths)} segment(s)"):
             raw = read_events(spark, paths, inferred=kept, by_segment=by_segment,
-                              lines=with_plans)  # fmt: skip
+                              marks=with_plans)  # fmt: skip
         check = plan_check(config, raw.schema) if with_plans else None
+        extra: dict[str, Column] = {}
+        if check is not None:
+            # Marks made under the run's plans stand for the check (read with the events,
+            # in Spark alone); only when some event may lack one are the lines read too.
+            marks = trust_marks and CHECKED in raw.columns and check.marked(paths)
+            if marks:
+                extra[UNCHECKED] = check.unchecked(F.col(CHECKED))
+                extra[VERDICT] = check.of_marks(F.col(CHECKED))
+            else:
+                raw = read_events(spark, paths, schema=raw.schema, by_segment=by_segment,
+                                  lines=True, marks=True)  # fmt: skip
+                mark = F.col(CHECKED) if CHECKED in raw.columns else F.lit(None).cast(MARK_TYPE)
+                extra[VERDICT] = F.coalesce(
+                    check.of_marks(mark), check.of_lines(F.when(check.unchecked(mark), F.col(LINE)))
+                )
         if days is not None:
             raw = raw.filter(day_of(raw.schema).isin(list(days)))
-        extra: dict[str, Column] = {ROW: F.monotonically_increasing_id()}
-        extra.update(lookups.computed(raw.schema, browser_events=glanced.browser_events))
-        if check is not None:
-            extra[VERDICT] = check(F.col(LINE))
-        if not staged and CORRUPT not in raw.columns:
-            return raw.withColumns(extra).drop(LINE)  # (absent without plans)
+        extra = {ROW: F.monotonically_increasing_id(),
+                 **lookups.computed(raw.schema, browser_events=glanced.browser_events),
+                 **extra}  # fmt: skip
+        if not staged and UNCHECKED not in extra and CORRUPT not in raw.columns:
+            return raw.withColumns(extra).drop(LINE, CHECKED)
         with step(f"read {len(paths)} segment(s) and look up"):
-            staging_writer(raw.withColumns(extra).drop(LINE)).parquet(str(out))
-    return spark.read.parquet(str(out))
+            staging_writer(raw.withColumns(extra).drop(LINE, CHECKED)).parquet(str(out))
+    events = spark.read.parquet(str(out))
+    if UNCHECKED not in events.columns:
+        return events
+    if events.filter(F.col(UNCHECKED)).isEmpty():
+        return events.drop(UNCHECKED)
+    log.info("run %s: some events came without a mark made under the run's plans; their "
+             "lines are read and checked", run_id)  # fmt: skip
+    shutil.rmtree(out)
+    return stage_events(spark, config, run_id, paths, lookups, staged=staged,
+                        by_segment=by_segment, days=days, trust_marks=False)  # fmt: skip
 
 
 SPLIT_SETTINGS = (
@@ -212,6 +239,7 @@ def read_events(
     inferred: StructType | None = None,
     by_segment: bool = False,
     lines: bool = False,
+    marks: bool = False,
 ) -> DataFrame:
     """The events of the log files ``paths`` as Spark's JSON reader reads them (with
     ``schema``, the events' schema as this function returned it before; else with
@@ -223,7 +251,10 @@ def read_events(
     Lines that are not JSON objects have their text in CORRUPT and their file in FILE.
     ``by_segment``: each row's segment name in SEGMENT. ``lines``: each event's line
     too, in LINE (read as text, then parsed by ``from_json``, which parses as the JSON
-    reader does; blank lines, which that reader skips, are skipped).
+    reader does; blank lines, which that reader skips, are skipped). ``marks``: the
+    collector's mark of each line it checked against its plan in CHECKED (null where
+    there is none; no such column where no line has one); else the marks are not read.
+    A mark is never an event's field.
     """
     from pyspark.sql.types import StringType, StructField, StructType
 
@@ -250,6 +281,7 @@ def read_events(
         if CORRUPT in schema.fieldNames():
             fields.append(StructField(corrupt, StringType()))
         schema = StructType(fields)
+    schema = _with_marks(schema, marks)
     # Beside an event's fields while they are read: names no event can know.
     line, meta, event = (reserved.unguessable(n) for n in (LINE, "_eventpipe_meta", "_event"))
     if lines:
@@ -268,7 +300,7 @@ def read_events(
         metadata = raw.metadataColumn("_metadata")
     # A URI: the "|" of a writer's segment name comes as %7C.
     path = F.url_decode(metadata.getField("file_path"))
-    internal = (corrupt, line, meta)
+    internal = (corrupt, line, meta, CHECKED)
     columns = [ref(c).alias(reserved.escape(c)) for c in raw.columns if c not in internal]
     if corrupt in raw.columns:
         columns.append(F.col(corrupt).alias(CORRUPT))
@@ -277,7 +309,21 @@ def read_events(
         columns.append(F.regexp_extract(path, r"([^/]+)$", 1).alias(SEGMENT))
     if lines:
         columns.append(F.col(line).alias(LINE))
+    if marks and CHECKED in raw.columns:
+        columns.append(F.col(CHECKED))
     return raw.select(*columns)
+
+
+def _with_marks(schema: StructType, marks: bool) -> StructType:
+    """``schema`` with the lines' marks read as MARK_TYPE (``marks``), else not read."""
+    from pyspark.sql.types import StructField, StructType
+
+    if CHECKED not in schema.fieldNames():
+        return schema
+    fields = [f for f in schema.fields if f.name != CHECKED]
+    if marks:
+        fields.append(StructField(CHECKED, mark_type()))
+    return StructType(fields)
 
 
 def event_json(frame: DataFrame) -> Column:

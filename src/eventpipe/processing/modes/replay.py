@@ -18,6 +18,7 @@ from eventpipe.processing.batch.isolation import Isolation, caused_by_data
 from eventpipe.processing.batch.job import run_job
 from eventpipe.processing.batch.run import Job, RunReport
 from eventpipe.processing.runtime.pipeline import Runtime
+from eventpipe.reserved import CHECKED
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -149,6 +150,7 @@ def _extract_events(failed_file: Path, out: Path) -> None:
             except (orjson.JSONDecodeError, AttributeError):
                 event = None
             if isinstance(event, dict):
+                event.pop(CHECKED, None)  # a mark stands for its line as it was: checked again
                 sink.write(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE))
             elif line.strip():
                 unusable += 1

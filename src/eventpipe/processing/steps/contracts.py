@@ -10,17 +10,17 @@ the number's event wrong.
 
 from __future__ import annotations
 
-import hashlib
 import threading
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import pyarrow as pa
 
 from eventpipe.config import Config
-from eventpipe.contracts.check import Contracts
+from eventpipe.contracts.check import Contracts, plans_digest, unmarked
 from eventpipe.contracts.plans import Plan
 from eventpipe.errors import ConfigError
+from eventpipe.reserved import CHECKED
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame
@@ -43,15 +43,10 @@ def verdict_function(
     the job (their schemas, not their files: an executor may not see the driver's disk);
     each Python worker compiles them once. (pyarrow is imported at the module's top:
     Spark reads the function's annotations to know it takes Arrow arrays.)"""
-    import orjson
     from pyspark.sql.functions import arrow_udf  # type: ignore[attr-defined]
 
     plans = tuple(plans)
-    described = [(p.id, p.version, p.event_type, sorted(p.keys or ()), sorted(p.sources or ()),
-                  p.schema) for p in plans]  # fmt: skip
-    key = hashlib.sha256(
-        orjson.dumps([described, version_field], option=orjson.OPT_SORT_KEYS)
-    ).hexdigest()
+    key = plans_digest(plans, version_field)
 
     def check_lines(lines: pa.Array) -> pa.Array:
         return verdicts(lines, _checker(key, plans, version_field))
@@ -84,7 +79,7 @@ def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
             except orjson.JSONDecodeError:
                 event = None
             if type(event) is dict:
-                verdict = contracts.check(event)
+                verdict = contracts.check(unmarked(event))
         plans.append(None if verdict is None else verdict.plan)
         if verdict is None or verdict.ok:
             listed.append(None)
@@ -102,13 +97,94 @@ def verdicts(lines: pa.Array, contracts: Contracts) -> pa.Array:
     )  # fmt: skip
 
 
-def plan_check(config: Config, schema: StructType) -> Callable[[Column], Column] | None:
-    """The function from a column of log lines to their verdicts under the config's
-    tracking plans (read now), for a batch of events with ``schema``: only the lines of
-    events of a type some plan is for go to the Python workers (the rest have no
-    verdict); None without plans, or when no event of the batch can have one."""
-    from pyspark.sql import functions as F
+MARK_TYPE = (
+    "struct<plans:string,plan:string,violations:string,rules:array<string>,pointers:array<string>>"
+)
+"""A line's mark as the job reads it (eventpipe.contracts.check.Contracts.mark): the
+plans' digest, then the verdict as VERDICT_TYPE has it."""
 
+
+def mark_type() -> StructType:
+    from pyspark.sql.types import _parse_datatype_string
+
+    return cast("StructType", _parse_datatype_string(MARK_TYPE))
+
+
+class PlanCheck:
+    """The config's tracking plans in a run: each event's verdict from its line
+    (:meth:`of_lines`, in the Python workers), or from the mark the collector left on its
+    line when it checked it under the same plans (:meth:`of_marks`, in Spark alone)."""
+
+    def __init__(self, plans: Sequence[Plan], version_field: str | None) -> None:
+        from pyspark.sql import functions as F
+
+        from eventpipe.contracts.check import EVENT_TYPE
+
+        self.digest = plans_digest(plans, version_field)
+        self._verdict = verdict_function(plans, version_field)
+        self._types = {p.event_type for p in plans}
+        self._planned = F.col(EVENT_TYPE).cast("string").isin(sorted(self._types))
+
+    def of_lines(self, line: Column) -> Column:
+        """The verdicts of the lines of ``line`` (only the lines of events of a type some
+        plan is for go to the Python workers; the rest have none)."""
+        from pyspark.sql import functions as F
+
+        return self._verdict(F.when(self._planned, line))
+
+    def trusted(self, mark: Column) -> Column:
+        """Whether the mark of ``mark`` was made under these plans."""
+        from pyspark.sql import functions as F
+
+        return F.coalesce(mark.getField("plans") == F.lit(self.digest), F.lit(False))
+
+    def of_marks(self, mark: Column) -> Column:
+        """The verdicts the marks of ``mark`` carry, where they were made under these
+        plans (null elsewhere: :meth:`unchecked` says which of those a plan is for)."""
+        from pyspark.sql import functions as F
+
+        verdict = F.struct(*(mark.getField(name).alias(name)
+                             for name in ("plan", "violations", "rules", "pointers")))  # fmt: skip
+        return F.when(self.trusted(mark), verdict)
+
+    def marked(self, paths: Sequence[str], sample: int = 64 * 1024) -> bool:
+        """Whether the lines of the files ``paths`` look checked under these plans: in
+        the first ``sample`` bytes of each, every line of an event of a type some plan
+        is for carries a mark made under them. A guess, which spares a run with events
+        that were not checked at the collector (an import, a bulk upload, events from
+        before the plans) a pass over its events made in vain: whatever it guesses,
+        every event's mark is looked at (:meth:`unchecked`)."""
+        import orjson
+
+        from eventpipe.contracts.check import EVENT_TYPE
+
+        for path in paths:
+            try:
+                with open(path, "rb") as file:
+                    head = file.read(sample)
+            except OSError:
+                continue  # not on the driver's disk: the run looks at every mark
+            for line in head.splitlines()[:-1] if len(head) == sample else head.splitlines():
+                try:
+                    event = orjson.loads(line)
+                except orjson.JSONDecodeError:
+                    continue
+                if type(event) is not dict or event.get(EVENT_TYPE) not in self._types:
+                    continue
+                mark = event.get(CHECKED)
+                if type(mark) is not dict or mark.get("plans") != self.digest:
+                    return False
+        return True
+
+    def unchecked(self, mark: Column) -> Column:
+        """Whether an event of a type some plan is for has no mark made under these
+        plans (its verdict is then to be made from its line)."""
+        return self._planned & ~self.trusted(mark)
+
+
+def plan_check(config: Config, schema: StructType) -> PlanCheck | None:
+    """The config's tracking plans (read now) for a batch of events with ``schema``;
+    None without plans, or when no event of the batch can have one."""
     from eventpipe.contracts.check import EVENT_TYPE
     from eventpipe.contracts.plans import PlanError, read_plans
 
@@ -120,10 +196,7 @@ def plan_check(config: Config, schema: StructType) -> Callable[[Column], Column]
         raise ConfigError(f"tracking plan {exc}") from None
     if not plans:
         return None
-    verdict = verdict_function(plans, config.contracts.version_field)
-    planned = sorted({p.event_type for p in plans})
-    is_planned = F.col(EVENT_TYPE).cast("string").isin(planned)
-    return lambda line: verdict(F.when(is_planned, line))
+    return PlanCheck(plans, config.contracts.version_field)
 
 
 def summary(verdict: Column) -> Column:
