@@ -351,3 +351,52 @@ def test_a_verdict_read_from_its_mark_equals_the_one_made_from_its_line(
         assert row["mark"] is not None
         assert row["mark"].asDict() == row["line"].asDict(), row["n"]
     assert [row["n"] for row in rows if row["mark"]["violations"] is None] == [len(names)]
+
+
+def test_a_staged_run_checks_the_lines_of_events_whose_marks_it_cannot_take(
+    spark: Any, tmp_path: Path, monkeypatch: Any
+) -> None:
+    """A run of several destinations stages its events with the verdicts of their marks;
+    an event of a planned type without one (past the 64 KiB the guess looks at) sends
+    the run back to its lines: every verdict in the copy is one made under its plans."""
+    from eventpipe.config import parse_config
+    from eventpipe.processing.batch.read import stage_events
+    from eventpipe.processing.steps.lookup import Lookups
+    from eventpipe.reserved import UNCHECKED, VERDICT
+
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "checkout.json").write_bytes(orjson.dumps(PLAN))
+    config = parse_config({
+        "data_dir": str(tmp_path / "data"), "contracts": {"plans": [str(plans)]},
+        "destinations": {"a": {"type": "duckdb"}, "b": {"type": "parquet"}},
+    }, source="test")  # fmt: skip
+    contracts = Contracts(read_plans([plans]))
+    lines = []
+    for n in range(1000):
+        event = {"event_type": "checkout", "n": n, "total": n - 1}  # the first breaks it
+        lines.append(marked(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE),
+                            contracts.mark(event, contracts.check(event)) or b""))  # fmt: skip
+    marked_only, mixed = tmp_path / "marked.log", tmp_path / "mixed.log"
+    marked_only.write_bytes(b"".join(lines))
+    mixed.write_bytes(b"".join(lines) + b'{"event_type":"checkout","n":1000,"total":-5}\n')
+    lookups = Lookups.plan(config)
+    checked: list[str] = []  # runs whose lines went to the Python workers
+    of_lines = PlanCheck.of_lines
+
+    def spied(self: PlanCheck, line: Any) -> Any:
+        checked.append(run_id)
+        return of_lines(self, line)
+
+    monkeypatch.setattr(PlanCheck, "of_lines", spied)
+    for run_id, log in (("marked", marked_only), ("mixed", mixed)):
+        events = stage_events(spark, config, run_id, [str(log)], lookups, staged=True)
+        assert UNCHECKED not in events.columns
+        assert checked == ([] if run_id == "marked" else ["mixed"])
+        rows = {row["n"]: row[VERDICT] for row in events.select("n", VERDICT).collect()}
+        assert rows[0]["violations"] == orjson.dumps(
+            ["/total minimum: -1 is less than the minimum of 0"]).decode()  # fmt: skip
+        assert all(rows[n]["violations"] is None for n in range(1, 1000))
+        if run_id == "mixed":
+            assert rows[1000]["violations"] == orjson.dumps(
+                ["/total minimum: -5 is less than the minimum of 0"]).decode()  # fmt: skip

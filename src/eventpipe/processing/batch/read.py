@@ -70,6 +70,11 @@ def entry_file(layout: DataLayout, run_id: str, entry: str) -> Path:
     return out
 
 
+CHECK_LINES = "check-lines"
+"""In a run's directory: some of its events came without a mark made under its plans,
+so every attempt checks their lines (the marks of the others are taken)."""
+
+
 def events_copy(layout: DataLayout, run_id: str) -> Path:
     """Where a run writes its staged copy of its events (whole once ``_SUCCESS`` is in it)."""
     return layout.tmp / run_id / "events"
@@ -85,6 +90,7 @@ def stage_events(
     staged: bool = True,
     by_segment: bool = False,
     days: Sequence[str] | None = None,
+    marks_in_place: bool = False,
     trust_marks: bool = True,
 ) -> DataFrame:
     """The run's events with their row ids and lookups: read once (Spark's JSON reader)
@@ -111,6 +117,15 @@ def stage_events(
     ``by_segment``: each row keeps its segment's name (SEGMENT), for destinations that
     take only some of the run's segments. ``days``: only the events of these UTC days
     (by ``_timestamp``, read as the pipeline reads it), before any lookup (a reprocess).
+
+    With tracking plans, where the events carry the collector's marks (docs/contracts.md)
+    their verdicts are read from them, and each event of a planned type without one
+    made under the run's plans is flagged in UNCHECKED. Staged, the copy is then looked
+    at: where any event is flagged, the events are staged again, those lines checked.
+    Not staged (or ``marks_in_place``: a run with one destination, whose copy would only
+    have served the verdicts), the events stay where they are, UNCHECKED with them: the
+    pass that stages a destination's rows counts the flagged ones (shape.stage_flat),
+    and if any, the run starts again, checking lines (:data:`CHECK_LINES`).
     """
     layout = config.layout
     out = events_copy(layout, run_id)
@@ -124,9 +139,10 @@ def stage_events(
         if kept is None:
             kept = glanced.schema
             how = "infer the schema" if kept is None else "infer the schema in the driver"
-        if not staged:
+        if not staged or marks_in_place:
             spark = run_session(spark, layout.tmp / run_id)
         with_plans = bool(config.contracts.plans)
+        trust_marks = trust_marks and not (layout.tmp / run_id / CHECK_LINES).exists()
         with step(f"{how} of {len(paths)} segment(s)"):
             raw = read_events(spark, paths, inferred=kept, by_segment=by_segment,
                               marks=with_plans)  # fmt: skip
@@ -151,7 +167,8 @@ def stage_events(
         extra = {ROW: F.monotonically_increasing_id(),
                  **lookups.computed(raw.schema, browser_events=glanced.browser_events),
                  **extra}  # fmt: skip
-        if not staged and UNCHECKED not in extra and CORRUPT not in raw.columns:
+        in_place = not staged or (marks_in_place and UNCHECKED in extra)
+        if in_place and CORRUPT not in raw.columns:
             return raw.withColumns(extra).drop(LINE, CHECKED)
         with step(f"read {len(paths)} segment(s) and look up"):
             staging_writer(raw.withColumns(extra).drop(LINE, CHECKED)).parquet(str(out))

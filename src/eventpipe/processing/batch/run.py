@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Protocol, cast
 
 from eventpipe.config import Config, DestinationConfig, TableDestinationConfig
 from eventpipe.destinations.base import Destination, Metered, Opened, Sink
-from eventpipe.errors import TransientError
+from eventpipe.errors import EventpipeError, TransientError
 from eventpipe.events import utc_now
 from eventpipe.paths import DataLayout
 from eventpipe.processing.batch.schema_cache import SchemaCache
@@ -225,6 +225,14 @@ def step(what: str) -> Iterator[None]:
     log.info("%s ...", what)
     yield
     log.info("%s: %.1f s", what, time.perf_counter() - started)
+
+
+class UncheckedEvents(EventpipeError):
+    """Events of a type some tracking plan is for came without a mark made under the
+    run's plans, in a run that read only the marks: the run starts again, checking their
+    lines (caught in job.run_job; never raised out of it)."""
+
+    name = "unchecked_events"
 
 
 class DestinationsFailingError(TransientError):

@@ -39,6 +39,7 @@ from eventpipe.reserved import (
     ROW,
     SEGMENT,
     TABLE,
+    UNCHECKED,
     VERDICT,
 )
 from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
@@ -99,7 +100,7 @@ class Flattened:
     @property
     def columns(self) -> list[str]:
         """The destination's columns (the flat ones, without the job's own)."""
-        return [c for c in self.frame.columns if c not in (TABLE, ERROR, ROW)]
+        return [c for c in self.frame.columns if c not in (TABLE, ERROR, ROW, UNCHECKED)]
 
 
 def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened:
@@ -116,7 +117,9 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
     if VERDICT in frame.columns:
         verdicts = frame.select(F.col(VERDICT).alias("verdict"))
     lookup_columns = [c for c in frame.columns if c.startswith(LOOKUP)]
-    event_schema = frame.drop(*lookup_columns, ROW, FILE, CORRUPT, SEGMENT, VERDICT).schema
+    event_schema = frame.drop(
+        *lookup_columns, ROW, FILE, CORRUPT, SEGMENT, VERDICT, UNCHECKED
+    ).schema
     template = Template.parse(dest.table_name_template)
     text, error = render(template, event_schema)
     quarantined = None
@@ -138,6 +141,8 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
         # the pass that stages it (0.9 s less on the batch benchmark's 1M events).
         name = sanitize_table_name(text)
     passthrough: tuple[str, ...] = (TABLE, ERROR, ROW)
+    if UNCHECKED in frame.columns:  # counted as the rows are staged (stage_flat)
+        passthrough += (UNCHECKED,)
     if VERDICT in frame.columns:  # the run's tracking plans (steps/contracts.py)
         frame, error = _checked(frame, error, dest.on_violation)
         if dest.on_violation == "discard_value":
@@ -253,6 +258,9 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
         day = F.to_date(F.col(TIMESTAMP)) if stamped else F.lit(None).cast("date")
         loaded = table.isNotNull() & (table != F.lit("")) & (table != F.lit(FILTERED))
         days = F.collect_set(F.when(loaded, day))
+        # Events whose verdict is still to be made (read.stage_events): counted here,
+        # where every row passes, before anything is loaded.
+        unchecked = [F.count_if(F.col(UNCHECKED)).alias("unchecked")] if UNCHECKED in types else []
         with step(f"{where.name}: enrich, map, flatten and stage"):
             flat_rows = flat.observe(
                 observed,
@@ -260,13 +268,14 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
                 F.count_if(table == F.lit(FILTERED)).alias("filtered"),
                 F.count_if(table.isNull()).alias("failed"),
                 lambdas.transform(days, _day_text, "day").alias("days"),
+                *unchecked,
             )
             kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
-            staging_writer(kept.drop(ERROR)).partitionBy(TABLE).parquet(str(out))
+            staging_writer(kept.drop(ERROR, UNCHECKED)).partitionBy(TABLE).parquet(str(out))
         write_file(counts_file, json.dumps(observed.get))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
-    written = flat.drop(ERROR).schema
+    written = flat.drop(ERROR, UNCHECKED).schema
     if not any(out.glob(f"{TABLE}=*")):
         return spark.createDataFrame([], written), counts
     # Read with the schema it was written with (the table last, as a partition column
