@@ -150,10 +150,14 @@ def batch(events: int, rounds: int, *, all_meet: bool = False, collected: bool =
                                   extra)  # fmt: skip
                 print(f"  collected {events:,} events {name} in {seconds:.1f} s", flush=True)
                 sources[name] = source
-        warm = destination_config(work, "warm", {"type": "duckdb"},
-                                  source=sources["with 20 plans"], **with_plans)  # fmt: skip
-        spark = start_session(warm.spark.settings)
-        process_once(warm, spark)  # the JVM, the Python workers, the plans compiled
+        spark = start_session(
+            destination_config(work, "settings", {"type": "duckdb"}).spark.settings
+        )
+        for name, sections in (("without plans", {}), ("with 20 plans", with_plans)):
+            # Each way once first: the JVM, its compiled code, the Python workers, the plans.
+            warm = destination_config(work, f"warm_{len(sections)}", {"type": "duckdb"},
+                                      source=sources[name], **sections)  # fmt: skip
+            process_once(warm, spark)
         times: dict[str, list[float]] = {"without plans": [], "with 20 plans": []}
         for n in range(rounds):
             for name, sections in (("without plans", {}), ("with 20 plans", with_plans)):

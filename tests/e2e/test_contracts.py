@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from eventpipe.contracts.check import Contracts, marked
+from eventpipe.contracts.check import Contracts
 from eventpipe.contracts.plans import read_plans
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
@@ -30,6 +30,13 @@ PLAN = {
     "properties": {"total": {"type": "number", "minimum": 0},
                    "address": {"type": "object", "properties": {"zip": {"type": "string"}}}},
 }  # fmt: skip
+
+
+def _stored(event: dict[str, Any], contracts: Contracts) -> bytes:
+    """``event``'s line as a collector that checks it under ``contracts`` stores it."""
+    mark = contracts.mark(event, contracts.check(event))
+    marked = event if mark is None else {**event, CHECKED: mark}
+    return orjson.dumps(marked, option=orjson.OPT_APPEND_NEWLINE)
 
 
 def test_each_destination_flags_rejects_or_quarantines_what_breaks_its_plan(
@@ -279,8 +286,7 @@ def test_the_job_takes_the_collectors_verdict_made_under_its_plans_and_checks_th
     lines = []
     for n in range(100, 800):
         event = {"event_type": "checkout", "n": n, "total": n, "_timestamp": "2026-11-21T10:00:00Z"}
-        lines.append(marked(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE),
-                            contracts.mark(event, contracts.check(event)) or b""))  # fmt: skip
+        lines.append(_stored(event, contracts))
     assert sum(map(len, lines)) > 64 * 1024
     lines.append(
         b'{"event_type":"checkout","n":6,"total":-5,"_timestamp":"2026-11-21T10:00:01Z"}\n'
@@ -338,8 +344,7 @@ def test_a_verdict_read_from_its_mark_equals_the_one_made_from_its_line(
     for n, name in enumerate([*names, "o"]):  # the last meets the plan
         tags = ["a", name] if name != "o" else ["a"]
         event = {"event_type": "signup", "n": n, "name": name, "tags": tags}
-        lines.append(marked(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE),
-                            contracts.mark(event, contracts.check(event)) or b""))  # fmt: skip
+        lines.append(_stored(event, contracts))
     log = tmp_path / "events.log"
     log.write_bytes(b"".join(lines))
     check = PlanCheck(read_plans([plans]), None)
@@ -375,8 +380,7 @@ def test_a_staged_run_checks_the_lines_of_events_whose_marks_it_cannot_take(
     lines = []
     for n in range(1000):
         event = {"event_type": "checkout", "n": n, "total": n - 1}  # the first breaks it
-        lines.append(marked(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE),
-                            contracts.mark(event, contracts.check(event)) or b""))  # fmt: skip
+        lines.append(_stored(event, contracts))
     marked_only, mixed = tmp_path / "marked.log", tmp_path / "mixed.log"
     marked_only.write_bytes(b"".join(lines))
     mixed.write_bytes(b"".join(lines) + b'{"event_type":"checkout","n":1000,"total":-5}\n')

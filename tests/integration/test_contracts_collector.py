@@ -143,7 +143,10 @@ def test_flag_ends_each_checked_line_with_its_verdict_and_drops_a_clients_mark(
     assert server[CHECKED] == broken
     assert CHECKED not in other  # no plan for its type: the job does not check it either
     # Each mark is what a check of its line as stored (without the check's own fields)
-    # gives, spliced in as the line's last key.
+    # gives, the line's last key.
     for line, event in zip(lines, (good, bad, other, server), strict=True):
         mark = contracts.mark(event, contracts.check(unmarked(dict(event))))
-        assert line.endswith(mark + b"}") if mark else CHECKED.encode() not in line
+        if mark is None:
+            assert CHECKED.encode() not in line
+        else:
+            assert line.endswith(b',"' + CHECKED.encode() + b'":' + orjson.dumps(mark) + b"}")

@@ -294,3 +294,30 @@ def test_a_browser_event_cannot_claim_to_be_a_server_event() -> None:
     assert [r.reason for r in batch.rejections] == ["server_only_field"]
     [kept] = [orjson.loads(line) for line in batch.lines]
     assert kept["src"] == "jitsu"
+
+
+def test_the_mark_of_a_check_does_not_count_against_max_event_bytes(tmp_path: Any) -> None:
+    """An event that fits once enriched still fits with the check's mark on its line;
+    one that does not is refused without the mark in what failed/ records."""
+    from eventpipe.contracts.check import Contracts
+    from eventpipe.contracts.plans import read_plans
+    from eventpipe.reserved import CHECKED
+
+    plan = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "x-eventpipe": {"event_type": "checkout"}, "required": ["total"]}  # fmt: skip
+    (tmp_path / "checkout.json").write_bytes(orjson.dumps(plan))
+    contracts = Contracts(read_plans([tmp_path / "checkout.json"]))
+    event = {"event_type": "checkout", "total": 1, "pad": ""}
+    size = len(enrich_batch([dict(event)], _ctx(browser=False), SETTINGS).lines[0]) - 1
+    event["pad"] = "x" * (1000 - size)  # exactly 1,000 bytes once enriched, unmarked
+    settings = EnrichSettings(max_event_bytes=1000, anonymize_ip=False, contracts=contracts)
+    batch = enrich_batch([dict(event)], _ctx(browser=False), settings)
+    [line] = batch.lines
+    assert orjson.loads(line)[CHECKED] == {"plans": contracts.digest, "plan": "checkout/1"}
+    assert len(line) - 1 > 1000
+    event["pad"] += "x"
+    batch = enrich_batch([dict(event)], _ctx(browser=False), settings)
+    assert batch.lines == []
+    [rejection] = batch.rejections
+    assert rejection.reason == "event_too_large"
+    assert CHECKED.encode() not in b"".join(batch.failed_lines)

@@ -47,7 +47,7 @@ from eventpipe.collector.body import (
     deeper_than,
 )
 from eventpipe.collector.scan import crowded_lines
-from eventpipe.contracts.check import Contracts, marked
+from eventpipe.contracts.check import Contracts
 from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
 from eventpipe.reserved import CHECKED
 
@@ -262,9 +262,8 @@ def enrich_batch(
             context["event_id"] = browser_ids + event_id
         else:
             context["event_id"] = event_id
-        mark = None
         if contracts is not None:
-            refusal, mark = _contract_refusal(item, context, contracts, reject, out)
+            refusal = _contract_refusal(item, context, contracts, reject, out)
             if refusal is not None:
                 _reject(out, ctx, index, item, ("contract_violation", refusal))
                 continue
@@ -273,7 +272,7 @@ def enrich_batch(
         except orjson.JSONEncodeError as exc:
             _reject(out, ctx, index, item, _unencodable(item, exc, settings.max_json_depth, base))
             continue
-        if len(line) > max_line:
+        if len(line) > max_line and len(line) - _mark_bytes(item) > max_line:
             _reject(
                 out,
                 ctx,
@@ -286,7 +285,7 @@ def enrich_batch(
                 ),
             )
             continue
-        lines.append(line if mark is None else marked(line, mark))
+        lines.append(line)
         kept.append(index)
     if len(lines) > first and crowded_lines(max_containers).found(b"".join(lines[first:])):
         _reject_deep(out, ctx, items, first, kept, settings.max_json_depth, base)
@@ -324,28 +323,38 @@ def _contract_refusal(
     contracts: Contracts,
     reject: bool,
     out: EnrichedBatch,
-) -> tuple[str | None, bytes | None]:
+) -> str | None:
     """Check ``item`` against its plan: why it is refused (``reject`` and a violation),
-    else the mark its line ends with (eventpipe.contracts.check.Contracts.mark: its plan
-    and violations, for the job). What a client sent under ``eventn_ctx.contract`` and
-    ``contract_violations`` (the job's names for a verdict) is never kept: a browser
-    could claim a clean check."""
+    else None, the mark its line is to end with (eventpipe.contracts.check.Contracts.mark:
+    its plan and violations, for the job) then its last key. What a client sent under
+    ``eventn_ctx.contract`` and ``contract_violations`` (the job's names for a verdict)
+    is never kept: a browser could claim a clean check."""
     context.pop("contract", None)
     context.pop("contract_violations", None)
     verdict = contracts.check(item)
-    if verdict is None:
-        return None, contracts.mark(item, None)
-    for rule in verdict.rules:
-        out.violations[(verdict.plan, rule)] += 1
-    if verdict.violations and reject:
-        return verdict.summary(), None
-    return None, contracts.mark(item, verdict)
+    if verdict is not None:
+        for rule in verdict.rules:
+            out.violations[(verdict.plan, rule)] += 1
+        if verdict.violations and reject:
+            return verdict.summary()
+    mark = contracts.mark(item, verdict)
+    if mark is not None:
+        item[CHECKED] = mark
+    return None
+
+
+def _mark_bytes(item: dict[str, Any]) -> int:
+    """What the mark adds to ``item``'s line (none counts against ``max_event_bytes``)."""
+    mark = item.get(CHECKED)
+    return 0 if mark is None else len(orjson.dumps({CHECKED: mark})) - 1  # a comma, no braces
 
 
 def _reject(
     out: EnrichedBatch, ctx: RequestContext, index: int, item: Any, problem: tuple[str, str]
 ) -> None:
     reason, message = problem
+    if type(item) is dict and CHECKED in item:
+        del item[CHECKED]  # the event as it came, enriched
     out.rejected[reason] += 1
     if len(out.rejections) >= out.record_limit:
         return  # counted; summary_line records the body once

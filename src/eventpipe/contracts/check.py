@@ -106,10 +106,6 @@ def plans_digest(plans: Iterable[Plan], version_field: str | None) -> str:
     return hashlib.sha256(whole).hexdigest()[:16]
 
 
-MARK_PREFIX = b',"' + CHECKED.encode() + b'":'
-"""What a line's mark starts with, spliced in as the line's last top-level key."""
-
-
 class Contracts:
     """The tracking plans, ready to check events (:meth:`check`) and to mark the lines of
     the events they checked (:meth:`mark`)."""
@@ -119,12 +115,12 @@ class Contracts:
         self.version_field = version_field
         self.digest = plans_digest(plans, version_field)
         self._by_type: dict[str, list[_Checked]] = {}
-        self._ok_marks: dict[str, bytes] = {}
+        self._ok_marks: dict[str, dict[str, Any]] = {}
         for plan in sorted(plans, key=lambda p: -p.version):
             checked = _Checked(plan, compiled(plan.path, plan.schema), Verdict(plan.id, ()))
             self._by_type.setdefault(plan.event_type, []).append(checked)
-            self._ok_marks[plan.id] = self._mark({"plan": plan.id})
-        self._no_plan_mark = self._mark({})
+            self._ok_marks[plan.id] = {"plans": self.digest, "plan": plan.id}
+        self._no_plan_mark = {"plans": self.digest}
         self._chosen: dict[tuple[str, Any, Any], list[_Checked]] = {}
         """The plans for an event type, key and source, newest first (made once each:
         this runs for every event on the collector's event loop)."""
@@ -132,12 +128,13 @@ class Contracts:
     def __bool__(self) -> bool:
         return bool(self._by_type)
 
-    def mark(self, event: Mapping[str, Any], verdict: Verdict | None) -> bytes | None:
-        """What the line of ``event``, checked to ``verdict``, ends with (spliced in by
-        :func:`marked` as its last top-level key, :data:`CHECKED`): these plans' digest
-        and the verdict, so that the job can take the verdict instead of checking the
-        line again. None for an event of a type no plan is for (the job does not check
-        those either)."""
+    def mark(self, event: Mapping[str, Any], verdict: Verdict | None) -> dict[str, Any] | None:
+        """What the line of ``event``, checked to ``verdict``, ends with as its last
+        top-level key, :data:`CHECKED` (the collector writes it there): these plans'
+        digest and the verdict, so that the job can take the verdict instead of checking
+        the line again. None for an event of a type no plan is for (the job does not
+        check those either). (Marks of events that met their plan are made once: never
+        change one.)"""
         if verdict is None:
             event_type = event.get(EVENT_TYPE)
             planned = type(event_type) is str and event_type in self._by_type
@@ -147,11 +144,8 @@ class Contracts:
         # The violations as the JSON text the job's verdict holds (Spark would write a
         # JSON array back otherwise: characters past the BMP as \u escapes).
         listed = orjson.dumps(verdict.listed()).decode()
-        return self._mark({"plan": verdict.plan, "violations": listed, "rules": verdict.rules,
-                           "pointers": verdict.pointers})  # fmt: skip
-
-    def _mark(self, verdict: dict[str, Any]) -> bytes:
-        return MARK_PREFIX + orjson.dumps({"plans": self.digest, **verdict})
+        return {"plans": self.digest, "plan": verdict.plan, "violations": listed,
+                "rules": verdict.rules, "pointers": verdict.pointers}  # fmt: skip
 
     def check(self, event: Mapping[str, Any]) -> Verdict | None:
         """``event`` against the plan for it; None when no plan is for it."""
@@ -189,12 +183,6 @@ class Contracts:
             Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
             for e in errors
         ))  # fmt: skip
-
-
-def marked(line: bytes, mark: bytes) -> bytes:
-    """``line`` (one JSON object and its newline, as orjson writes it) with ``mark`` as its
-    last top-level key."""
-    return line[:-2] + mark + b"}\n"
 
 
 def unmarked(event: dict[str, Any]) -> dict[str, Any]:

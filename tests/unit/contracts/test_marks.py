@@ -1,6 +1,6 @@
-"""The mark the collector's check leaves on a line for the job: what it holds, where it
-goes in the line, which plans it names (their digest), and what a check of the marked
-line leaves out so that it gives the same verdict."""
+"""The mark the collector's check leaves on a line for the job: what it holds, which plans
+it names (their digest), and what a check of the marked line leaves out so that it
+gives the same verdict."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import orjson
 
-from eventpipe.contracts.check import Contracts, marked, plans_digest, unmarked
+from eventpipe.contracts.check import Contracts, plans_digest, unmarked
 from eventpipe.contracts.plans import read_plans
 from eventpipe.reserved import CHECKED
 
@@ -31,34 +31,31 @@ def _plans(tmp_path: Path, *plans: dict[str, Any]) -> Path:
     return directory
 
 
-def test_a_mark_holds_the_plans_digest_and_the_verdict_as_the_lines_last_key(
-    tmp_path: Path,
-) -> None:
+def _stored(event: dict[str, Any], mark: dict[str, Any] | None) -> bytes:
+    """``event``'s line as the collector writes it (the mark its last key)."""
+    return orjson.dumps(event if mark is None else {**event, CHECKED: mark})
+
+
+def test_a_mark_holds_the_plans_digest_and_the_verdict(tmp_path: Path) -> None:
     contracts = Contracts(read_plans([_plans(tmp_path, PLAN)]))
     digest = contracts.digest
     good = {"event_type": "checkout", "api_key": "web", "total": 5}
-    line = marked(orjson.dumps(good, option=orjson.OPT_APPEND_NEWLINE),
-                  contracts.mark(good, contracts.check(good)) or b"")  # fmt: skip
+    line = _stored(good, contracts.mark(good, contracts.check(good)))
     assert line == (b'{"event_type":"checkout","api_key":"web","total":5,'
                     b'"_eventpipe_checked":{"plans":"' + digest.encode() +
-                    b'","plan":"checkout/1"}}\n')  # fmt: skip
+                    b'","plan":"checkout/1"}}')  # fmt: skip
     bad = {"event_type": "checkout", "api_key": "web", "total": -1, "coupon": "X"}
-    mark = contracts.mark(bad, contracts.check(bad))
-    assert mark is not None
-    assert mark.startswith(b',"' + CHECKED.encode() + b'":')
-    assert orjson.loads(mark.split(b":", 1)[1]) == {
+    assert contracts.mark(bad, contracts.check(bad)) == {
         "plans": digest, "plan": "checkout/1",
         "violations": orjson.dumps([
             "/ additionalProperties: Additional properties are not allowed ('coupon' was "
             "unexpected)", "/total minimum: -1 is less than the minimum of 0"]).decode(),
-        "rules": ["additionalProperties", "minimum"], "pointers": ["/total"],
+        "rules": ("additionalProperties", "minimum"), "pointers": ("/total",),
     }  # fmt: skip
     # A type some plan is for, but no plan for this key: marked as checked, no plan.
     other_key = {"event_type": "checkout", "api_key": "app", "total": 5}
     assert contracts.check(other_key) is None
-    assert contracts.mark(other_key, None) == b',"_eventpipe_checked":{"plans":"%s"}' % (
-        digest.encode()
-    )
+    assert contracts.mark(other_key, None) == {"plans": digest}
     # A type no plan is for: the job does not check it either; no mark.
     assert contracts.mark({"event_type": "page_view"}, None) is None
 
@@ -70,8 +67,7 @@ def test_a_marked_line_checked_again_gives_the_verdict_its_mark_carries(tmp_path
     context = {"event_id": "1", "contract": "x", "contract_violations": []}
     event = {"event_type": "checkout", "api_key": "web", "total": 5, "eventn_ctx": context}
     mark = contracts.mark(event, contracts.check(unmarked(copy.deepcopy(event))))
-    line = marked(orjson.dumps(event, option=orjson.OPT_APPEND_NEWLINE), mark or b"")
-    stored = orjson.loads(line)
+    stored = orjson.loads(_stored(event, mark))
     assert stored["eventn_ctx"]["contract"] == "x"  # (the line as a client could send it)
     assert stored[CHECKED]["plan"] == "checkout/1"
     again = unmarked(stored)
