@@ -404,3 +404,24 @@ def test_a_staged_run_checks_the_lines_of_events_whose_marks_it_cannot_take(
         if run_id == "mixed":
             assert rows[1000]["violations"] == orjson.dumps(
                 ["/total minimum: -5 is less than the minimum of 0"]).decode()  # fmt: skip
+
+
+def test_the_guess_of_marked_lines_reads_any_line_without_failing(
+    spark: Any, tmp_path: Path
+) -> None:
+    """The driver's look at the first lines of a run's files takes what any line holds
+    (an event type that is a list, a line that is not JSON, a mark that is not an
+    object) and says whether each planned event there has a mark made under the plans."""
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "checkout.json").write_bytes(orjson.dumps(PLAN))
+    check = PlanCheck(read_plans([plans]), None)
+    contracts = Contracts(read_plans([plans]))
+    odd = [b'{"event_type":["checkout"],"total":1}\n', b"not json\n", b"[1]\n",
+           b'{"event_type":{"a":1}}\n']  # fmt: skip
+    good = _stored({"event_type": "checkout", "total": 1}, contracts)
+    (tmp_path / "a.log").write_bytes(b"".join(odd) + good)
+    assert check.marked([str(tmp_path / "a.log"), str(tmp_path / "absent.log")])
+    forged = b'{"event_type":"checkout","total":1,"_eventpipe_checked":5}\n'
+    (tmp_path / "b.log").write_bytes(good + forged)
+    assert not check.marked([str(tmp_path / "a.log"), str(tmp_path / "b.log")])

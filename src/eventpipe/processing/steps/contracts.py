@@ -1,7 +1,9 @@
 """Tracking plans in the job: every event's line of the log checked against its plan on
 Arrow batches (jsonschema-rs, eventpipe.contracts), in the pass that reads the run's
 events, so that each destination reads the verdict (VERDICT: the plan, the violations as
-JSON text, the rules broken and where; null when no plan is for the event).
+JSON text, the rules broken and where; null when no plan is for the event). Where the
+collector checked an event under the same plans, the verdict is read from its line's
+mark instead (:class:`PlanCheck`), in Spark alone.
 
 The line is checked as it was stored, not as Spark read it: a batch where a field came
 as a number and as text reads both as text, and a check of what Spark read would call
@@ -169,7 +171,10 @@ class PlanCheck:
                     event = orjson.loads(line)
                 except orjson.JSONDecodeError:
                     continue
-                if type(event) is not dict or event.get(EVENT_TYPE) not in self._types:
+                if type(event) is not dict:
+                    continue
+                event_type = event.get(EVENT_TYPE)
+                if type(event_type) is not str or event_type not in self._types:
                     continue
                 mark = event.get(CHECKED)
                 if type(mark) is not dict or mark.get("plans") != self.digest:
