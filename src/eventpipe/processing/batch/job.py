@@ -425,7 +425,8 @@ def run_job(runtime: Runtime, job: Job) -> None:
             for future in sending:
                 future.result()
     except UncheckedEvents:
-        # Raised before any destination loaded or failed an event (_process_destination).
+        # Raised by a destination before it loaded or failed any of its events
+        # (_process_destination); in a run of several, one before it may have loaded.
         folder = config.layout.tmp / run_id
         if (folder / CHECK_LINES).exists():
             raise
