@@ -78,6 +78,12 @@ def test_run_collects_processes_and_stops_cleanly(tmp_path: Path) -> None:
             assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
             time.sleep(0.5)
         assert "pipeline: work arrived; starting it again" in proc.log_path.read_text()
+        # The rows are in before the run archives and prints its summary: wait for that,
+        # so that what follows the signal is the stopping alone.
+        deadline = time.monotonic() + 60
+        while "archived " not in proc.log_path.read_text().split("starting it again")[-1]:
+            assert time.monotonic() < deadline, proc.log_path.read_text()[-3000:]
+            time.sleep(0.5)
         stopping = len(proc.log_path.read_text().splitlines())
         proc.signal(signal.SIGTERM)
         assert proc.wait(60) == 0
