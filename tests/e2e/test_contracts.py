@@ -16,8 +16,9 @@ from eventpipe.contracts.check import Contracts
 from eventpipe.contracts.plans import read_plans
 from eventpipe.destinations.duckdb import DuckDBDestination
 from eventpipe.locks import FileLocks
+from eventpipe.processing.batch import job
 from eventpipe.processing.batch.job import process_once
-from eventpipe.processing.steps.contracts import PlanCheck
+from eventpipe.processing.steps.contracts import PlanCheck, broken_rules
 from eventpipe.reserved import CHECKED
 from eventpipe.state.store import open_state
 from tests.conftest import read_lines
@@ -261,6 +262,9 @@ def test_the_job_takes_the_collectors_verdict_made_under_its_plans_and_checks_th
     of_lines = PlanCheck.of_lines
     monkeypatch.setattr(PlanCheck, "of_lines",
                         lambda self, line: checked.append(1) or of_lines(self, line))  # fmt: skip
+    counted: list[int] = []  # passes of their own counting broken rules
+    monkeypatch.setattr(job, "broken_rules",
+                        lambda verdicts: counted.append(1) or broken_rules(verdicts))  # fmt: skip
 
     def flagged() -> dict[int, tuple[Any, Any]]:
         columns = "n, eventn_ctx_contract, eventn_ctx_contract_violations"
@@ -271,6 +275,7 @@ def test_the_job_takes_the_collectors_verdict_made_under_its_plans_and_checks_th
 
     process_once(c.config, spark)
     assert checked == []
+    assert counted == []  # counted as the rows were staged (steps.contracts.RuleTally)
     minimum = ["/total minimum: -1 is less than the minimum of 0"]
     text = ['/total type: "12" is not of type "number"']
     assert flagged() == {1: ("checkout/1", None), 2: ("checkout/1", minimum), 3: (None, None),

@@ -442,7 +442,7 @@ def _process_destination(events: DataFrame, run: RunContext, target: Target) -> 
     dest_id, report = target.id, run.report
     flattened = flatten_for(events, run, target)
     where = run.layout.tmp / run.run_id / f"dst={dest_id}"
-    staged, counts = stage_flat(flattened.frame, where)
+    staged, counts = stage_flat(flattened.frame, where, flattened.broken)
     if counts.get("unchecked") or (UNCHECKED in events.columns and "unchecked" not in counts):
         raise UncheckedEvents(f"{dest_id}: events without a mark made under the run's plans")
     report.skipped[dest_id] = counts["skipped"]
@@ -453,12 +453,16 @@ def _process_destination(events: DataFrame, run: RunContext, target: Target) -> 
                    table=None, stage=Stage.PROCESSING)  # fmt: skip
     deliver = load_tables if target.config.tables else send  # by what it has, not its type
     verdicts = flattened.verdicts
-    if verdicts is None:
+    tallied = flattened.tally.counted(counts) if flattened.tally is not None else None
+    if verdicts is None or tallied is not None:
         deliver(staged, flattened, counts, where, run, target)
+        if tallied is not None:
+            report.broke(dest_id, tallied)
     else:
-        # Counted beside the loads, which wait on the destination more than on Spark (a
-        # pass over the events' JSON where they were not staged: 3.3 s of a 20 s run of
-        # 1M events, bench/contracts.py); the pool waits for it whatever the loads do.
+        # Where the rows' pass could not count them (steps.contracts.RuleTally): counted
+        # beside the loads, which wait on the destination more than on Spark (a pass
+        # over the events' JSON where they were not staged: 3.3 s of a 20 s run of 1M
+        # events, bench/contracts.py); the pool waits for it whatever the loads do.
         def count() -> dict[tuple[str, str], int]:
             with step(f"{dest_id}: count what broke its plans"):
                 return broken_rules(verdicts)

@@ -18,7 +18,7 @@ from eventpipe.files import write_file
 from eventpipe.processing.batch.read import of_segments, read_events, staging_writer
 from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
 from eventpipe.processing.steps import lambdas, metering, transforms
-from eventpipe.processing.steps.contracts import summary
+from eventpipe.processing.steps.contracts import RuleTally, rule_tally, summary
 from eventpipe.processing.steps.fields import (
     assign,
     set_path,
@@ -96,6 +96,9 @@ class Flattened:
     """Each event's table name (an expression over the events as read)."""
     verdicts: DataFrame | None = None
     """The verdicts (column ``verdict``) of the destination's events, with plans."""
+    tally: RuleTally | None = None
+    broken: Observation | None = None
+    """The tally's metrics of the verdicts, observed as the rows are staged."""
 
     @property
     def columns(self) -> list[str]:
@@ -113,9 +116,13 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
     frame = _multiplexed(frame, dest)
     if SEGMENT in frame.columns:
         frame = of_segments(frame, target, F.col(SEGMENT))
-    verdicts = None
+    verdicts = tally = broken = None
     if VERDICT in frame.columns:
         verdicts = frame.select(F.col(VERDICT).alias("verdict"))
+        tally = rule_tally(run.config)
+        if tally is not None:  # the broken rules counted as the rows are staged
+            broken = Observation()
+            frame = frame.observe(broken, *tally.metrics(F.col(VERDICT)))
     lookup_columns = [c for c in frame.columns if c.startswith(LOOKUP)]
     event_schema = frame.drop(
         *lookup_columns, ROW, FILE, CORRUPT, SEGMENT, VERDICT, UNCHECKED
@@ -166,7 +173,8 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
     flat_frame = flat.frame
     if DISCARD in flat_frame.columns:
         flat_frame = _discarded(flat_frame, flat.sources)
-    return Flattened(_cast_explicit(flat_frame, flat.explicit), flat, event_schema, name, verdicts)
+    return Flattened(_cast_explicit(flat_frame, flat.explicit), flat, event_schema, name,
+                     verdicts, tally, broken)  # fmt: skip
 
 
 def _discarded(frame: DataFrame, sources: dict[str, str]) -> DataFrame:
@@ -235,11 +243,14 @@ def type_mixes(
                 batch.types[table][column] = found[table][column]
 
 
-def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]:
+def stage_flat(
+    flat: DataFrame, where: Path, also: Observation | None = None
+) -> tuple[DataFrame, dict[str, Any]]:
     """The destination's flattened rows, written once as Parquet partitioned by table
     (Spark's own types), and the counts of rows skipped (empty table name), filtered (by
     the namespace or transforms) and failed (template error, transform error) and the
-    days of the rows (``days``), observed during that write.
+    days of the rows (``days``), observed during that write (with the metrics of
+    ``also``, an observation of the same pass, kept with them).
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
@@ -272,7 +283,7 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
             )
             kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
             staging_writer(kept.drop(ERROR, UNCHECKED)).partitionBy(TABLE).parquet(str(out))
-        write_file(counts_file, json.dumps(observed.get))
+        write_file(counts_file, json.dumps({**observed.get, **(also.get if also else {})}))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
     written = flat.drop(ERROR, UNCHECKED).schema
