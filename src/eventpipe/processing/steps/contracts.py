@@ -251,12 +251,13 @@ class RuleTally:
 
     @classmethod
     def of(cls, plans: Sequence[Plan], version_field: str | None) -> RuleTally | None:
-        """The tally of ``plans``; None where they could make too many sets of rules."""
+        """The tally of ``plans``; None where they could make too many sets of rules (or
+        there are none)."""
         own = {"unchecked", "version"} if version_field else {"unchecked"}  # the check's
         allowed: dict[str, set[str]] = {}
         for plan in plans:
             allowed.setdefault(plan.id, set(own)).update(KEYWORDS & _keys(plan.schema))
-        if sum(2 ** len(rules) for rules in allowed.values()) >= TRACKED:
+        if not allowed or sum(2 ** len(rules) for rules in allowed.values()) >= TRACKED:
             return None
         return cls({plan: tuple(sorted(rules)) for plan, rules in allowed.items()})
 
