@@ -63,6 +63,10 @@ event data: the collector drops what a client sends under this name, on every pa
 UNCHECKED = "_eventpipe_unchecked"
 """Whether an event of a type some plan is for came without a mark the run can trust
 (its verdict then still to be made)."""
+TALLIED = "_eventpipe_tallied"
+"""An event's plan and the rules it broke, as one item of the count of broken rules made
+as a destination's rows are staged (eventpipe.processing.steps.contracts.RuleTally);
+null where it broke none."""
 DISCARD = "_eventpipe_discard"
 """Where the values that broke an event's plan are (JSON pointers), carried through the
 mapping to the flat columns of a destination that drops them (``discard_value``)."""

@@ -18,7 +18,7 @@ from eventpipe.files import write_file
 from eventpipe.processing.batch.read import of_segments, read_events, staging_writer
 from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
 from eventpipe.processing.steps import lambdas, metering, transforms
-from eventpipe.processing.steps.contracts import RuleTally, rule_tally, summary
+from eventpipe.processing.steps.contracts import RuleTally, rule_tally, summary, tallied
 from eventpipe.processing.steps.fields import (
     assign,
     set_path,
@@ -39,6 +39,7 @@ from eventpipe.reserved import (
     ROW,
     SEGMENT,
     TABLE,
+    TALLIED,
     UNCHECKED,
     VERDICT,
 )
@@ -82,6 +83,10 @@ QUARANTINE_SUFFIX = "_quarantine"
 quarantine``): ``checkout`` -> ``checkout_quarantine``."""
 
 
+COUNTED = (UNCHECKED, TALLIED)
+"""Columns the pass that stages a destination's rows counts, never staged or loaded."""
+
+
 @dataclass(frozen=True)
 class Flattened:
     """A destination's events as its tables take them (before typing per table)."""
@@ -97,13 +102,12 @@ class Flattened:
     verdicts: DataFrame | None = None
     """The verdicts (column ``verdict``) of the destination's events, with plans."""
     tally: RuleTally | None = None
-    broken: Observation | None = None
-    """The tally's metrics of the verdicts, observed as the rows are staged."""
+    """What counts the broken rules as the rows are staged (their items in TALLIED)."""
 
     @property
     def columns(self) -> list[str]:
         """The destination's columns (the flat ones, without the job's own)."""
-        return [c for c in self.frame.columns if c not in (TABLE, ERROR, ROW, UNCHECKED)]
+        return [c for c in self.frame.columns if c not in (TABLE, ERROR, ROW, *COUNTED)]
 
 
 def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened:
@@ -116,13 +120,13 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
     frame = _multiplexed(frame, dest)
     if SEGMENT in frame.columns:
         frame = of_segments(frame, target, F.col(SEGMENT))
-    verdicts = tally = broken = None
+    verdicts = tally = None
     if VERDICT in frame.columns:
         verdicts = frame.select(F.col(VERDICT).alias("verdict"))
-        tally = rule_tally(run.config)
-        if tally is not None:  # the broken rules counted as the rows are staged
-            broken = Observation()
-            frame = frame.observe(broken, *tally.metrics(F.col(VERDICT)))
+        # Counted as the rows are staged, where each event is one row to the end: not
+        # where a Python transform may return rows of its own or metering multiplies them.
+        if dest.metered is None and not any(t.python for t in dest.transforms):
+            tally = rule_tally(run.config)
     lookup_columns = [c for c in frame.columns if c.startswith(LOOKUP)]
     event_schema = frame.drop(
         *lookup_columns, ROW, FILE, CORRUPT, SEGMENT, VERDICT, UNCHECKED
@@ -150,6 +154,9 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
     passthrough: tuple[str, ...] = (TABLE, ERROR, ROW)
     if UNCHECKED in frame.columns:  # counted as the rows are staged (stage_flat)
         passthrough += (UNCHECKED,)
+    if tally is not None:
+        frame = frame.withColumn(TALLIED, tally.item(F.col(VERDICT)))
+        passthrough += (TALLIED,)
     if VERDICT in frame.columns:  # the run's tracking plans (steps/contracts.py)
         frame, error = _checked(frame, error, dest.on_violation)
         if dest.on_violation == "discard_value":
@@ -174,7 +181,7 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
     if DISCARD in flat_frame.columns:
         flat_frame = _discarded(flat_frame, flat.sources)
     return Flattened(_cast_explicit(flat_frame, flat.explicit), flat, event_schema, name,
-                     verdicts, tally, broken)  # fmt: skip
+                     verdicts, tally)  # fmt: skip
 
 
 def _discarded(frame: DataFrame, sources: dict[str, str]) -> DataFrame:
@@ -243,14 +250,13 @@ def type_mixes(
                 batch.types[table][column] = found[table][column]
 
 
-def stage_flat(
-    flat: DataFrame, where: Path, also: Observation | None = None
-) -> tuple[DataFrame, dict[str, Any]]:
+def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]:
     """The destination's flattened rows, written once as Parquet partitioned by table
     (Spark's own types), and the counts of rows skipped (empty table name), filtered (by
     the namespace or transforms) and failed (template error, transform error) and the
-    days of the rows (``days``), observed during that write (with the metrics of
-    ``also``, an observation of the same pass, kept with them).
+    days of the rows (``days``), observed during that write; with tracking plans, the
+    events without a trusted verdict (UNCHECKED) and those that broke their plans
+    (TALLIED, steps.contracts.tallied).
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
@@ -271,7 +277,9 @@ def stage_flat(
         days = F.collect_set(F.when(loaded, day))
         # Events whose verdict is still to be made (read.stage_events): counted here,
         # where every row passes, before anything is loaded.
-        unchecked = [F.count_if(F.col(UNCHECKED)).alias("unchecked")] if UNCHECKED in types else []
+        planned = [F.count_if(F.col(UNCHECKED)).alias("unchecked")] if UNCHECKED in types else []
+        if TALLIED in types:
+            planned.append(tallied(F.col(TALLIED)))
         with step(f"{where.name}: enrich, map, flatten and stage"):
             flat_rows = flat.observe(
                 observed,
@@ -279,14 +287,14 @@ def stage_flat(
                 F.count_if(table == F.lit(FILTERED)).alias("filtered"),
                 F.count_if(table.isNull()).alias("failed"),
                 lambdas.transform(days, _day_text, "day").alias("days"),
-                *unchecked,
+                *planned,
             )
             kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
-            staging_writer(kept.drop(ERROR, UNCHECKED)).partitionBy(TABLE).parquet(str(out))
-        write_file(counts_file, json.dumps({**observed.get, **(also.get if also else {})}))
+            staging_writer(kept.drop(ERROR, *COUNTED)).partitionBy(TABLE).parquet(str(out))
+        write_file(counts_file, json.dumps(observed.get))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
-    written = flat.drop(ERROR, UNCHECKED).schema
+    written = flat.drop(ERROR, *COUNTED).schema
     if not any(out.glob(f"{TABLE}=*")):
         return spark.createDataFrame([], written), counts
     # Read with the schema it was written with (the table last, as a partition column

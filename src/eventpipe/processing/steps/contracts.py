@@ -231,19 +231,21 @@ TRACKED = 100_000
 
 
 class RuleTally:
-    """The events that broke each (plan, rule), counted in a pass the run makes anyway
-    (the one that stages a destination's rows: :meth:`metrics` are observed there)
-    instead of a pass of their own over the verdicts (3.3 s of a 20 s run of 1M events
-    on this 2-core machine, bench/contracts.py).
+    """The events that broke each (plan, rule), counted in the pass that stages a
+    destination's rows, among the metrics observed there (shape.stage_flat), instead of
+    a pass of their own over the verdicts (3.3 s of a 20 s run of 1M events on this
+    2-core machine, bench/contracts.py).
 
-    Each event that broke its plan is one item, its plan and the set of rules it broke,
-    counted by Spark's ``approx_top_k`` (a frequent-items sketch, exact while it sees
-    fewer distinct items than it tracks). The items can only be so many: a plan's rules
-    are keywords of its schema, at most 2 ** (keywords it has) sets of them, and a tally
-    is made only where all plans together make fewer than :data:`TRACKED`. An event
-    whose rules are not among its plan's keywords (a property's ``false`` schema, a plan
-    read otherwise since the check) makes the tally give up (:meth:`counted` is None):
-    the run counts in a pass of its own then, as it does where no tally is made."""
+    Each event that broke its plan is one item (:meth:`item`, carried to the flat rows
+    in TALLIED): its plan and the set of rules it broke, counted by Spark's
+    ``approx_top_k`` (:func:`tallied`; a frequent-items sketch, exact while it sees fewer
+    distinct items than it tracks). The items can only be so many: a plan's rules are
+    keywords of its schema, at most 2 ** (keywords it has) sets of them, and a tally is
+    made only where all plans together make fewer than :data:`TRACKED`. An event whose
+    rules are not all its plan's keywords (a property's ``false`` schema, a plan read
+    otherwise since the check) is the item :data:`OTHER`, which makes the tally give up
+    (:meth:`counted` is None): the run counts in a pass of its own then, as it does where
+    no tally is made."""
 
     def __init__(self, allowed: dict[str, tuple[str, ...]]) -> None:
         self._ids = sorted(allowed)
@@ -261,49 +263,59 @@ class RuleTally:
             return None
         return cls({plan: tuple(sorted(rules)) for plan, rules in allowed.items()})
 
-    def metrics(self, verdict: Column) -> list[Column]:
-        """What to observe over the verdicts of ``verdict`` (VERDICT_TYPE)."""
+    def item(self, verdict: Column) -> Column:
+        """The item of each verdict of ``verdict`` (VERDICT_TYPE): the plan's place among
+        the tally's and the rules, NUL between; :data:`OTHER`; null where it broke none."""
         from pyspark.sql import functions as F
 
         from eventpipe.processing.steps import lambdas
 
         plan, rules = verdict.getField("plan"), verdict.getField("rules")
-        broke = rules.isNotNull() & (F.size(rules) > 0)
         index = F.create_map(*(F.lit(v) for i, p in enumerate(self._ids) for v in (p, i)))
         allowed = F.create_map(*(F.lit(v) for p in self._ids
                                  for v in (p, list(self._allowed[p]))))  # fmt: skip
         known = F.element_at(allowed, plan)
-        other = broke & F.coalesce(lambdas.exists(
+        other = F.coalesce(lambdas.exists(
             rules, lambda r: ~F.coalesce(F.array_contains(known, r), F.lit(False)), "rule"
         ), F.lit(True))  # fmt: skip
-        item = F.when(broke & ~other, F.concat_ws(
+        counted = F.concat_ws(
             "\u0000", F.element_at(index, plan).cast("string"), F.array_join(rules, "\u0000")
-        ))  # fmt: skip
-        top = F.call_function("approx_top_k", item, F.lit(TRACKED), F.lit(TRACKED))
-        counted = F.map_from_entries(
-            lambdas.keep(top, lambda e: e.getField("item").isNotNull(), "counted")
         )
-        return [
-            F.count_if(other).alias("broken_other"),
-            F.count_if(item.isNotNull()).alias("broken_events"),
-            counted.alias("broken_sets"),
-        ]
+        broke = rules.isNotNull() & (F.size(rules) > 0)
+        return F.when(broke, F.when(other, F.lit(OTHER)).otherwise(counted))
 
-    def counted(self, observed: dict[str, Any]) -> dict[tuple[str, str], int] | None:
-        """The count of each (plan, rule) from what :meth:`metrics` observed; None where
-        the tally gave up (or a run resumed from counts written without it)."""
-        sets = observed.get("broken_sets")
-        if sets is None or observed.get("broken_other", 1) != 0:
+    def counted(self, counts: dict[str, Any]) -> dict[tuple[str, str], int] | None:
+        """The count of each (plan, rule) from the counts of the staging pass; None where
+        the tally gave up, or its items were not counted there (a run resumed from counts
+        written without them, a transform that dropped TALLIED)."""
+        sets = counts.get(TALLY_METRIC)
+        if sets is None or OTHER in sets:
             return None
-        if sum(sets.values()) != observed.get("broken_events"):
-            return None  # never, where the sketch was exact
-        counts: dict[tuple[str, str], int] = {}
+        tallied: dict[tuple[str, str], int] = {}
         for item, count in sets.items():
             index, *rules = item.split("\u0000")
             for rule in rules:
                 key = (self._ids[int(index)], rule)
-                counts[key] = counts.get(key, 0) + int(count)
-        return counts
+                tallied[key] = tallied.get(key, 0) + int(count)
+        return tallied
+
+
+OTHER = "-"
+"""The item of an event whose rules a tally cannot count (never a counted item's text,
+which starts with a digit)."""
+TALLY_METRIC = "broken_sets"
+
+
+def tallied(item: Column) -> Column:
+    """The aggregate of the items of ``item`` (:meth:`RuleTally.item`): each with the
+    number of events it is, as a map."""
+    from pyspark.sql import functions as F
+
+    from eventpipe.processing.steps import lambdas
+
+    top = F.call_function("approx_top_k", item, F.lit(TRACKED), F.lit(TRACKED))
+    kept = lambdas.keep(top, lambda e: e.getField("item").isNotNull(), "tallied")
+    return F.map_from_entries(kept).alias(TALLY_METRIC)
 
 
 def _keys(schema: Any) -> set[str]:
