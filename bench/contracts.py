@@ -179,6 +179,11 @@ def batch(events: int, rounds: int, *, all_meet: bool = False, collected: bool =
         print(f"  {name}: {seconds:.1f} s median ({events / seconds:,.0f} events/s)")
     ratio = medians["with 20 plans"] / medians["without plans"]
     print(f"  with plans / without = {ratio:.2f}x the time")
+    # Each round's pair ran back to back: its ratio is less moved by the machine's drift
+    # over the run than the medians taken apart.
+    pairs = [w / o for w, o in zip(times["with 20 plans"], times["without plans"], strict=True)]
+    print(f"  round by round: {', '.join(f'{r:.2f}' for r in pairs)}x "
+          f"(median {statistics.median(pairs):.2f}x)")  # fmt: skip
 
 
 def collect(source: Path, work: Path, out: Path, extra: dict[str, object] | None) -> float:
