@@ -130,6 +130,34 @@ def test_show_for_a_destination_gives_table_and_columns(tmp_path: Path, spark: A
     assert "_timestamp" in shown[4].error
 
 
+def test_show_with_tracking_plans_gives_the_verdict_columns_and_none_of_the_jobs_own(
+    tmp_path: Path, spark: Any
+) -> None:
+    from eventpipe.contracts.check import Contracts
+    from eventpipe.contracts.plans import read_plans
+    from eventpipe.reserved import CHECKED
+
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "buy.json").write_bytes(orjson.dumps({
+        "x-eventpipe": {"event_type": "buy"}, "type": "object",
+        "properties": {"total": {"type": "number", "minimum": 0}},
+    }))  # fmt: skip
+    config = make_config(tmp_path / "data", contracts={"plans": [str(plans)]}, destinations={
+        "warehouse": {"type": "duckdb", "table_name_template": "{{ event_type }}"}})  # fmt: skip
+    contracts = Contracts(read_plans([plans]))
+    marked = {"event_type": "buy", "total": -1}
+    marked[CHECKED] = contracts.mark(marked, contracts.check(marked))
+    lines = [orjson.dumps(marked), orjson.dumps({"event_type": "buy", "total": 5})]
+    shown = preview(config, spark, "warehouse", lines)
+    assert [s.table for s in shown] == ["buy", "buy"]
+    violations = ["/total minimum: -1 is less than the minimum of 0"]
+    assert orjson.loads(shown[0].columns.pop("eventn_ctx_contract_violations")) == violations
+    assert shown[0].columns == {"event_type": "buy", "total": -1,
+                                "eventn_ctx_contract": "buy/1"}  # fmt: skip
+    assert shown[1].columns == {"event_type": "buy", "total": 5, "eventn_ctx_contract": "buy/1"}
+
+
 def test_log_step_and_ack_as_a_user_runs_them(tmp_path: Path) -> None:
     data = tmp_path / "data"
     _segment(data, S1, [{"event_type": "click", "n": 1}, {"event_type": "click", "n": 2}])

@@ -17,7 +17,7 @@ from eventpipe.processing.batch.run import (
     read_catalogues,
 )
 from eventpipe.processing.batch.schema_cache import SchemaCache
-from eventpipe.processing.batch.shape import flatten_for
+from eventpipe.processing.batch.shape import COUNTED, flatten_for
 from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
@@ -93,7 +93,9 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             out.append(Preview(FILTERED, None, {}))
         else:
             values = {
-                k: v for k, v in row.items() if k not in (TABLE, ERROR, ROW) and v is not None
+                k: v
+                for k, v in row.items()
+                if k not in (TABLE, ERROR, ROW, *COUNTED) and v is not None
             }
             out.append(Preview(row[TABLE], row[ERROR], values))
     return out
