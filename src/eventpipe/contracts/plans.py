@@ -203,7 +203,7 @@ def _check_refs(path: Path, schema: dict[str, Any]) -> None:
         return fragment
 
     edges: dict[str, list[str]] = {}
-    for pointer, node in _subschemas(schema, ""):
+    for pointer, node in subschemas(schema, ""):
         out = edges.setdefault(pointer, [])
         for keyword in ("$ref", "$dynamicRef"):
             if keyword in node:
@@ -241,21 +241,21 @@ def _no_cycle(path: Path, edges: dict[str, list[str]]) -> None:
                 stack.append((child, iter(edges.get(child, ()))))
 
 
-def _subschemas(node: Any, pointer: str) -> Iterator[tuple[str, dict[str, Any]]]:
+def subschemas(node: Any, pointer: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """Every object under ``node`` with its JSON pointer (schemas and the rest alike:
     a pointer ``$ref`` may name any of them)."""
     if isinstance(node, dict):
         yield pointer, node
         for key, value in node.items():
             escaped = str(key).replace("~", "~0").replace("/", "~1")
-            yield from _subschemas(value, f"{pointer}/{escaped}")
+            yield from subschemas(value, f"{pointer}/{escaped}")
     elif isinstance(node, list):
         for i, value in enumerate(node):
-            yield from _subschemas(value, f"{pointer}/{i}")
+            yield from subschemas(value, f"{pointer}/{i}")
 
 
 def _anchors(schema: dict[str, Any]) -> Iterator[tuple[str, str]]:
-    for pointer, node in _subschemas(schema, ""):
+    for pointer, node in subschemas(schema, ""):
         for keyword in ("$anchor", "$dynamicAnchor"):
             if isinstance(node.get(keyword), str):
                 yield node[keyword], pointer

@@ -17,7 +17,7 @@ from eventpipe.processing.batch.run import (
     read_catalogues,
 )
 from eventpipe.processing.batch.schema_cache import SchemaCache
-from eventpipe.processing.batch.shape import COUNTED, flatten_for
+from eventpipe.processing.batch.shape import flatten_for
 from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
@@ -65,6 +65,7 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
     only = runtime.config
     lookups = Lookups.plan(only)
     rows: list[dict[str, Any]] = []
+    columns: set[str] = set()  # the destination's (not the job's own)
     config.layout.tmp.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="preview-", dir=config.layout.tmp) as tmp:
         path = Path(tmp) / "events.log"
@@ -80,7 +81,9 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
             run = RunContext(run_id, (), runtime, RunReport(run_id, (), False), events, lookups,
                              (str(path),), read_catalogues(runtime))  # fmt: skip
             ids = sorted(r[ROW] for r in events.select(ROW).collect())  # in the file's order
-            flat = {r[ROW]: r.asDict() for r in flatten_for(events, run, target).frame.collect()}
+            flattened = flatten_for(events, run, target)
+            columns = set(flattened.columns)
+            flat = {r[ROW]: r.asDict() for r in flattened.frame.collect()}
             rows = [flat.get(i, {}) for i in ids]
     out: list[Preview] = []
     events_in_order = iter(rows)
@@ -92,10 +95,6 @@ def preview(config: Config, spark: SparkSession, dest_id: str, lines: list[bytes
         elif row[TABLE] == FILTERED:
             out.append(Preview(FILTERED, None, {}))
         else:
-            values = {
-                k: v
-                for k, v in row.items()
-                if k not in (TABLE, ERROR, ROW, *COUNTED) and v is not None
-            }
+            values = {k: v for k, v in row.items() if k in columns and v is not None}
             out.append(Preview(row[TABLE], row[ERROR], values))
     return out

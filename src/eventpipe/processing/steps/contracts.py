@@ -13,6 +13,7 @@ the number's event wrong.
 from __future__ import annotations
 
 import threading
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
@@ -20,7 +21,7 @@ import pyarrow as pa
 
 from eventpipe.config import Config
 from eventpipe.contracts.check import Contracts, plans_digest, unmarked
-from eventpipe.contracts.plans import Plan
+from eventpipe.contracts.plans import Plan, subschemas
 from eventpipe.errors import ConfigError
 from eventpipe.reserved import CHECKED
 
@@ -258,7 +259,8 @@ class RuleTally:
         own = {"unchecked", "version"} if version_field else {"unchecked"}  # the check's
         allowed: dict[str, set[str]] = {}
         for plan in plans:
-            allowed.setdefault(plan.id, set(own)).update(KEYWORDS & _keys(plan.schema))
+            keys = {k for _, node in subschemas(plan.schema, "") for k in node}
+            allowed.setdefault(plan.id, set(own)).update(KEYWORDS & keys)
         if not allowed or sum(2 ** len(rules) for rules in allowed.values()) >= TRACKED:
             return None
         return cls({plan: tuple(sorted(rules)) for plan, rules in allowed.items()})
@@ -291,13 +293,12 @@ class RuleTally:
         sets = counts.get(TALLY_METRIC)
         if sets is None or OTHER in sets:
             return None
-        tallied: dict[tuple[str, str], int] = {}
+        broken: Counter[tuple[str, str]] = Counter()
         for item, count in sets.items():
             index, *rules = item.split("\u0000")
             for rule in rules:
-                key = (self._ids[int(index)], rule)
-                tallied[key] = tallied.get(key, 0) + int(count)
-        return tallied
+                broken[(self._ids[int(index)], rule)] += int(count)
+        return dict(broken)
 
 
 OTHER = "-"
@@ -316,20 +317,6 @@ def tallied(item: Column) -> Column:
     top = F.call_function("approx_top_k", item, F.lit(TRACKED), F.lit(TRACKED))
     kept = lambdas.keep(top, lambda e: e.getField("item").isNotNull(), "tallied")
     return F.map_from_entries(kept).alias(TALLY_METRIC)
-
-
-def _keys(schema: Any) -> set[str]:
-    """Every key of every object in ``schema``."""
-    found: set[str] = set()
-    stack = [schema]
-    while stack:
-        value = stack.pop()
-        if isinstance(value, dict):
-            found.update(k for k in value if isinstance(k, str))
-            stack.extend(value.values())
-        elif isinstance(value, list):
-            stack.extend(value)
-    return found
 
 
 def rule_tally(config: Config) -> RuleTally | None:
