@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol, cast
 
@@ -21,6 +22,7 @@ from eventpipe.paths import DataLayout
 from eventpipe.processing.batch.schema_cache import SchemaCache
 from eventpipe.processing.runtime.pipeline import Runtime
 from eventpipe.processing.steps import metering
+from eventpipe.processing.steps.contracts import RuleTally, rule_tally
 from eventpipe.processing.steps.fields import (
     reference,
 )
@@ -159,6 +161,12 @@ class RunContext:
     @property
     def config(self) -> Config:
         return self.runtime.config
+
+    @cached_property
+    def tally(self) -> RuleTally | None:
+        """What counts the broken rules of the run's tracking plans as a destination's
+        rows are staged (their files read once a run; None without plans)."""
+        return rule_tally(self.config) if self.config.contracts.plans else None
 
     @property
     def state(self) -> StateStore:

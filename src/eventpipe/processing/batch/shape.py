@@ -18,7 +18,7 @@ from eventpipe.files import write_file
 from eventpipe.processing.batch.read import of_segments, read_events, staging_writer
 from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
 from eventpipe.processing.steps import lambdas, metering, transforms
-from eventpipe.processing.steps.contracts import RuleTally, rule_tally, summary, tallied
+from eventpipe.processing.steps.contracts import RuleTally, summary, tallied
 from eventpipe.processing.steps.fields import (
     assign,
     set_path,
@@ -126,7 +126,7 @@ def flatten_for(events: DataFrame, run: RunContext, target: Target) -> Flattened
         # Counted as the rows are staged, where each event is one row to the end: not
         # where a Python transform may return rows of its own or metering multiplies them.
         if dest.metered is None and not any(t.python for t in dest.transforms):
-            tally = rule_tally(run.config)
+            tally = run.tally
     lookup_columns = [c for c in frame.columns if c.startswith(LOOKUP)]
     event_schema = frame.drop(
         *lookup_columns, ROW, FILE, CORRUPT, SEGMENT, VERDICT, UNCHECKED
