@@ -5,6 +5,7 @@ And kill -9 of the supervisor alone leaves no worker serving."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import random
@@ -20,6 +21,9 @@ import httpx
 import orjson
 import pytest
 
+from eventpipe import locks
+from eventpipe.log.segments import SegmentLog
+from eventpipe.log.settings import LogSettings
 from eventpipe.paths import DataLayout
 from eventpipe.processing.batch.job import process_pending
 from tests.conftest import WEB_SERVER, make_config
@@ -192,3 +196,41 @@ def test_workers_stop_and_seal_when_their_supervisor_is_killed(tmp_path: Path) -
         again.signal(signal.SIGTERM)
     assert again.wait(30) == 0
     assert list((tmp_path / "tmp").glob("eventpipe-metrics-*")) == []
+
+
+def test_a_worker_stopped_while_it_starts_seals_what_its_predecessor_left(
+    tmp_path: Path,
+) -> None:
+    """A killed worker's segment is sealed by the next one with its writer id. A stop
+    that comes while that next one still waits for the id (the killed one's children
+    held it a moment longer) lets it take the id and seal first, then exit cleanly: the
+    stop leaves nothing active."""
+    port = free_port()
+    data = tmp_path / "data"
+    config = write_config(
+        tmp_path / "eventpipe.yaml", data, port, server={"workers": 2, "writer_id": "w"}
+    )
+    layout = DataLayout(data)
+    left = SegmentLog(layout, LogSettings(), writer="w-1")  # as a kill -9 leaves it
+    left.open()
+
+    async def append() -> None:
+        await left.start()
+        await left.append("web", b'{"event_id":"left-behind"}\n')
+
+    asyncio.run(append())
+    left.close_sync()
+    assert len(layout.active_segments()) == 1
+    held = locks.acquire(layout.writer_lock("w-1"))  # worker 1 waits for it
+    proc = CollectorProcess(config, port, tmp_path / "collector.log")
+    try:
+        proc.wait_ready()  # worker 0 serves the port
+        proc.signal(signal.SIGTERM)
+        time.sleep(1.0)  # worker 1 has its SIGTERM, and still waits
+    finally:
+        os.close(held)
+    assert proc.wait(30) == 0
+    assert layout.active_segments() == [], proc.log_path.read_text(errors="replace")[-3000:]
+    stored = [orjson.loads(line)["event_id"] for segment in layout.sealed_segments()
+              for line in segment.read_bytes().splitlines()]  # fmt: skip
+    assert stored == ["left-behind"]

@@ -105,6 +105,12 @@ def serve(
     if not shared:  # the workers' supervisor claimed the port for them (service.py)
         claim_port(config.server.host, config.server.port)
     collector = Collector(config, worker=worker)
+    server = _Server(uvicorn_config(collector))
+    # A stop asked for while the worker starts (its supervisor stopping) waits until it
+    # holds its writer id and has sealed what its predecessor left; then it starts and
+    # stops at once, sealing what it opened. SIGTERM's default would end it in between.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, server.handle_exit)
     # A worker may replace one still stopping (its requests get the grace period).
     collector.open(config.server.shutdown_grace_seconds + 5 if shared else 0.0)
     sockets = [shared_socket(config.server.host, config.server.port)] if shared else None
@@ -126,7 +132,6 @@ def serve(
             "'http://%s:%d%s?token=<js of key %s in %s>'",
             config.server.host, config.server.port, BROWSER_PATH, browser.id, source,
         )  # fmt: skip
-    server = _Server(uvicorn_config(collector))
     try:
         server.run(sockets=sockets)
     finally:
