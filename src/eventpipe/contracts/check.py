@@ -124,6 +124,12 @@ class Contracts:
         self._chosen: dict[tuple[str, Any, Any], list[_Checked]] = {}
         """The plans for an event type, key and source, newest first (made once each:
         this runs for every event on the collector's event loop)."""
+        self._for_any: dict[str, list[_Checked]] = {
+            event_type: mine for event_type, mine in self._by_type.items()
+            if all(c.plan.keys is None and c.plan.sources is None for c in mine)
+        }  # fmt: skip
+        """The plans of the event types whose plans are for every key and source: no
+        choice to make per event."""
 
     def __bool__(self) -> bool:
         return bool(self._by_type)
@@ -150,18 +156,13 @@ class Contracts:
     def check(self, event: Mapping[str, Any]) -> Verdict | None:
         """``event`` against the plan for it; None when no plan is for it."""
         event_type = event.get(EVENT_TYPE)
-        if type(event_type) is not str or event_type not in self._by_type:
+        if type(event_type) is not str:
             return None
-        key, source = event.get("api_key"), event.get("src")
-        choice = (event_type, key if type(key) is str else None,
-                  source if type(source) is str else None)  # fmt: skip
-        mine = self._chosen.get(choice)
+        mine = self._for_any.get(event_type)
         if mine is None:
-            mine = [c for c in self._by_type[event_type] if c.plan.is_for(choice[1], choice[2])]
-            if len(self._chosen) < MAX_CHOICES:
-                self._chosen[choice] = mine
-        if not mine:
-            return None
+            mine = self._chosen_for(event, event_type)
+            if not mine:
+                return None
         chosen = mine[0]
         if self.version_field is not None and self.version_field in event:
             wanted = event[self.version_field]
@@ -183,6 +184,21 @@ class Contracts:
             Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
             for e in errors
         ))  # fmt: skip
+
+    def _chosen_for(self, event: Mapping[str, Any], event_type: str) -> list[_Checked]:
+        """The plans for ``event`` of ``event_type`` where some plan of its type is for
+        some keys or sources only, newest first ([] where none is for it)."""
+        if event_type not in self._by_type:
+            return []
+        key, source = event.get("api_key"), event.get("src")
+        choice = (event_type, key if type(key) is str else None,
+                  source if type(source) is str else None)  # fmt: skip
+        mine = self._chosen.get(choice)
+        if mine is None:
+            mine = [c for c in self._by_type[event_type] if c.plan.is_for(choice[1], choice[2])]
+            if len(self._chosen) < MAX_CHOICES:
+                self._chosen[choice] = mine
+        return mine
 
 
 def unmarked(event: dict[str, Any]) -> dict[str, Any]:
