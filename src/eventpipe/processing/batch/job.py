@@ -379,9 +379,10 @@ def run_job(runtime: Runtime, job: Job) -> None:
     )
     segments = tuple(dict.fromkeys(s for segs in plan.values() for s in segs))
     staged_copy = (events_copy(config.layout, run_id) / "_SUCCESS").exists()
+    few = job.small and sum(Path(p).stat().st_size for p in job.paths) <= SMALL_BATCH_BYTES
     shared = RunContext(run_id, segments, runtime, report, originals, lookups,
                         tuple(job.paths), catalogues, reprocessing, ahead=job.ahead,
-                        staged=staged_copy)  # fmt: skip
+                        staged=staged_copy, few=few)  # fmt: skip
 
     def process(dest_id: str, open_target: Callable[[], Target]) -> None:
         shutdown.check(f"{dest_id}'s part of the run")
@@ -442,7 +443,7 @@ def _process_destination(events: DataFrame, run: RunContext, target: Target) -> 
     dest_id, report = target.id, run.report
     flattened = flatten_for(events, run, target)
     where = run.layout.tmp / run.run_id / f"dst={dest_id}"
-    staged, counts = stage_flat(flattened.frame, where)
+    staged, counts = stage_flat(flattened.frame, where, in_driver=run.few)
     if counts.get("unchecked") or (UNCHECKED in events.columns and "unchecked" not in counts):
         raise UncheckedEvents(f"{dest_id}: events without a mark made under the run's plans")
     report.skipped[dest_id] = counts["skipped"]

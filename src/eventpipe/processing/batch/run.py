@@ -157,6 +157,9 @@ class RunContext:
     """The segments' archiving, begun when the run's Spark passes are done (load_tables)."""
     staged: bool = False
     """Whether the events are a staged copy (cheap to read again), not the JSON files."""
+    few: bool = False
+    """A micro-batch or a small batch of at most job.SMALL_BATCH_BYTES: its destinations'
+    rows are staged by the driver (shape.stage_flat)."""
 
     @property
     def config(self) -> Config:

@@ -15,7 +15,12 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from eventpipe.config import DestinationConfig
 from eventpipe.files import write_file
-from eventpipe.processing.batch.read import of_segments, read_events, staging_writer
+from eventpipe.processing.batch.read import (
+    of_segments,
+    read_events,
+    stage_in_driver,
+    staging_writer,
+)
 from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
 from eventpipe.processing.steps import lambdas, metering, transforms
 from eventpipe.processing.steps.contracts import RuleTally, summary, tallied
@@ -250,13 +255,16 @@ def type_mixes(
                 batch.types[table][column] = found[table][column]
 
 
-def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]:
+def stage_flat(
+    flat: DataFrame, where: Path, *, in_driver: bool = False
+) -> tuple[DataFrame, dict[str, Any]]:
     """The destination's flattened rows, written once as Parquet partitioned by table
     (Spark's own types), and the counts of rows skipped (empty table name), filtered (by
     the namespace or transforms) and failed (template error, transform error) and the
     days of the rows (``days``), observed during that write; with tracking plans, the
     events without a trusted verdict (UNCHECKED) and those that broke their plans
-    (TALLIED, steps.contracts.tallied).
+    (TALLIED, steps.contracts.tallied). ``in_driver``: few rows, collected and written by
+    the driver (read.stage_in_driver) where their types allow.
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
@@ -290,7 +298,9 @@ def stage_flat(flat: DataFrame, where: Path) -> tuple[DataFrame, dict[str, Any]]
                 *planned,
             )
             kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
-            staging_writer(kept.drop(ERROR, *COUNTED)).partitionBy(TABLE).parquet(str(out))
+            rows = kept.drop(ERROR, *COUNTED)
+            if not (in_driver and stage_in_driver(rows, out, TABLE)):
+                staging_writer(rows).partitionBy(TABLE).parquet(str(out))
         write_file(counts_file, json.dumps(observed.get))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
