@@ -46,7 +46,8 @@ def test_rows_staged_by_the_driver_are_what_spark_stages(spark: Any, tmp_path: P
     by_spark, spark_counts = _staged(spark, tmp_path / "spark", in_driver=False)
     by_driver, driver_counts = _staged(spark, tmp_path / "driver", in_driver=True)
 
-    assert list((tmp_path / "driver" / "flat").glob("*/part-00000.parquet")), "not the driver's"
+    written = list((tmp_path / "driver" / "flat").glob("*/part-00000.parquet"))
+    assert written, "Spark wrote them, not the driver"
     assert by_driver == by_spark
     assert len(by_driver) == 3
     assert driver_counts == spark_counts
