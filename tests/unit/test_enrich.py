@@ -321,3 +321,40 @@ def test_the_mark_of_a_check_does_not_count_against_max_event_bytes(tmp_path: An
     [rejection] = batch.rejections
     assert rejection.reason == "event_too_large"
     assert CHECKED.encode() not in b"".join(batch.failed_lines)
+
+
+def test_checked_events_keep_their_order_and_each_is_refused_alone(tmp_path: Any) -> None:
+    """The events of a request are checked together: under ``reject`` the lines kept are
+    the events that met their plans (or have none), in the request's order, each ending
+    with its mark; those refused, for breaking their plan or for anything else, are
+    listed by index with their reasons, and each broken rule is counted."""
+    from eventpipe.contracts.check import Contracts
+    from eventpipe.contracts.plans import read_plans
+    from eventpipe.reserved import CHECKED
+
+    plan = {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "x-eventpipe": {"event_type": "checkout"}, "required": ["total"],
+            "properties": {"total": {"type": "number", "minimum": 0}}}  # fmt: skip
+    (tmp_path / "checkout.json").write_bytes(orjson.dumps(plan))
+    contracts = Contracts(read_plans([tmp_path / "checkout.json"]))
+    items = [
+        {"event_type": "checkout", "total": 1, "n": 0},
+        {"event_type": "checkout", "total": -1, "n": 1},
+        "not an object",
+        {"event_type": "page_view", "n": 3},
+        {"event_type": "checkout", "n": 4},
+        {"event_type": "checkout", "total": 2, "n": 5, "eventn_ctx": {"contract": "forged"}},
+    ]
+    settings = EnrichSettings(max_event_bytes=51_200, anonymize_ip=False, contracts=contracts,
+                              reject_violations=True)  # fmt: skip
+    batch = enrich_batch(items, _ctx(browser=False), settings)
+    kept = [orjson.loads(line) for line in batch.lines]
+    assert [event["n"] for event in kept] == [0, 3, 5]
+    assert [event.get(CHECKED) for event in kept] == [
+        {"plans": contracts.digest, "plan": "checkout/1"}, None,
+        {"plans": contracts.digest, "plan": "checkout/1"}]  # fmt: skip
+    assert "contract" not in kept[2]["eventn_ctx"]
+    assert [(r.index, r.reason) for r in batch.rejections] == [
+        (1, "contract_violation"), (2, "not_an_object"), (4, "contract_violation")]  # fmt: skip
+    assert "/total minimum" in batch.rejections[0].message
+    assert dict(batch.violations) == {("checkout/1", "minimum"): 1, ("checkout/1", "required"): 1}

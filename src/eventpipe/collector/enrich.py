@@ -186,7 +186,7 @@ def enrich_batch(
     This loop runs for every event on the collector's one event loop thread, so it is
     written flat, with names bound once (measured: about 1.6 us of Python per event before,
     see bench/ingest.py); the rare cases go to functions of their own (:func:`_reject`,
-    :func:`_reject_deep`, :func:`_contract_refusal`).
+    :func:`_reject_deep`, :func:`_check_contracts`).
     """
     out = out if out is not None else EnrichedBatch()
     lines, first = out.lines, len(out.lines)
@@ -201,6 +201,8 @@ def enrich_batch(
     browser_ids = f"js:{key_id}:"
     latest = ctx.received_at + timedelta(seconds=settings.max_future_skew_seconds)
     contracts, reject = settings.contracts or None, settings.reject_violations
+    pending: list[int] | None = [] if contracts is not None else None
+    """The items to check against their plans, all at once (:func:`_write_checked`)."""
     for index, item in enumerate(items):
         if refused and index in refused:
             _reject(out, ctx, index, item, refused[index])
@@ -224,9 +226,6 @@ def enrich_batch(
             if type(src) is str and src.strip().lower() == SERVER_SRC:
                 _reject(out, ctx, index, item, _CLAIMS_SERVER)
                 continue
-            if contracts is None and ("contract" in context or "contract_violations" in context):
-                context.pop("contract", None)  # the check's marks: never a browser's
-                context.pop("contract_violations", None)
             stamp = item.get("_timestamp")
             if stamp is not None and _later_than(stamp, latest):
                 context["client_timestamp"] = stamp
@@ -242,6 +241,11 @@ def enrich_batch(
                     continue
             if item.get("src") is None:
                 item["src"] = "api"
+        if (browser or contracts is not None) and (
+            "contract" in context or "contract_violations" in context
+        ):  # the job's names for a verdict: never a browser's, never kept where checked
+            context.pop("contract", None)
+            context.pop("contract_violations", None)
         if item.get("_timestamp") is None:
             item["_timestamp"] = timestamp
         item["api_key"] = key_id
@@ -262,31 +266,21 @@ def enrich_batch(
             context["event_id"] = browser_ids + event_id
         else:
             context["event_id"] = event_id
-        if contracts is not None:
-            refusal = _contract_refusal(item, context, contracts, reject, out)
-            if refusal is not None:
-                _reject(out, ctx, index, item, ("contract_violation", refusal))
-                continue
+        if pending is not None:
+            pending.append(index)  # its line is written once it is checked
+            continue
         try:
             line = dumps(item, option=_APPEND_NEWLINE)
         except orjson.JSONEncodeError as exc:
             _reject(out, ctx, index, item, _unencodable(item, exc, settings.max_json_depth, base))
             continue
-        if len(line) > max_line and len(line) - _mark_bytes(item) > max_line:
-            _reject(
-                out,
-                ctx,
-                index,
-                item,
-                (
-                    "event_too_large",
-                    f"event is {len(line) - 1} bytes once enriched; max_event_bytes is "
-                    f"{settings.max_event_bytes}",
-                ),
-            )
+        if len(line) > max_line:
+            _reject(out, ctx, index, item, _too_large(len(line) - 1, settings.max_event_bytes))
             continue
         lines.append(line)
         kept.append(index)
+    if contracts is not None and pending:
+        kept = _write_checked(out, ctx, items, pending, contracts, reject, settings, base)
     if len(lines) > first and crowded_lines(max_containers).found(b"".join(lines[first:])):
         _reject_deep(out, ctx, items, first, kept, settings.max_json_depth, base)
     return out
@@ -317,36 +311,59 @@ def _reject_deep(
     out.rejections.sort(key=lambda rejection: rejection.index)
 
 
-def _contract_refusal(
-    item: dict[str, Any],
-    context: dict[str, Any],
+def _write_checked(
+    out: EnrichedBatch,
+    ctx: RequestContext,
+    items: list[Any],
+    pending: list[int],
     contracts: Contracts,
     reject: bool,
-    out: EnrichedBatch,
-) -> str | None:
-    """Check ``item`` against its plan: why it is refused (``reject`` and a violation),
-    else None, the mark its line is to end with (eventpipe.contracts.check.Contracts.mark:
-    its plan and violations, for the job) then its last key. What a client sent under
-    ``eventn_ctx.contract`` and ``contract_violations`` (the job's names for a verdict)
-    is never kept: a browser could claim a clean check."""
-    context.pop("contract", None)
-    context.pop("contract_violations", None)
-    verdict = contracts.check(item)
-    if verdict is not None:
-        for rule in verdict.rules:
-            out.violations[(verdict.plan, rule)] += 1
-        if verdict.violations and reject:
-            return verdict.summary()
-    mark = contracts.mark(item, verdict)
-    if mark is not None:
-        item[CHECKED] = mark
-    return None
+    settings: EnrichSettings,
+    base: int,
+) -> list[int]:
+    """Write the lines of the enriched events ``items[i]``, ``i`` in ``pending``, checked
+    against their plans all at once (Contracts.check_many: the validator is asked about
+    many events of a plan in one call); the indexes of those written. Each line ends
+    with the event's mark (its plan and violations, for the job: Contracts.mark), which
+    counts against no limit; under ``reject``, an event that breaks its plan is refused."""
+    events = [items[index] for index in pending]
+    dumps, lines, kept = orjson.dumps, out.lines, []
+    max_line = settings.max_event_bytes + 1  # the newline does not count
+    violations, mark_of, ok_marks = out.violations, contracts.mark_json, contracts.ok_marks
+    for index, event, verdict in zip(pending, events, contracts.check_many(events), strict=True):
+        if verdict is None:
+            mark = mark_of(event, None)
+        elif not verdict.violations:
+            mark = ok_marks[verdict.plan]
+        else:
+            for rule in verdict.rules:
+                violations[(verdict.plan, rule)] += 1
+            if reject:
+                _reject(out, ctx, index, event, ("contract_violation", verdict.summary()))
+                continue
+            mark = mark_of(event, verdict)
+        if mark is not None:
+            event[CHECKED] = mark
+        try:
+            line = dumps(event, option=_APPEND_NEWLINE)
+        except orjson.JSONEncodeError as exc:
+            _reject(out, ctx, index, event, _unencodable(event, exc, settings.max_json_depth, base))
+            continue
+        if len(line) > max_line:
+            size = len(line) - 1 - (0 if mark is None else len(dumps({CHECKED: mark})) - 1)
+            if size + 1 > max_line:  # its mark's bytes (a comma, no braces) aside
+                _reject(out, ctx, index, event, _too_large(size, settings.max_event_bytes))
+                continue
+        lines.append(line)
+        kept.append(index)
+    if len(kept) < len(pending):
+        out.rejections.sort(key=lambda rejection: rejection.index)
+    return kept
 
 
-def _mark_bytes(item: dict[str, Any]) -> int:
-    """What the mark adds to ``item``'s line (none counts against ``max_event_bytes``)."""
-    mark = item.get(CHECKED)
-    return 0 if mark is None else len(orjson.dumps({CHECKED: mark})) - 1  # a comma, no braces
+def _too_large(size: int, max_event_bytes: int) -> tuple[str, str]:
+    message = f"event is {size} bytes once enriched; max_event_bytes is {max_event_bytes}"
+    return "event_too_large", message
 
 
 def _reject(

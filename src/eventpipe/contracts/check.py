@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import orjson
 
-from eventpipe.contracts.plans import Plan, compiled
+from eventpipe.contracts.plans import Plan, compiled, compiled_many
 from eventpipe.reserved import CHECKED
 
 MAX_VIOLATIONS = 10
@@ -117,10 +117,16 @@ class Contracts:
         self._by_type: dict[str, list[_Checked]] = {}
         self._ok_marks: dict[str, dict[str, Any]] = {}
         for plan in sorted(plans, key=lambda p: -p.version):
-            checked = _Checked(plan, compiled(plan.path, plan.schema), Verdict(plan.id, ()))
+            checked = _Checked(plan, compiled(plan.path, plan.schema), Verdict(plan.id, ()),
+                               compiled_many(plan.path, plan.schema))  # fmt: skip
             self._by_type.setdefault(plan.event_type, []).append(checked)
             self._ok_marks[plan.id] = {"plans": self.digest, "plan": plan.id}
         self._no_plan_mark = {"plans": self.digest}
+        self.ok_marks = {
+            plan: orjson.Fragment(orjson.dumps(m)) for plan, m in self._ok_marks.items()
+        }
+        """:meth:`mark_json` of an event that met its plan, by the plan's id."""
+        self._no_plan_json = orjson.Fragment(orjson.dumps(self._no_plan_mark))
         self._chosen: dict[tuple[str, Any, Any], list[_Checked]] = {}
         """The plans for an event type, key and source, newest first (made once each:
         this runs for every event on the collector's event loop)."""
@@ -153,8 +159,73 @@ class Contracts:
         return {"plans": self.digest, "plan": verdict.plan, "violations": listed,
                 "rules": verdict.rules, "pointers": verdict.pointers}  # fmt: skip
 
+    def mark_json(self, event: Mapping[str, Any], verdict: Verdict | None) -> Any:
+        """:meth:`mark` as JSON that orjson writes as it is (an ``orjson.Fragment``), made
+        once per plan for the events that met it; None where :meth:`mark` is None."""
+        if verdict is not None and verdict.ok:
+            return self.ok_marks[verdict.plan]
+        mark = self.mark(event, verdict)
+        if mark is None:
+            return None
+        return (
+            self._no_plan_json
+            if mark is self._no_plan_mark
+            else orjson.Fragment(orjson.dumps(mark))
+        )
+
     def check(self, event: Mapping[str, Any]) -> Verdict | None:
         """``event`` against the plan for it; None when no plan is for it."""
+        chosen = self._choose(event)
+        if chosen is None or isinstance(chosen, Verdict):
+            return chosen
+        return _verdict(chosen, event)
+
+    def check_many(self, events: Sequence[Mapping[str, Any]]) -> list[Verdict | None]:
+        """Each of ``events`` checked (the verdicts :meth:`check` gives, in order), the
+        events of one plan together: the validator answers for :data:`RUN` of them at
+        once whether all meet the plan (one call into Rust instead of one an event:
+        0.6 us an event instead of 0.9, bench/ingest.py's events); from the first run
+        where some do not, the rest of that plan's events are checked one by one (events
+        that break their plan often would otherwise be checked twice)."""
+        verdicts: list[Verdict | None] = [None] * len(events)
+        runs: dict[_Checked, list[int]] = {}
+        for_any, choose = self._for_any, self._choose
+        pinned = self.version_field is not None
+        for n, event in enumerate(events):
+            event_type = event.get(EVENT_TYPE)
+            mine = for_any.get(event_type) if type(event_type) is str else None
+            if mine is None or pinned:
+                chosen = choose(event)
+                if chosen is None:
+                    continue
+                if isinstance(chosen, Verdict):
+                    verdicts[n] = chosen
+                    continue
+            else:
+                chosen = mine[0]
+            places = runs.get(chosen)
+            if places is None:
+                runs[chosen] = [n]
+            else:
+                places.append(n)
+        for chosen, places in runs.items():
+            for start in range(0, len(places), RUN):
+                part = places[start : start + RUN]
+                try:
+                    all_ok = chosen.all_valid([events[n] for n in part])
+                except (TypeError, ValueError):  # a value JSON has not: told one by one
+                    all_ok = False
+                if not all_ok:  # this plan's events break it here: the rest one by one
+                    for n in places[start:]:
+                        verdicts[n] = _verdict(chosen, events[n])
+                    break
+                for n in part:
+                    verdicts[n] = chosen.ok
+        return verdicts
+
+    def _choose(self, event: Mapping[str, Any]) -> _Checked | Verdict | None:
+        """The plan ``event`` is to be checked against; None when no plan is for it, its
+        verdict where the version it asks for is not one of its plans'."""
         event_type = event.get(EVENT_TYPE)
         if type(event_type) is not str:
             return None
@@ -174,16 +245,7 @@ class Contracts:
                     f"no version {_short(repr(wanted))} of the plan for {event_type!r} "
                     f"(there are {known})"),))  # fmt: skip
             chosen = pinned[0]
-        try:
-            if chosen.validator.is_valid(event):
-                return chosen.ok
-            errors = list(itertools.islice(chosen.validator.iter_errors(event), MAX_ERRORS))
-        except (TypeError, ValueError) as exc:  # a value JSON has not (never from a body)
-            return Verdict.of(chosen.plan.id, (Violation("", "unchecked", _short(str(exc))),))
-        return Verdict.of(chosen.plan.id, (
-            Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
-            for e in errors
-        ))  # fmt: skip
+        return chosen
 
     def _chosen_for(self, event: Mapping[str, Any], event_type: str) -> list[_Checked]:
         """The plans for ``event`` of ``event_type`` where some plan of its type is for
@@ -214,12 +276,36 @@ def unmarked(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
-@dataclass(frozen=True)
+RUN = 32
+"""Events of one plan the validator is asked about at once (:meth:`Contracts.check_many`):
+where one of them breaks the plan, each is checked again alone, so a run is short."""
+
+
+@dataclass(frozen=True, eq=False)  # told apart by identity: a key of check_many's runs
 class _Checked:
     plan: Plan
     validator: Any
     ok: Verdict
     """The verdict of an event that meets the plan (one object for all of them)."""
+    many: Any
+    """The validator of a JSON array of events that all meet the plan (None: none)."""
+
+    def all_valid(self, events: list[Any]) -> bool:
+        return self.many is not None and bool(self.many.is_valid(events))
+
+
+def _verdict(chosen: _Checked, event: Mapping[str, Any]) -> Verdict:
+    """``event`` against the plan ``chosen`` for it."""
+    try:
+        if chosen.validator.is_valid(event):
+            return chosen.ok
+        errors = list(itertools.islice(chosen.validator.iter_errors(event), MAX_ERRORS))
+    except (TypeError, ValueError) as exc:  # a value JSON has not (never from a body)
+        return Verdict.of(chosen.plan.id, (Violation("", "unchecked", _short(str(exc))),))
+    return Verdict.of(chosen.plan.id, (
+        Violation(_pointer(e.instance_path), _rule(e.schema_path), _short(e.message))
+        for e in errors
+    ))  # fmt: skip
 
 
 def _pointer(path: Sequence[Any]) -> str:

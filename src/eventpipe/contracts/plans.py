@@ -23,7 +23,7 @@ Patterns run on a regex engine with a backtracking limit, so no pattern runs for
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -284,23 +284,62 @@ MAX_COMPILED = 1000
 def compiled(path: Path, schema: dict[str, Any]) -> Any:
     """The plan's validator (jsonschema-rs, offline, formats checked), made once per
     schema: PlanError for a schema that is not valid JSON Schema."""
+    import jsonschema_rs
+
+    def make() -> Any:
+        try:
+            jsonschema_rs.meta.validate(schema)
+            return jsonschema_rs.validator_for(schema, validate_formats=True, offline=True)
+        except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
+            first = str(exc).splitlines()[0]
+            raise PlanError(f"{path}: not a valid JSON Schema: {first}") from None
+
+    return _made(b"one", path, schema, make)
+
+
+MANY_URI = "json-schema:///eventpipe-plan"
+"""Where the validator of many events finds a plan without an absolute ``$id``."""
+
+
+def compiled_many(path: Path, schema: dict[str, Any]) -> Any:
+    """The validator of a JSON array whose items all meet the plan: the plan is a
+    resource of its registry, under its ``$id`` (or :data:`MANY_URI`), and the array's
+    items refer to it, so that its own references resolve as they do in
+    :func:`compiled`'s; made once per schema. None where the plan cannot be referred to
+    so (its events are then checked one by one). It only ever says whether all items
+    meet the plan; why one does not is :func:`compiled`'s to say."""
+    import jsonschema_rs
+
+    def make() -> Any:
+        own = schema.get("$id")
+        uri = own if type(own) is str and ":" in own.split("/", 1)[0] else MANY_URI
+        wrapper: dict[str, Any] = {"type": "array", "items": {"$ref": uri}}
+        if "$schema" in schema:
+            wrapper["$schema"] = schema["$schema"]
+        try:
+            registry = jsonschema_rs.Registry([(uri, schema)])
+            return jsonschema_rs.validator_for(wrapper, validate_formats=True, offline=True,
+                                               registry=registry)  # fmt: skip
+        except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError):
+            return None
+
+    return _made(b"many", path, schema, make)
+
+
+def _made(kind: bytes, path: Path, schema: dict[str, Any], make: Callable[[], Any]) -> Any:
+    """``make()``'s validator of ``kind`` for ``schema``, made once per schema."""
     import hashlib
 
-    import jsonschema_rs
     import orjson
 
     try:
-        key = hashlib.sha256(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)).digest()
+        key = kind + hashlib.sha256(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS)).digest()
     except TypeError as exc:  # YAML that is not JSON: a set, a key that is not text
         raise PlanError(f"{path}: not a JSON Schema: {exc}") from None
     with _compiled_lock:
         if key in _compiled:
             return _compiled[key]
-    try:
-        jsonschema_rs.meta.validate(schema)
-        validator = jsonschema_rs.validator_for(schema, validate_formats=True, offline=True)
-    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as exc:
-        raise PlanError(f"{path}: not a valid JSON Schema: {str(exc).splitlines()[0]}") from None
+    validator = make()
     with _compiled_lock:
         if len(_compiled) >= MAX_COMPILED:
             _compiled.clear()
