@@ -344,6 +344,8 @@ def _write_checked(
             mark = mark_of(event, verdict)
         if mark is not None:
             event[CHECKED] = mark
+        # Encoded and limited as in enrich_batch's loop, which keeps its lines inline:
+        # a call per event there would cost every event, checked or not.
         try:
             line = dumps(event, option=_APPEND_NEWLINE)
         except orjson.JSONEncodeError as exc:

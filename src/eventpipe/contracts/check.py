@@ -278,7 +278,7 @@ def unmarked(event: dict[str, Any]) -> dict[str, Any]:
 
 RUN = 32
 """Events of one plan the validator is asked about at once (:meth:`Contracts.check_many`):
-where one of them breaks the plan, each is checked again alone, so a run is short."""
+where one of them breaks the plan, they are checked again one by one, so a run is short."""
 
 
 @dataclass(frozen=True, eq=False)  # told apart by identity: a key of check_many's runs
