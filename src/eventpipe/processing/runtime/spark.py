@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from eventpipe.errors import EventpipeError
-from eventpipe.processing.runtime import class_data
+from eventpipe.processing.runtime import class_data, gateway
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -245,6 +245,7 @@ def start_session(
         session = builder.getOrCreate()
     session.sparkContext.setLogLevel("WARN")
     _make_query_context_loggers()
+    gateway.remember_lookups(session)
     # Concurrent Parquet writers (above) make its memory manager warn for every file it
     # shrinks a row group of: expected, and not the operator's concern.
     jvm = session.sparkContext._jvm
