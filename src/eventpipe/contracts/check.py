@@ -136,6 +136,9 @@ class Contracts:
         }  # fmt: skip
         """The plans of the event types whose plans are for every key and source: no
         choice to make per event."""
+        self._backoff: dict[_Checked, list[int]] = {}
+        """Per plan whose events broke it lately: the calls of check_many left that
+        check its events one by one, and how many that was at first."""
 
     def __bool__(self) -> bool:
         return bool(self._by_type)
@@ -209,18 +212,43 @@ class Contracts:
             else:
                 places.append(n)
         for chosen, places in runs.items():
-            for start in range(0, len(places), RUN):
-                part = places[start : start + RUN]
-                try:
-                    all_ok = chosen.all_valid([events[n] for n in part])
-                except (TypeError, ValueError):  # a value JSON has not: told one by one
-                    all_ok = False
-                if not all_ok:  # this plan's events break it here: the rest one by one
-                    for n in places[start:]:
-                        verdicts[n] = _verdict(chosen, events[n])
-                    break
-                for n in part:
-                    verdicts[n] = chosen.ok
+            backoff = self._backoff.get(chosen)
+            if backoff is not None and backoff[0] > 0:  # its events broke it lately
+                backoff[0] -= 1
+                start = 0
+            else:
+                start = self._runs(chosen, events, places, verdicts)
+            for n in places[start:]:
+                verdicts[n] = _verdict(chosen, events[n])
+        return verdicts
+
+    def _runs(
+        self,
+        chosen: _Checked,
+        events: Sequence[Mapping[str, Any]],
+        places: list[int],
+        verdicts: list[Verdict | None],
+    ) -> int:
+        """The events of ``chosen`` at ``places`` asked about in runs: each run that all
+        meet it gets their verdicts. Where the events left are (from the first run that
+        does not; ``len(places)`` if none), to be checked one by one. A plan whose run
+        fails is not asked about in runs for the next 1, 2, 4... calls (up to
+        :data:`MAX_BACKOFF`), until one of its runs all meet it again."""
+        for start in range(0, len(places), RUN):
+            part = places[start : start + RUN]
+            try:
+                all_ok = chosen.all_valid([events[n] for n in part])
+            except (TypeError, ValueError):  # a value JSON has not: told one by one
+                all_ok = False
+            if not all_ok:
+                last = self._backoff.get(chosen, (0, 0))[1]
+                wait = min(MAX_BACKOFF, 2 * last or 1)
+                self._backoff[chosen] = [wait, wait]
+                return start
+            for n in part:
+                verdicts[n] = chosen.ok
+        self._backoff.pop(chosen, None)
+        return len(places)
         return verdicts
 
     def _choose(self, event: Mapping[str, Any]) -> _Checked | Verdict | None:
@@ -276,6 +304,9 @@ def unmarked(event: dict[str, Any]) -> dict[str, Any]:
     return event
 
 
+MAX_BACKOFF = 32
+"""Calls of :meth:`Contracts.check_many` at most in which a plan whose events broke it
+is not asked about in runs."""
 RUN = 32
 """Events of one plan the validator is asked about at once (:meth:`Contracts.check_many`):
 where one of them breaks the plan, they are checked again one by one, so a run is short."""

@@ -122,3 +122,34 @@ def test_a_version_asked_for_and_a_value_json_has_not_are_told_as_alone(tmp_path
     assert [v.ok for v in verdicts if v is not None] == [True, False, True, False, False]
     rules = [v.violations[0].rule if v is not None and v.violations else None for v in verdicts]
     assert rules == [None, "maximum", None, "version", "unchecked"]
+
+
+def test_a_plan_broken_in_every_run_is_asked_about_in_runs_less_and_less(
+    tmp_path: Path,
+) -> None:
+    """Where a plan's runs keep failing, its events are checked one by one for the next
+    1, 2, 4... calls (each failed run was a check for nothing); a run that all meet it
+    ends that. The verdicts are the same either way."""
+    directory = tmp_path / "plans"
+    directory.mkdir()
+    (directory / "plan.json").write_bytes(orjson.dumps(PLANS[0]))
+    contracts = Contracts(read_plans([directory]))
+    chosen = contracts._for_any["by_pointer"][0]
+    asked: list[int] = []
+    real = chosen.many
+
+    class Counting:
+        def is_valid(self, events: list[Any]) -> bool:
+            asked.append(len(events))
+            return bool(real.is_valid(events))
+
+    object.__setattr__(chosen, "many", Counting())  # the frozen plan's validator, counted
+    good, bad = _event("by_pointer", MEET["by_pointer"]), _event("by_pointer", BREAK["by_pointer"])
+    mixed = [good, bad, good] * 10
+    for _ in range(10):
+        assert contracts.check_many(mixed) == [contracts.check(e) for e in mixed]
+    assert len(asked) == 3  # calls 1, 3 and 6; 7 to 10 wait
+    assert contracts.check_many([good] * 40) == [contracts.check(good)] * 40  # call 11
+    assert asked[3:] == [32, 8]  # in runs again, and it met the plan
+    contracts.check_many([good] * 5)
+    assert asked[5:] == [5]  # so the next call asks in runs at once
