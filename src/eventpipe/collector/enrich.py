@@ -186,7 +186,7 @@ def enrich_batch(
     This loop runs for every event on the collector's one event loop thread, so it is
     written flat, with names bound once (measured: about 1.6 us of Python per event before,
     see bench/ingest.py); the rare cases go to functions of their own (:func:`_reject`,
-    :func:`_reject_deep`, :func:`_check_contracts`).
+    :func:`_reject_deep`, :func:`_write_checked`).
     """
     out = out if out is not None else EnrichedBatch()
     lines, first = out.lines, len(out.lines)
