@@ -63,14 +63,16 @@ def _higher_order(
     context = SparkContext._active_spark_context
     assert context is not None
     assert context._jvm is not None
+    # Each class by its full name: one round trip to the JVM, where ``jvm.org.apache...``
+    # makes one per part of the name (seven for CurrentOrigin).
     jvm = context._jvm
     # The column node's own constructor: its companion's apply draws a fresh name.
-    origin = jvm.org.apache.spark.sql.catalyst.trees.CurrentOrigin.get()
-    node = jvm.org.apache.spark.sql.internal.UnresolvedNamedLambdaVariable
+    origin = getattr(jvm, "org.apache.spark.sql.catalyst.trees.CurrentOrigin").get()
+    node = getattr(jvm, "org.apache.spark.sql.internal.UnresolvedNamedLambdaVariable")
     variable = node(_PREFIX + name, origin)
-    argument = Column(jvm.org.apache.spark.sql.Column(variable))
+    argument = Column(getattr(jvm, "org.apache.spark.sql.Column")(variable))
     result = body(argument)
-    utils = jvm.org.apache.spark.sql.api.python.PythonSQLUtils
+    utils = getattr(jvm, "org.apache.spark.sql.api.python.PythonSQLUtils")
     function_of = utils.lambdaFunction(result._jc, _to_seq(context, [argument._jc]))
     arguments = [_to_java_column(column), function_of]
     return Column(utils.fn(function, _to_seq(context, arguments)))
