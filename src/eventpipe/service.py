@@ -206,7 +206,7 @@ class CollectorWorkers:
             target=_collector_worker, args=(self.config, self.source, worker, self._reports),
             name=f"collector-{worker}", daemon=False,
         )  # fmt: skip
-        process.start()
+        start_with_stops_held(process)
         self._workers[worker] = process
 
     def _wait_ready(self) -> None:
@@ -260,6 +260,28 @@ class CollectorWorkers:
                 log.warning("collector worker %s did not stop in time; killing it", process.name)
                 process.kill()
                 process.join()
+
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def start_with_stops_held(process: Any) -> None:
+    """Start ``process`` (spawned) with SIGTERM and SIGINT blocked; the collector worker
+    unblocks them once its handlers are in place (``collector.server.serve``). A stop
+    that comes while it still imports (the supervisor stopping right after it started
+    it, Ctrl-C in the terminal) then waits for its handler instead of ending it before
+    it has sealed what its predecessor left. The signal mask passes through fork and
+    exec; this thread's own mask is as it was after the start. (CPython starts its
+    resource tracker the same way, and unblocks both signals after: it is started first,
+    so that the start of the process does not unblock them early.)"""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _collector_worker(config: Config, source: str, worker: int, reports: Any) -> None:

@@ -111,6 +111,9 @@ def serve(
     # stops at once, sealing what it opened. SIGTERM's default would end it in between.
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, server.handle_exit)
+    # Its supervisor started it with both blocked (service.start_with_stops_held): one
+    # that came since is handled now.
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, (signal.SIGTERM, signal.SIGINT))
     # A worker may replace one still stopping (its requests get the grace period).
     collector.open(config.server.shutdown_grace_seconds + 5 if shared else 0.0)
     sockets = [shared_socket(config.server.host, config.server.port)] if shared else None
