@@ -59,7 +59,7 @@ class PostgresServer:
             f"-c listen_addresses=127.0.0.1 -c port={self.port} "
             f"-c unix_socket_directories={self.root}"
             " -c fsync=off -c synchronous_commit=off -c full_page_writes=off"
-            # Change data capture (sources/postgres.py) reads logical replication slots.
+            # Change data capture (sources/postgres/) reads logical replication slots.
             " -c wal_level=logical -c max_replication_slots=20 -c max_wal_senders=20"
         )
         self._pg(["pg_ctl", "-D", str(self.data), "-o", options, "-l",

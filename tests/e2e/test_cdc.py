@@ -33,7 +33,8 @@ from eventpipe.log import compaction
 from eventpipe.processing.batch.job import process_pending
 from eventpipe.processing.modes.fill import fill
 from eventpipe.processing.runtime.pipeline import Runtime
-from eventpipe.sources.postgres import PostgresSource, _as_json, _columns
+from eventpipe.sources.postgres import PostgresSource
+from eventpipe.sources.postgres.catalog import as_json, table_columns
 from tests.conftest import make_config, source_sql
 from tests.process import EVENTPIPE, CollectorProcess, _env, free_port, run, write_config
 
@@ -151,10 +152,10 @@ def source_digests(dsn: str) -> dict[str, str]:
     with psycopg.connect(dsn) as db:
         for table in KEYED:
             schema, name = table.split(".")
-            columns = _columns(db, table)
+            columns = table_columns(db, table)
             rows = db.execute(
                 psycopg.sql.SQL("SELECT {} FROM {}.{}").format(
-                    _as_json(columns), psycopg.sql.Identifier(schema), psycopg.sql.Identifier(name)
+                    as_json(columns), psycopg.sql.Identifier(schema), psycopg.sql.Identifier(name)
                 )
             ).fetchall()
             found[table] = _digest([json.loads(text) for (text,) in rows])
@@ -184,7 +185,7 @@ def destination_digests(
     (``quote``: how the destination's SQL quotes a table's name)."""
     found = {}
     with psycopg.connect(source_dsn) as db:
-        wanted = {t: [c for c, _ in _columns(db, t)] for t in KEYED}
+        wanted = {t: [c for c, _ in table_columns(db, t)] for t in KEYED}
     for table, columns in wanted.items():
         names, rows = query(f"SELECT * FROM {quote(table.replace('.', '_'))}")
         names = [n.lower() for n in names]  # Snowflake names result columns in capitals

@@ -1,54 +1,4 @@
-"""Change data capture from PostgreSQL into the log (``eventpipe read SOURCE``).
-
-A source reads a database the way seed 3's readers do: it copies the chosen tables,
-then follows their changes, and writes each row and change to the log as an event,
-under the source's id as key id, as a log writer of its own (``<host>-source-<id>``).
-
-1. **Slot and snapshot.** On first use, a logical replication slot (``wal2json``) is
-   created over a replication connection, exporting a snapshot: the slot's changes
-   start exactly where the snapshot's view of the tables ends.
-2. **Copy** (per table: ``copy``, then ``sync`` in the progress file). Each table whose
-   ``schema.table`` matches ``tables`` is read in that snapshot, row by row, as events
-   with ``_op: read``, after a ``truncate`` of the table: a copy cut short (the process
-   died: the snapshot died with it) starts over with a new slot, and the writers that
-   apply changes then start the table over too, so that a row copied before and
-   deleted since does not stay.
-3. **Sync.** The slot's changes are read (``pg_logical_slot_peek_changes``), whole
-   transactions at a time: ``insert``, ``update``, ``delete`` and ``truncate``, each an
-   event. Only after the log has fsynced them is the slot moved past them
-   (``pg_replication_slot_advance``): a reader killed at any point resumes from the slot
-   without losing a change, and the changes it logged but had not confirmed are logged
-   again, with the same event ids.
-
-An event is the row's columns as they are (numbers and booleans as JSON numbers and
-booleans, ``bytea`` as hex digits, everything else as PostgreSQL's text: the forms
-wal2json gives them in; a ``numeric`` that a float64 would not read back digit for digit
-as PostgreSQL's text of it, :func:`loads`) and:
-
-* ``_op``: ``read`` (the copy), ``insert``, ``update``, ``delete``, ``truncate``;
-* ``_namespace``: ``schema.table``;
-* ``_lsn`` and ``_seq``: the order of changes. ``_lsn`` is the WAL position of the
-  change's commit (an integer; transactions come in the order they committed), ``_seq``
-  its place in the transaction, from 1. The copy's rows carry the position just before
-  the slot's starting point (where its first change may be), its truncate ``_seq`` 0;
-* ``_key``: the row's primary key, its values as a JSON array in the key's column order
-  (``[7]``, ``[7,"a"]``), the same text in the copy and in every change of the row;
-  absent for a table without a primary key. A delete's is the key of the row deleted;
-* ``_commit_time`` and ``_timestamp``: when the transaction committed (the copy: when
-  it started);
-* ``_old_key``: an update that changed the key: the key before (a delete's row is the
-  replica identity: its key only, unless the table's identity is ``FULL``);
-* ``src``: ``postgres``, ``api_key``: the source's id, ``eventn_ctx.event_id``: derived
-  from the source, the slot, the change's position and its place in its transaction,
-  so a change read twice has one id.
-
-A value the WAL leaves out of an update (a large, TOASTed value the update did not
-change) is read from the table by key: as it is when read, and a later change of it
-follows in the changes, so the last change of every row is whole. The same holds for a
-column added with a DEFAULT, which the rows that existed get without a change: each read
-compares the tables' columns with the last read's, and a table given such a column is
-read again whole (:meth:`PostgresSource._backfill`).
-"""
+"""The reader of a PostgreSQL source (the package's docstring says how it reads)."""
 
 from __future__ import annotations
 
@@ -56,11 +6,10 @@ import asyncio
 import json
 import logging
 import re
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any
 
 import psycopg
@@ -74,6 +23,17 @@ from eventpipe.log.segments import SegmentLog
 from eventpipe.log.settings import LogSettings
 from eventpipe.log.writers import host_id
 from eventpipe.reserved import CHECKED
+from eventpipe.sources.postgres.catalog import (
+    Catalog,
+    as_json,
+    filled_without_changes,
+    identifier,
+    primary_key,
+    table_columns,
+    table_names,
+    visible_point,
+)
+from eventpipe.sources.postgres.values import key_text, loads, lsn_int, wal_timestamp
 from eventpipe.state.locks import open_locks
 
 log = logging.getLogger("eventpipe.sources")
@@ -84,16 +44,7 @@ CHUNK = 5_000
 """Events appended (one fsync) at a time during the copy."""
 WAL2JSON = ("format-version", "2", "include-lsn", "1", "include-pk", "1",
             "include-timestamp", "1", "include-types", "0")  # fmt: skip
-NATIVE = frozenset({"smallint", "integer", "bigint", "numeric", "real", "double precision",
-                    "boolean"})  # fmt: skip
-"""Column types whose values are JSON numbers or booleans (the rest are text)."""
 OPS = {"I": "insert", "U": "update", "D": "delete", "T": "truncate"}
-
-
-def lsn_int(lsn: str) -> int:
-    """``16/B374D848`` as the 64-bit position it stands for."""
-    high, low = lsn.split("/")
-    return (int(high, 16) << 32) | int(low, 16)
 
 
 @dataclass
@@ -206,7 +157,7 @@ class PostgresSource:
             with self._connect() as db:
                 db.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 db.execute(sql.SQL("SET TRANSACTION SNAPSHOT {}").format(snapshot))
-                chosen = [t for t in _tables(db) if self.tables.search(t)]
+                chosen = [t for t in table_names(db) if self.tables.search(t)]
                 progress = Progress(self.slot, start,
                                     {t: {"state": "copy", "rows": 0} for t in chosen})  # fmt: skip
                 self._save(progress)
@@ -229,9 +180,9 @@ class PostgresSource:
         segment_log: SegmentLog,
     ) -> tuple[int, list[str]]:  # fmt: skip
         """The table's rows in the snapshot to the log; how many, and its columns."""
-        columns = _columns(db, table)
-        key = _primary_key(db, table)
-        query = sql.SQL("SELECT {} FROM {}").format(_as_json(columns), _identifier(table))
+        columns = table_columns(db, table)
+        key = primary_key(db, table)
+        query = sql.SQL("SELECT {} FROM {}").format(as_json(columns), identifier(table))
         # Just before the slot's starting point: the first change may be at it. The
         # truncate first: a copy that starts over replaces what an earlier one logged.
         envelope = {"_namespace": table, "_lsn": lsn_int(start) - 1,
@@ -261,20 +212,20 @@ class PostgresSource:
         self, db: psycopg.Connection[Any], table: str, segment_log: SegmentLog
     ) -> int:
         """Every row of ``table`` as it is now, as an ``update`` at a WAL position the read
-        sees every change before (:func:`_visible_point`), ``_seq`` 0: a column added with
+        sees every change before (:func:`catalog.visible_point`), ``_seq`` 0: a column added with
         a DEFAULT gave the rows that existed their value without a change in the WAL, so
         the destinations would keep NULL there. Changes after that position follow in the
         log and decide, as for a TOASTed value read by key. A table without a primary key
         is append-only, where such rows would be copies: left as it is, with a warning."""
-        key = _primary_key(db, table)
+        key = primary_key(db, table)
         if not key:
             log.warning("source %s: a column of %s was added with a DEFAULT; its rows that "
                         "existed keep NULL in the destinations (no primary key to apply "
                         "them by)", self.id, table)  # fmt: skip
             return 0
-        columns = _columns(db, table)
-        query = sql.SQL("SELECT {} FROM {}").format(_as_json(columns), _identifier(table))
-        point = await _visible_point(db, self.id)
+        columns = table_columns(db, table)
+        query = sql.SQL("SELECT {} FROM {}").format(as_json(columns), identifier(table))
+        point = await visible_point(db, self.id)
         envelope = {"_namespace": table, "_lsn": lsn_int(point), "_seq": 0,
                     "_op": "update", "_commit_time": format_timestamp(utc_now())}  # fmt: skip
         chunk: list[bytes] = []
@@ -354,7 +305,7 @@ class PostgresSource:
             action = change["action"]
             if action == "B":
                 pending, seq = [], 0
-                commit_time, commit = _iso(change.get("timestamp")), lsn_int(change["lsn"])
+                commit_time, commit = wal_timestamp(change.get("timestamp")), lsn_int(change["lsn"])
             elif action == "C":
                 events.extend(pending)
                 pending = []
@@ -386,7 +337,7 @@ class PostgresSource:
             known = progress.columns.get(table)
             progress.columns[table] = list(columns)
             new = [c for c in columns if known is not None and c not in known]
-            if new and _filled_without_changes(db, table, new):
+            if new and filled_without_changes(db, table, new):
                 added.append(table)
         return added
 
@@ -408,195 +359,3 @@ class PostgresSource:
             row = catalog.whole(envelope["_namespace"], row, key)
         event_id = uuid.uuid5(IDS, f"{self.id}:{self.slot}:{envelope['_lsn']}:{envelope['_seq']}")
         return self._event(row, envelope, str(event_id))
-
-
-class Catalog:
-    """What the changes need of the source's tables beyond the WAL, on a connection:
-    their columns, and the values an update left out."""
-
-    def __init__(self, db: psycopg.Connection[Any]) -> None:
-        self.db = db
-        self.columns: dict[str, dict[str, str]] = {}
-        """``schema.table`` -> its columns and their types, in order."""
-
-    def whole(self, table: str, row: dict[str, Any], key: list[str]) -> dict[str, Any]:
-        """``row`` of an update with the columns the WAL left out (unchanged TOASTed
-        values) read from the table by key; as it is if the row is gone (a later change
-        deletes or moves it)."""
-        columns = self.columns.get(table)
-        if columns is None or not columns.keys() >= row.keys():  # new, or it changed
-            columns = self.columns[table] = dict(_columns(self.db, table))
-        if len(row) >= len(columns):
-            return row
-        missing = [(name, t) for name, t in columns.items() if name not in row]
-        if not missing:
-            return row
-        where = sql.SQL(" AND ").join(
-            sql.SQL("{} = %s").format(_text(name, columns.get(name, "text"))) for name in key
-        )
-        found = self.db.execute(
-            sql.SQL("SELECT {} FROM {} WHERE {}").format(
-                _as_json(missing), _identifier(table), where
-            ),
-            [row[name] for name in key],
-        ).fetchone()
-        return {**row, **loads(found[0])} if found else row
-
-
-_DIGITS = re.compile(r"^[-+]?0*([0-9]*?)\.?([0-9]*?)0*(?:[eE].*)?$")
-
-
-def _significant(number: str) -> str:
-    """The significant digits of a number's text (``-0012.3400e5`` -> ``1234``)."""
-    found = _DIGITS.match(number)
-    return (found[1] + found[2]).strip("0") if found else number
-
-
-def exact_number(text: str) -> float | str:
-    """A JSON number with a fraction or exponent: the float64 that reads back as the same
-    digits, else its text (``24.57142857142857142857`` has more digits than a float64
-    holds: kept as text, which the destinations store by the lattice as text or refuse
-    for a column of numbers, never rounded)."""
-    number = float(text)
-    # A text of 16 characters has a "." or an "e": at most 15 digits, which a float64
-    # always reads back (the common case, without the regular expressions).
-    if len(text) <= 16 or _significant(repr(number)) == _significant(text):
-        return number
-    return text
-
-
-_DECODER = json.JSONDecoder(parse_float=exact_number)
-"""One decoder: ``json.loads`` with an option builds one per call (3.5x slower per row)."""
-
-
-def loads(text: str) -> Any:
-    """JSON as a source reads it: integers of any size (Python's), numbers with a
-    fraction exact (:func:`exact_number`)."""
-    return _DECODER.decode(text)
-
-
-VISIBLE_WAIT_SECONDS = 60.0
-"""How long a table read again waits for the transactions open when it began."""
-
-
-async def _visible_point(db: psycopg.Connection[Any], source_id: str) -> str:
-    """A WAL position such that a read started after this returns sees every transaction
-    that committed before it: the position now, then a wait until every transaction that
-    had an id by then has ended (one may have written its commit before the position and
-    not be visible yet). Changes after the position sort after what the read returns."""
-    point = db.execute("SELECT pg_current_wal_lsn()::text").fetchone()
-    horizon = db.execute("SELECT pg_snapshot_xmax(pg_current_snapshot())::text").fetchone()
-    assert point is not None
-    assert horizon is not None
-    deadline = time.monotonic() + VISIBLE_WAIT_SECONDS
-    while True:
-        ended = db.execute(
-            "SELECT pg_snapshot_xmin(pg_current_snapshot()) >= %s::xid8", [horizon[0]]
-        ).fetchone()
-        if ended and ended[0]:
-            return str(point[0])
-        if time.monotonic() > deadline:
-            raise TransientError(
-                f"source {source_id}: a table read again waits for transactions open for "
-                f"more than {VISIBLE_WAIT_SECONDS:g} s",
-                fix="end the long transactions (pg_stat_activity); the reader tries again",
-            )
-        await asyncio.sleep(0.05)
-
-
-def _filled_without_changes(db: psycopg.Connection[Any], table: str, columns: list[str]) -> bool:
-    """Whether any of ``columns`` (added to ``table``) has values in rows that existed
-    before it that no change carried: a ``DEFAULT`` (PostgreSQL 11 keeps a constant one
-    aside, a volatile one rewrites the table; neither is in the WAL's row changes) or a
-    generated column."""
-    found = db.execute(
-        "SELECT count(*) FROM pg_attribute WHERE attrelid = to_regclass(%s) "
-        "AND attname = ANY(%s) AND (atthasdef OR atthasmissing OR attgenerated <> '')",
-        [_identifier(table).as_string(db), columns],
-    ).fetchone()
-    return bool(found and found[0])
-
-
-def key_text(row: dict[str, Any], key: list[str]) -> str:
-    """The key of ``row`` as writers compare it: its values as a JSON array."""
-    return json.dumps([row.get(name) for name in key], ensure_ascii=False, separators=(",", ":"))
-
-
-def _identifier(table: str) -> sql.Composable:
-    schema, name = table.split(".", 1)
-    return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name))
-
-
-def _columns(db: psycopg.Connection[Any], table: str) -> list[tuple[str, str]]:
-    """The table's columns and their types, in order."""
-    schema, name = table.split(".", 1)
-    rows = db.execute(
-        "SELECT column_name, data_type FROM information_schema.columns "
-        "WHERE table_schema = %s AND table_name = %s ORDER BY ordinal_position",
-        [schema, name],
-    ).fetchall()
-    return [(str(c), str(t)) for c, t in rows]
-
-
-def _primary_key(db: psycopg.Connection[Any], table: str) -> list[str]:
-    """The table's primary key columns, in the key's order (as wal2json lists them)."""
-    rows = db.execute(
-        "SELECT a.attname FROM pg_index i CROSS JOIN unnest(i.indkey) WITH ORDINALITY "
-        "AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = i.indrelid "
-        "AND a.attnum = k.attnum WHERE i.indrelid = %s::regclass AND i.indisprimary "
-        "ORDER BY k.n",
-        [_identifier(table).as_string(db)],
-    ).fetchall()
-    return [str(name) for (name,) in rows]
-
-
-def _text(column: str, data_type: str) -> sql.Composable:
-    """A column's value as wal2json gives it: numbers and booleans as they are, ``bytea``
-    as hex digits, the rest as PostgreSQL's text."""
-    name = sql.Identifier(column)
-    if data_type in NATIVE:
-        return name
-    if data_type == "bytea":
-        return sql.SQL("encode({}, 'hex')").format(name)
-    return sql.SQL("{}::text").format(name)
-
-
-def _as_json(columns: list[tuple[str, str]]) -> sql.Composable:
-    """The columns as one JSON object's text, each value as :func:`_text` gives it.
-    ``json_build_object`` takes
-    100 arguments: a wider table's columns are built in parts, joined as ``jsonb``."""
-    parts = [
-        sql.SQL("json_build_object({})").format(sql.SQL(", ").join(
-            sql.SQL("{}, {}").format(
-                sql.Literal(c),
-                _text(c, t),
-            )
-            for c, t in columns[i : i + 50]
-        ))
-        for i in range(0, max(len(columns), 1), 50)
-    ]  # fmt: skip
-    if len(parts) == 1:
-        return sql.SQL("{}::text").format(parts[0])
-    return sql.SQL("({})::text").format(
-        sql.SQL(" || ").join(sql.SQL("{}::jsonb").format(p) for p in parts)
-    )
-
-
-def _tables(db: psycopg.Connection[Any]) -> list[str]:
-    rows = db.execute(
-        "SELECT table_schema || '.' || table_name FROM information_schema.tables "
-        "WHERE table_type = 'BASE TABLE' AND table_schema NOT IN ('pg_catalog', "
-        "'information_schema') ORDER BY 1"
-    ).fetchall()
-    return [name for (name,) in rows]
-
-
-def _iso(stamp: str | None) -> str:
-    """wal2json's commit time (``2026-11-24 12:00:00.123456+00``) as eventpipe writes
-    timestamps; now if it has none."""
-    if not stamp:
-        return format_timestamp(utc_now())
-    text = stamp.replace(" ", "T", 1)
-    if re.search(r"[+-]\d\d$", text):
-        text += ":00"
-    return format_timestamp(datetime.fromisoformat(text).astimezone(UTC))
