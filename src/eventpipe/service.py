@@ -260,6 +260,10 @@ class CollectorWorkers:
                 log.warning("collector worker %s did not stop in time; killing it", process.name)
                 process.kill()
                 process.join()
+            elif process.exitcode:  # a clean stop is 0: its active segments may be left
+                log.warning("collector worker %s exited with %s while stopping; a segment "
+                            "it had active is sealed by the next start", process.name,
+                            process.exitcode)  # fmt: skip
 
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
