@@ -1,0 +1,122 @@
+"""A stream's micro-batches straight through the job, by the width of their events.
+
+    .venv/bin/python bench/micro_batch.py --widths 0,100,300 --batches 20 --rounds 2
+
+One Spark session runs the job of a stream destination into DuckDB
+(``process_stream_batch``, what each micro-batch of ``eventpipe run`` calls) on
+``--events`` events at a time, each event with ``width`` more keys than the narrow
+baseline's three (``event_type``, ``seq``, ``n``); the widths take turns, ``--batches``
+micro-batches each per round. What the driver does for every micro-batch (building the
+plans through Py4J, Catalyst analysing them, the Spark job, the load) grows with the
+columns, not the rows: the bench prints each width's median micro-batch (the first
+``--warm`` of each width's first round left out) and its ratio to the baseline, and with
+``--count-calls`` the calls from Python into the JVM in the last micro-batch, by kind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import statistics
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--widths", default="0,100,300", help="keys beside the baseline's")
+    parser.add_argument("--events", type=int, default=1000, help="events per micro-batch")
+    parser.add_argument("--batches", type=int, default=20, help="per width and round")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--warm", type=int, default=5, help="left out of the first round")
+    parser.add_argument("--count-calls", action="store_true")
+    args = parser.parse_args()
+    widths = [int(w) for w in args.widths.split(",")]
+
+    from eventpipe.collector.enrich import EnrichSettings, RequestContext, enrich_batch
+    from eventpipe.config import parse_config
+    from eventpipe.processing.batch.job import process_stream_batch
+    from eventpipe.processing.batch.schema_cache import SchemaCache
+    from eventpipe.processing.runtime.pipeline import Runtime
+    from eventpipe.processing.runtime.spark import start_session
+
+    calls: collections.Counter[str] = collections.Counter()
+    if args.count_calls:
+        _count_calls(calls)
+    work = Path(tempfile.mkdtemp(prefix="eventpipe-micro-batch-"))
+    destinations = {
+        f"w{w}": {"type": "duckdb", "mode": "stream", "path": str(work / f"w{w}.duckdb")}
+        for w in widths
+    }
+    config = parse_config(
+        {"data_dir": str(work / "data"), "destinations": destinations}, source="bench"
+    )
+    spark = start_session(config.spark.settings)
+    now = datetime.now(UTC)
+    ctx = RequestContext(key_id="bench", browser=False, source_ip="127.0.0.1", user_agent=None,
+                         received_at=now, timestamp=now.isoformat())  # fmt: skip
+    settings = EnrichSettings(max_event_bytes=1 << 20, anonymize_ip=False)
+    runtimes = {w: Runtime(config, spark).only([f"w{w}"]) for w in widths}
+    schemas = {w: SchemaCache() for w in widths}
+    epochs = dict.fromkeys(widths, 0)
+    times: dict[int, list[float]] = {w: [] for w in widths}
+
+    def micro_batch(width: int) -> float:
+        epoch = epochs[width]
+        epochs[width] += 1
+        items: list[Any] = [
+            {"event_type": "tick", "seq": epoch * args.events + k, "n": k % 10,
+             **{f"p{j}": j + k for j in range(width)}}
+            for k in range(args.events)
+        ]  # fmt: skip
+        path = work / f"w{width}-{epoch}.jsonl"
+        path.write_bytes(b"".join(enrich_batch(items, ctx, settings).lines))
+        calls.clear()
+        started = time.perf_counter()
+        process_stream_batch(runtimes[width], epoch, [path], schemas[width])
+        return time.perf_counter() - started
+
+    for round_ in range(args.rounds):
+        for width in widths:
+            taken = [micro_batch(width) for _ in range(args.batches)]
+            times[width] += taken[args.warm :] if round_ == 0 else taken
+            print(f"round {round_ + 1}, width {width}: median {statistics.median(taken):.3f} s")
+    base = statistics.median(times[widths[0]])
+    print(f"\n{args.events} events per micro-batch, medians over {args.rounds} round(s):")
+    for width in widths:
+        median = statistics.median(times[width])
+        print(f"  {width + 3:4d} keys: {median:.3f} s per micro-batch "
+              f"({median / base:.2f}x the {widths[0] + 3}-key baseline)")  # fmt: skip
+    if args.count_calls:
+        print(f"calls into the JVM in the last micro-batch (width {widths[-1]}): "
+              f"{sum(calls.values())}")  # fmt: skip
+        for kind, count in calls.most_common(12):
+            print(f"  {count:6d} {kind}")
+    spark.stop()
+
+
+def _count_calls(calls: collections.Counter[str]) -> None:
+    """Count every command Py4J sends, by kind (a call: by method)."""
+    from py4j import clientserver
+
+    send = clientserver.ClientServerConnection.send_command
+
+    def counting(self: Any, command: str) -> Any:
+        parts = command.split("\n")
+        calls[f"call {parts[2]}" if parts[0] == "c" and len(parts) > 2 else parts[0]] += 1
+        return send(self, command)
+
+    clientserver.ClientServerConnection.send_command = counting  # type: ignore[method-assign]
+
+
+if __name__ == "__main__":
+    main()

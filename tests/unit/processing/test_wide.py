@@ -1,0 +1,63 @@
+"""Wide events (processing/steps/fields.py): a projection of many columns, and the JSON
+text of an event, are written as SQL text so that the driver makes one call for them
+instead of several per column. What comes out is what the Column objects gave: the same
+names (any characters an event's key may hold), order, types, nullability and metadata,
+and the same values."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pyspark.sql.types import StringType, StructField, StructType
+
+from eventpipe.processing.batch.read import event_json, read_events
+from eventpipe.processing.steps.fields import JSON_TEXT, SQL_FROM_COLUMNS, renamed
+
+HOSTILE = ["a`b", "a.b", "", "é\n", "{x}", " sp ", "SELECT", "`", "a``b", "'q'", '"d"', "%s"]
+
+
+def _frame(spark: Any, width: int) -> Any:
+    names = [*HOSTILE, *(f"k{n}" for n in range(max(0, width - len(HOSTILE))))][:width]
+    fields = [
+        StructField(name, StringType(), n % 2 == 0, {JSON_TEXT: True} if n % 3 == 0 else {})
+        for n, name in enumerate(names)
+    ]
+    row = tuple(f"v{n}" for n in range(width))
+    return spark.createDataFrame([row], StructType(fields)), names
+
+
+@pytest.mark.parametrize("width", [SQL_FROM_COLUMNS - 1, SQL_FROM_COLUMNS, 300])
+def test_a_projection_keeps_names_order_types_and_metadata(spark: Any, width: int) -> None:
+    frame, names = _frame(spark, width)
+    wanted = list(reversed([(name, f"new {name}") for name in names]))
+    out = renamed(frame, wanted)
+    assert out.columns == [new for _, new in wanted]
+    source = {f.name: f for f in frame.schema.fields}
+    for field, (old, _) in zip(out.schema.fields, wanted, strict=True):
+        assert (field.dataType, field.nullable, field.metadata) == (
+            source[old].dataType, source[old].nullable, source[old].metadata,
+        )  # fmt: skip
+    [row] = out.collect()
+    assert list(row) == [f"v{names.index(old)}" for old, _ in wanted]
+    assert not [t for t in spark.catalog.listTables() if t.isTemporary]  # its view is gone
+
+
+def test_an_event_of_hostile_and_many_keys_is_its_json_again(tmp_path: Path, spark: Any) -> None:
+    event: dict[str, Any] = {key: n for n, key in enumerate(HOSTILE)}
+    event.update({f"k{n}": {"inner `x`": [n, "t"], "y": None} for n in range(200)})
+    event["_timestamp"] = "2026-11-29T10:00:00Z"  # a reserved name: escaped while read
+    event["list"] = [1, "a", {"b": 2}]
+    path = tmp_path / "incoming.tok=web-2026-11-29T10-00-00.000.log"
+    path.write_text(json.dumps(event) + "\n" + json.dumps({"small": 1}) + "\n")
+    frame = read_events(spark, [str(path)], lines=True)
+    assert frame.schema["list"].metadata.get(JSON_TEXT) is True  # an array: its own text
+    texts = [json.loads(r[0]) for r in frame.select(event_json(frame)).collect()]
+    # Spark's to_json leaves null fields out, as it did with the Column objects.
+    expected = {**event, **{f"k{n}": {"inner `x`": [n, "t"]} for n in range(200)}}
+    del expected[""]  # Spark's JSON reader makes no column of an empty key (as before)
+    assert texts[0] == expected
+    assert list(texts[0]) == [*sorted(expected)]  # the columns' order: Spark's, by name
+    assert texts[1] == {"small": 1}
