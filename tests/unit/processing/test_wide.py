@@ -61,3 +61,49 @@ def test_an_event_of_hostile_and_many_keys_is_its_json_again(tmp_path: Path, spa
     assert texts[0] == expected
     assert list(texts[0]) == [*sorted(expected)]  # the columns' order: Spark's, by name
     assert texts[1] == {"small": 1}
+
+
+def test_a_wide_batch_flattens_as_column_objects_flatten_it(
+    tmp_path: Path, spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventpipe.processing.steps import fields
+    from eventpipe.processing.steps.flatten import flatten_mapped
+
+    events = [
+        {**{key: n for n, key in enumerate(HOSTILE)}, "A": 1, "a": 2, "a_b": "x",
+         "nest": {"b `c`": [1, {"d": "e"}], "f.g": None, "A": True}, "list": [1, "a"],
+         **{f"k{n}": {"v": n} for n in range(60)}},
+        {"a": 3, "nest": {"a": False, "b `c`": []}, "k0": {"v": "text"}},
+    ]  # fmt: skip
+    path = tmp_path / "incoming.tok=web-2026-11-29T10-00-00.000.log"
+    path.write_text("".join(json.dumps(e) + "\n" for e in events))
+    frame = read_events(spark, [str(path)])
+    as_sql = flatten_mapped(frame)
+    monkeypatch.setattr(fields, "SQL_FROM_COLUMNS", 10**9)
+    as_columns = flatten_mapped(frame)
+    assert len(as_sql.frame.columns) > 60
+    assert as_sql.frame.schema == as_columns.frame.schema
+    assert as_sql.frame.collect() == as_columns.frame.collect()
+    assert (as_sql.pointers, as_sql.sources) == (as_columns.pointers, as_columns.sources)
+    row = as_sql.frame.collect()[0].asDict()
+    assert row["nest_b__c_"] == '[1, {"d": "e"}]'  # an array: the text it was sent as
+    assert '"/a":2' in row["_unmapped_data"]  # "A" and "a" collide: one kept aside
+
+
+def test_arrays_of_a_wide_frame_are_flattened_to_their_json(
+    spark: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from eventpipe.processing.steps import fields
+    from eventpipe.processing.steps.flatten import flatten_mapped
+
+    frame = spark.createDataFrame(
+        [([1, 2], {"xs": ["a"]}, *range(40))],
+        "ns array<int>, s struct<xs: array<string>>, " + ", ".join(f"c{n} int" for n in range(40)),
+    )
+    as_sql = flatten_mapped(frame).frame
+    monkeypatch.setattr(fields, "SQL_FROM_COLUMNS", 10**9)
+    as_columns = flatten_mapped(frame).frame
+    assert as_sql.schema == as_columns.schema
+    assert as_sql.collect() == as_columns.collect()
+    row = as_sql.collect()[0]
+    assert (row["ns"], row["s_xs"]) == ("[1,2]", '["a"]')

@@ -21,19 +21,14 @@ from dataclasses import dataclass
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
-from pyspark.sql.types import ArrayType, DataType, StringType, StructType
+from pyspark.sql.types import StringType, StructType
 
 from eventpipe import reserved
-from eventpipe.processing.steps.fields import reference
+from eventpipe.processing.steps.fields import projected, quoted
 from eventpipe.processing.steps.mapping import Leaf, Mapping
 from eventpipe.schema.naming import UNMAPPED_COLUMN, column_name
 from eventpipe.schema.pointers import pointer
 from eventpipe.schema.types import DataType as SchemaType
-
-
-def _reference(path: tuple[str, ...], spark_type: DataType) -> Column:
-    ref = reference(path)
-    return F.to_json(ref) if isinstance(spark_type, ArrayType) else ref
 
 
 def leaves(schema: StructType) -> list[Leaf]:
@@ -48,8 +43,7 @@ def leaves(schema: StructType) -> list[Leaf]:
             if isinstance(field.dataType, StructType):
                 walk(field.dataType, here, there)
             else:
-                column = _reference(there, field.dataType)
-                found.append(Leaf(here, field.dataType, column, source=there))
+                found.append(Leaf(here, field.dataType, source=there))
 
     walk(schema, (), ())
     return found
@@ -97,7 +91,11 @@ def flatten_mapped(
     for leaf in mapped:
         groups.setdefault(_name(leaf), []).append(leaf)
 
-    columns: list[Column] = [F.col(f"`{c}`") for c in passthrough if c in frame.columns]
+    # Each column: SQL text where it is a leaf read as it is (most of them), else a
+    # Column; one projection (fields.projected) makes them all.
+    columns: list[tuple[str, Column | str]] = [
+        (c, quoted(c)) for c in passthrough if c in frame.columns
+    ]
     losers: list[Column] = []
     pointers: dict[str, str] = {}
     sources: dict[str, str] = {}
@@ -107,16 +105,17 @@ def flatten_mapped(
         if source := ordered[0].source:  # Spark's names: the top-level one escaped
             sources[name] = pointer((reserved.unescape(source[0]), *source[1:]))
         if len(ordered) == 1:
-            columns.append(ordered[0].column.alias(name))
+            leaf = ordered[0]
+            columns.append((name, leaf.sql if leaf.sql is not None else leaf.column))
             continue
         same_type = len({type(leaf.spark_type) for leaf in ordered}) == 1
         values = [leaf.column if same_type else leaf.column.cast(StringType()) for leaf in ordered]
-        columns.append(F.coalesce(*values).alias(name))
+        columns.append((name, F.coalesce(*values)))
         for i, leaf in enumerate(ordered[1:], start=1):
             earlier_present = F.coalesce(*values[:i]).isNotNull()
             losers.append(F.when(earlier_present, values[i]).alias(pointer(leaf.path)))
     if losers:
         unmapped = F.to_json(F.struct(*losers))
-        columns.append(F.when(unmapped != F.lit("{}"), unmapped).alias(UNMAPPED_COLUMN))
+        columns.append((UNMAPPED_COLUMN, F.when(unmapped != F.lit("{}"), unmapped)))
         pointers[UNMAPPED_COLUMN] = pointer((UNMAPPED_COLUMN,))
-    return Flat(frame.select(*columns), explicit, pointers, sources)
+    return Flat(projected(frame, columns), explicit, pointers, sources)

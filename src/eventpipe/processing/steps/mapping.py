@@ -30,6 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from eventpipe.errors import ConfigError
+from eventpipe.processing.steps.fields import quoted, reference
 from eventpipe.schema.naming import column_name
 from eventpipe.schema.pointers import parse_pointer
 from eventpipe.schema.types import DataType, parse_type
@@ -43,15 +44,36 @@ ALWAYS_KEPT = ("_timestamp",)
 
 @dataclass(frozen=True)
 class Leaf:
-    """One value position of a batch: its path (original keys), Spark type and column."""
+    """One value position of a batch: its path (original keys), Spark type, and where its
+    value comes from: the frame's field at ``source``, or ``value`` (a constant)."""
 
     path: tuple[str, ...]
     spark_type: T.DataType
-    column: Column
+    value: Column | None = None
+    """Its value where it is not read from the frame (a rule's constant)."""
     mapped: bool = False
     """Touched by a rule: survives ``keep_unmapped: false``."""
     source: tuple[str, ...] | None = None
     """The path it was read from, when it was (a ``move`` changes ``path`` only)."""
+
+    @property
+    def column(self) -> Column:
+        """Its value as a column: an array read from the frame as its JSON text. Made
+        when asked for (a call into the JVM each): a wide batch's flattening asks for the
+        columns of colliding leaves only, and writes the others as :attr:`sql`."""
+        if self.value is not None:
+            return self.value
+        assert self.source is not None
+        column = reference(self.source)
+        return F.to_json(column) if isinstance(self.spark_type, T.ArrayType) else column
+
+    @property
+    def sql(self) -> str | None:
+        """:attr:`column` as SQL text, for a leaf read from the frame (None otherwise)."""
+        if self.value is not None or self.source is None:
+            return None
+        path = ".".join(quoted(key) for key in self.source)
+        return f"to_json({path})" if isinstance(self.spark_type, T.ArrayType) else path
 
 
 @dataclass(frozen=True)
