@@ -57,7 +57,7 @@ def test_an_event_of_hostile_and_many_keys_is_its_json_again(tmp_path: Path, spa
     texts = [json.loads(r[0]) for r in frame.select(event_json(frame)).collect()]
     # Spark's to_json leaves null fields out, as it did with the Column objects.
     expected = {**event, **{f"k{n}": {"inner `x`": [n, "t"]} for n in range(200)}}
-    del expected[""]  # Spark's JSON reader makes no column of an empty key (as before)
+    del expected[""]  # no column for an empty key (the collector renames it: docs/pipeline.md)
     assert texts[0] == expected
     assert list(texts[0]) == [*sorted(expected)]  # the columns' order: Spark's, by name
     assert texts[1] == {"small": 1}
