@@ -39,6 +39,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--warm", type=int, default=5, help="left out of the first round")
     parser.add_argument("--count-calls", action="store_true")
+    parser.add_argument(
+        "--nested", action="store_true",
+        help="the keys half under context, half under properties (as bench/stream.py "
+        "--width), instead of at the top",
+    )  # fmt: skip
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
 
@@ -73,11 +78,18 @@ def main() -> None:
     def micro_batch(width: int) -> float:
         epoch = epochs[width]
         epochs[width] += 1
+
+        def wide(k: int) -> dict[str, Any]:
+            if not args.nested:
+                return {f"p{j}": j + k for j in range(width)}
+            half = width // 2
+            return {"context": {f"c{j}": f"value {j}" for j in range(half)},
+                    "properties": {f"p{j}": j + k for j in range(width - half)}}  # fmt: skip
+
         items: list[Any] = [
-            {"event_type": "tick", "seq": epoch * args.events + k, "n": k % 10,
-             **{f"p{j}": j + k for j in range(width)}}
+            {"event_type": "tick", "seq": epoch * args.events + k, "n": k % 10, **wide(k)}
             for k in range(args.events)
-        ]  # fmt: skip
+        ]
         path = work / f"w{width}-{epoch}.jsonl"
         path.write_bytes(b"".join(enrich_batch(items, ctx, settings).lines))
         calls.clear()

@@ -8,7 +8,8 @@
 
 Starts `eventpipe run` (collector + pipeline, as a user would) with one stream destination,
 posts `--rate` events per second (in requests of `--per-request`) for `--seconds`, and
-polls the destination every 100 ms for the events' sequence numbers. For every event:
+polls the destination every 100 ms for the events' sequence numbers (``--width N``: each
+event N keys wider, as an SDK's events are). For every event:
 the time from its 200 response to the first poll that sees its row. Prints p50, p99 and
 max, the lag at the end (events the stream had not loaded when posting stopped, and how
 long it took to drain them), and the peak RSS of the pipeline's processes.
@@ -112,6 +113,11 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=120)
     parser.add_argument("--rate", type=int, default=1000, help="events per second")
     parser.add_argument("--per-request", type=int, default=10)
+    parser.add_argument(
+        "--width", type=int, default=0,
+        help="keys beside each event's three, half under context, half under properties "
+        "(an SDK's event has 40-60 leaves)",
+    )  # fmt: skip
     parser.add_argument("--interval", type=float, help="the destination's stream_interval_seconds")
     parser.add_argument(
         "--spark",
@@ -215,10 +221,15 @@ def main() -> None:
             client = httpx.Client(base_url=run.url, headers={"X-Auth-Token": SERVER_KEY})
             started = time.monotonic()
             seq = 0
+            half = args.width // 2
+            wide: dict[str, Any] = {
+                "context": {f"c{j}": f"value {j}" for j in range(half)},
+                "properties": {f"p{j}": j for j in range(args.width - half)},
+            } if args.width else {}  # fmt: skip
             requests = int(args.seconds * args.rate / args.per_request)
             interval = args.per_request / args.rate
             for i in range(requests):
-                batch = [{"event_type": "tick", "seq": seq + k, "n": k}
+                batch = [{"event_type": "tick", "seq": seq + k, "n": k, **wide}
                          for k in range(args.per_request)]  # fmt: skip
                 client.post("/api/v1/s2s/event", content=orjson.dumps(batch)).raise_for_status()
                 now = time.monotonic()
