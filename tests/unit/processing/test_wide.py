@@ -14,7 +14,7 @@ import pytest
 from pyspark.sql.types import StringType, StructField, StructType
 
 from eventpipe.processing.batch.read import event_json, read_events
-from eventpipe.processing.steps.fields import JSON_TEXT, SQL_FROM_COLUMNS, renamed
+from eventpipe.processing.steps.fields import JSON_TEXT, SQL_FROM_COLUMNS, projected, quoted
 
 HOSTILE = ["a`b", "a.b", "", "é\n", "{x}", " sp ", "SELECT", "`", "a``b", "'q'", '"d"', "%s"]
 
@@ -33,7 +33,7 @@ def _frame(spark: Any, width: int) -> Any:
 def test_a_projection_keeps_names_order_types_and_metadata(spark: Any, width: int) -> None:
     frame, names = _frame(spark, width)
     wanted = list(reversed([(name, f"new {name}") for name in names]))
-    out = renamed(frame, wanted)
+    out = projected(frame, [(new, quoted(old)) for old, new in wanted])
     assert out.columns == [new for _, new in wanted]
     source = {f.name: f for f in frame.schema.fields}
     for field, (old, _) in zip(out.schema.fields, wanted, strict=True):

@@ -30,7 +30,8 @@ from eventpipe.processing.steps.fields import (
     has_arrays,
     json_object,
     json_text_arrays,
-    renamed,
+    projected,
+    quoted,
 )
 from eventpipe.processing.steps.lookup import Lookups
 from eventpipe.reserved import (
@@ -320,28 +321,21 @@ def read_events(
     # A URI: the "|" of a writer's segment name comes as %7C.
     path = F.url_decode(metadata.getField("file_path"))
     internal = (corrupt, line, meta, CHECKED)
-    # eventpipe's columns made first under names no event can know, then all renamed in
-    # one projection (fields.renamed: one call, where one per column cost a tenth of a
+    # One projection (fields.projected: one call, where one per column cost a tenth of a
     # wide event's micro-batch).
-    made: dict[str, Column] = {}
+    columns: list[tuple[str, Column | str]] = [
+        (reserved.escape(c), quoted(c)) for c in raw.columns if c not in internal
+    ]
     if corrupt in raw.columns:
-        made[FILE] = F.when(F.col(corrupt).isNotNull(), path)
+        columns.append((CORRUPT, quoted(corrupt)))
+        columns.append((FILE, F.when(F.col(corrupt).isNotNull(), path)))
     if by_segment:
-        made[SEGMENT] = F.regexp_extract(path, r"([^/]+)$", 1)
-    hidden = {name: reserved.unguessable(name) for name in made}
-    if made:
-        raw = raw.withColumns({hidden[name]: column for name, column in made.items()})
-    names = [(c, reserved.escape(c)) for c in raw.columns
-             if c not in internal and c not in hidden.values()]  # fmt: skip
-    if corrupt in raw.columns:
-        names += [(corrupt, CORRUPT), (hidden[FILE], FILE)]
-    if by_segment:
-        names.append((hidden[SEGMENT], SEGMENT))
+        columns.append((SEGMENT, F.regexp_extract(path, r"([^/]+)$", 1)))
     if lines:
-        names.append((line, LINE))
+        columns.append((LINE, quoted(line)))
     if marks and CHECKED in raw.columns:
-        names.append((CHECKED, CHECKED))
-    return renamed(raw, names)
+        columns.append((CHECKED, quoted(CHECKED)))
+    return projected(raw, columns)
 
 
 def _with_marks(schema: StructType, marks: bool) -> StructType:

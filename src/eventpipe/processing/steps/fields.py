@@ -5,7 +5,6 @@ a field, and the fields that hold JSON text (arrays, read as the text they were 
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Sequence
 
 from pyspark.sql import Column, DataFrame
@@ -84,12 +83,6 @@ rounds each: 5 columns 15 ms as Column objects against 25 ms as SQL, 20 columns 
 against 17 ms, 40 columns 23 ms against 10 ms, 80 columns 47 ms against 10 ms)."""
 
 
-def renamed(frame: DataFrame, names: Sequence[tuple[str, str]]) -> DataFrame:
-    """The columns of ``frame`` in ``names`` (each: its column, the name it gets), in that
-    order, with their types, nullability and metadata (:func:`projected`)."""
-    return projected(frame, [(new, quoted(old)) for old, new in names])
-
-
 def projected(frame: DataFrame, columns: Sequence[tuple[str, Column | str]]) -> DataFrame:
     """``frame`` projected onto ``columns``: each a name and its value, a Column or SQL
     text (names in it quoted by :func:`quoted`).
@@ -100,11 +93,11 @@ def projected(frame: DataFrame, columns: Sequence[tuple[str, Column | str]]) -> 
     Column objects, a projection costs three Py4J round trips per column (300 columns:
     130-200 ms, against 35-60 ms for the SQL; a stream's events are read and flattened
     so every micro-batch). A Spark Connect client builds its plans locally, and a SQL
-    query's views are read when it runs, so it gets Column objects. A plain column keeps
-    its type, nullability and metadata either way."""
+    query's views are read when it runs, so it gets Column objects (SQL text parsed one
+    by one). A plain column keeps its type, nullability and metadata either way."""
     if len(columns) < SQL_FROM_COLUMNS or not hasattr(frame, "_jdf"):  # Connect: no JVM side
         return frame.select(*(
-            (value if isinstance(value, Column) else _plain(value)).alias(name)
+            (value if isinstance(value, Column) else F.expr(value)).alias(name)
             for name, value in columns
         ))  # fmt: skip
     texts: list[tuple[str, str]] = []
@@ -125,16 +118,6 @@ def projected(frame: DataFrame, columns: Sequence[tuple[str, Column | str]]) -> 
         return spark.sql(f"SELECT {listed} FROM {quoted(view)}")
     finally:
         spark.catalog.dropTempView(view)
-
-
-def _plain(text: str) -> Column:
-    """SQL text as a Column: a quoted path as :func:`reference` makes it (its field's
-    metadata kept), anything else parsed."""
-    return F.col(text) if _PATH.fullmatch(text) else F.expr(text)
-
-
-_PATH = re.compile(r"`(?:[^`]|``)*`(?:\.`(?:[^`]|``)*`)*", re.DOTALL)
-"""A column path as :func:`quoted` parts joined by dots."""
 
 
 def quoted(name: str) -> str:

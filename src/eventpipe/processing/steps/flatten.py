@@ -105,8 +105,7 @@ def flatten_mapped(
         if source := ordered[0].source:  # Spark's names: the top-level one escaped
             sources[name] = pointer((reserved.unescape(source[0]), *source[1:]))
         if len(ordered) == 1:
-            leaf = ordered[0]
-            columns.append((name, leaf.sql if leaf.sql is not None else leaf.column))
+            columns.append((name, ordered[0].sql or ordered[0].column))
             continue
         same_type = len({type(leaf.spark_type) for leaf in ordered}) == 1
         values = [leaf.column if same_type else leaf.column.cast(StringType()) for leaf in ordered]

@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.steps.fields import quoted, reference
+from eventpipe.processing.steps.fields import quoted
 from eventpipe.schema.naming import column_name
 from eventpipe.schema.pointers import parse_pointer
 from eventpipe.schema.types import DataType, parse_type
@@ -63,9 +63,8 @@ class Leaf:
         columns of colliding leaves only, and writes the others as :attr:`sql`."""
         if self.value is not None:
             return self.value
-        assert self.source is not None
-        column = reference(self.source)
-        return F.to_json(column) if isinstance(self.spark_type, T.ArrayType) else column
+        assert self.sql is not None
+        return F.expr(self.sql)
 
     @property
     def sql(self) -> str | None:
