@@ -15,14 +15,15 @@ run, on a throwaway local server (tests/postgres.py, wal_level = logical, wal2js
    PostgreSQL destination in mode stream; a row is inserted every 20 ms (its commit time
    in the row, ``clock_timestamp()``), and a poller sees each arrive in the destination
    (every 10 ms): p50, p99 and the worst of arrival - commit, with eventpipe's default
-   settings (reader ``poll_seconds`` 0.5, ``stream_interval_seconds`` 1), then with
-   ``--fast`` ones (0.05 and 0.2).
+   settings (reader ``poll_seconds`` 0.5, a PostgreSQL destination's
+   ``stream_interval_seconds`` 0.5), then with faster ones (0.05 and 0.2).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import statistics
 import sys
 import tempfile
 import time
@@ -41,6 +42,9 @@ def main() -> None:
     parser.add_argument("--max-changes", type=int, default=None,
                         help="The source's max_changes (default: eventpipe's).")  # fmt: skip
     parser.add_argument("--latency-seconds", type=float, default=60.0)
+    parser.add_argument("--interval", type=float, default=None,
+                        help="the first latency run's stream_interval_seconds (default: "
+                        "eventpipe's)")  # fmt: skip
     args = parser.parse_args()
     import psycopg
     from tests.postgres import postgres_server
@@ -125,7 +129,8 @@ def main() -> None:
         assert report.changes == rows
         print(f"eventpipe read (changes): {results['eventpipe changes']:.1f} s", flush=True)
 
-        for label, poll, interval in (("defaults", 0.5, 1.0), ("fast", 0.05, 0.2)):
+        runs = (("defaults", None, args.interval), ("fast", 0.05, 0.2))
+        for label, poll, interval in runs:
             if args.latency_seconds > 0:
                 latencies[label] = latency(dsn, Path(tmp) / label, args.latency_seconds,
                                            poll, interval)  # fmt: skip
@@ -176,9 +181,12 @@ def streamed(dsn: str, slot: str, messages: int) -> float:
     return seconds
 
 
-def latency(dsn: str, root: Path, seconds: float, poll: float, interval: float) -> str:
+def latency(
+    dsn: str, root: Path, seconds: float, poll: float | None, interval: float | None
+) -> str:
     """A change's time from its commit to its row in a stream destination, under
-    `eventpipe run` (see the module's docstring): p50, p99, worst."""
+    `eventpipe run` (see the module's docstring): p50, p99, worst. ``poll`` and
+    ``interval`` None: eventpipe's defaults."""
     import signal
     import subprocess
     import threading
@@ -188,7 +196,7 @@ def latency(dsn: str, root: Path, seconds: float, poll: float, interval: float) 
     import yaml
     from tests.process import EVENTPIPE, _env, free_port
 
-    database = f"latency_{int(poll * 1000)}"
+    database = "latency_defaults" if poll is None else f"latency_{int(poll * 1000)}"
     with psycopg.connect(dsn, autocommit=True) as db:
         db.execute(f"CREATE DATABASE {database}")
     source = dsn.rsplit("/", 1)[0] + f"/{database}"
@@ -199,10 +207,11 @@ def latency(dsn: str, root: Path, seconds: float, poll: float, interval: float) 
     config.write_text(yaml.safe_dump({
         "data_dir": str(root / "data"),
         "server": {"host": "127.0.0.1", "port": free_port()},
-        "sources": {"pg": {"dsn": source, "poll_seconds": poll}},
+        "sources": {"pg": {"dsn": source, **({} if poll is None else {"poll_seconds": poll})}},
         "destinations": {"live": {"type": "postgres", "dsn": dsn, "schema": database,
-                                  "mode": "stream", "stream_interval_seconds": interval,
-                                  "table_name_template": "{{ _namespace }}"}},
+                                  "mode": "stream", "table_name_template": "{{ _namespace }}",
+                                  **({} if interval is None else
+                                     {"stream_interval_seconds": interval})}},
         "spark": {"master": "local[2]", "spark.sql.shuffle.partitions": 2},
     }))  # fmt: skip
     log = (root / "run.log").open("wb")
@@ -254,10 +263,22 @@ def latency(dsn: str, root: Path, seconds: float, poll: float, interval: float) 
         stop.set()
         service.send_signal(signal.SIGTERM)
         service.wait(120)
-    waits = sorted(seen[i] - committed[i] for i in committed)
-    p50, p99 = waits[len(waits) // 2], waits[int(len(waits) * 0.99)]
-    text = (f"{len(waits)} changes, p50 {p50:.2f} s, p99 {p99:.2f} s, worst {waits[-1]:.2f} s "
-            f"(poll_seconds {poll}, stream_interval_seconds {interval})")  # fmt: skip
+
+    def spread(ids: list[int]) -> str:
+        waits = sorted(seen[i] - committed[i] for i in ids)
+        p50, p99 = waits[len(waits) // 2], waits[int(len(waits) * 0.99)]
+        return f"p50 {p50:.2f} s, p99 {p99:.2f} s, worst {waits[-1]:.2f} s"
+
+    # The JVM compiles Spark's code for the first minute: the second half apart.
+    second_half = [i for i in committed if i > n // 2]
+    batches = [float(line.split(" in ")[1].split(" s")[0]) for line in
+               (root / "run.log").read_text(errors="replace").splitlines()
+               if "micro-batch" in line and " row(s) in " in line]  # fmt: skip
+    settings = ", ".join([f"poll_seconds {'default' if poll is None else poll}",
+                          f"stream_interval_seconds {interval or 'default'}"])  # fmt: skip
+    text = (f"{len(committed)} changes, {spread(list(committed))}; the second half "
+            f"{spread(second_half)}; micro-batches {statistics.median(batches):.2f} s on "
+            f"median, {max(batches):.2f} s at most ({settings})")  # fmt: skip
     print(f"latency: {text}", flush=True)
     return text
 

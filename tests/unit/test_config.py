@@ -374,6 +374,25 @@ def test_an_http_sink_needs_a_url_and_takes_either_mode() -> None:
     assert "destinations.w.url: unknown key (url is for type clickhouse, http or ga4)" in message
 
 
+def test_a_database_streams_twice_a_second_and_the_others_once_unless_told() -> None:
+    """A database's load is one transaction: its micro-batches start every 0.5 s; the
+    others' (a ClickHouse insert, an API's request) every second; either as configured."""
+    destinations = {
+        "d": {"type": "duckdb", "mode": "stream"},
+        "p": {"type": "postgres", "dsn": "postgresql://x@h/db", "mode": "stream"},
+        "c": {"type": "clickhouse", "url": "http://127.0.0.1:8123", "mode": "stream"},
+        "h": {"type": "http", "url": "https://api.example/in", "mode": "stream"},
+        "slow": {"type": "duckdb", "path": "slow.duckdb", "mode": "stream",
+                 "stream_interval_seconds": 5},
+    }  # fmt: skip
+    config = parse_config({"destinations": destinations}, source="eventpipe.yaml", env={})
+    intervals = {d: dest.stream_interval_seconds for d, dest in config.destinations.items()}
+    assert intervals == {"d": 0.5, "p": 0.5, "c": 1.0, "h": 1.0, "slow": 5.0}
+    assert "greater than 0" in _error(
+        {"destinations": {"d": {"type": "duckdb", "stream_interval_seconds": 0}}}
+    )
+
+
 def test_each_destination_type_takes_only_its_own_keys_and_the_error_names_the_key() -> None:
     """One settings model per type: a key of another type names the types it is for, a
     misspelt key gets the nearest of its own type's keys, and the path is the user's

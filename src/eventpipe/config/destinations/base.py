@@ -34,7 +34,9 @@ class DestinationConfig(Section):
     """``batch``: loaded from sealed segments, every ``batch_period_seconds``; ``stream``
     (duckdb, postgres, clickhouse, http): loaded within seconds, the log read as it is written."""
     stream_interval_seconds: float = Field(default=1.0, gt=0)
-    """stream: how often a micro-batch starts (when there are new events)."""
+    """stream: how often a micro-batch starts (when there are new events); a micro-batch
+    that takes longer is followed at once. 1 s, and 0.5 s for duckdb and postgres, whose
+    loads are transactions that cost little (docs/stream.md, Performance)."""
     only_keys: tuple[SafeKeyId, ...] | None = None
     """API key ids whose events go here. Absent: all keys."""
     namespace: str = ".*"

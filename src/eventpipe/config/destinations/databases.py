@@ -15,6 +15,10 @@ from eventpipe.paths import is_uri
 class DatabaseConfig(TableDestinationConfig):
     """A database destination: transactions, so rows can be replaced (metering)."""
 
+    stream_interval_seconds: float = Field(default=0.5, gt=0)
+    """stream: how often a micro-batch starts (when there are new events); a micro-batch
+    that takes longer is followed at once. 0.5 s: a load is one transaction, and an
+    event waits for the next micro-batch to start (docs/stream.md, Performance)."""
     metering: MeteringConfig | None = None
     """Usage metering instead of table_name_template (docs/metering.md)."""
 
