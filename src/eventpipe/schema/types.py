@@ -91,9 +91,12 @@ def fits(value_type: DataType, column_type: DataType) -> bool:
 
 
 # RFC 3339 date-time, and the ISO-8601 variants clients commonly send: a space instead of
-# T, no seconds fraction, no zone (read as UTC), a zone without a colon.
+# T, no seconds fraction, no zone (read as UTC), a zone without a colon. ASCII digits
+# only, written without backslashes: Java's regex and Python's read it alike, and it is a
+# Spark SQL string literal as it stands (whatever the session's escaping of literals).
 _TIMESTAMP = re.compile(
-    r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(?:\.\d{1,9})?(?:[Zz]|[+-]\d{2}:?\d{2})?$"
+    "^[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]{2}(?:[.][0-9]{1,9})?"
+    "(?:[Zz]|[+-][0-9]{2}:?[0-9]{2})?$"
 )
 TIMESTAMP_PATTERN = _TIMESTAMP.pattern
 """Also used as a Spark SQL ``rlike`` pattern (Java regex accepts the same syntax)."""

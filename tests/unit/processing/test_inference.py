@@ -1,8 +1,9 @@
 """Typing per table on Spark: the lattice where Spark agrees, timestamps that really parse.
 
-Every case runs twice: over a frame (one aggregation) and over the same frame staged as
-Parquet partitioned by table, typed from the files' footers (the job's way); both must
-give the same answer.
+Every case runs three times: over a frame (one aggregation), over the same frame staged as
+Parquet partitioned by table, typed from the files' footers (the job's way), and staged
+as a small batch is (shape.stage_flat in the driver, which counts each text column's
+timestamps as it stages); all must give the same answer.
 """
 
 from __future__ import annotations
@@ -12,17 +13,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pyspark.sql.functions import expr, lit
 
+from eventpipe.processing.batch.shape import stage_flat
+from eventpipe.processing.steps import inference
 from eventpipe.processing.steps.flatten import flatten
-from eventpipe.processing.steps.inference import column_types, staged_column_types, token_types
-from eventpipe.schema.types import DataType
+from eventpipe.processing.steps.inference import (
+    StagedTypes,
+    column_types,
+    staged_column_types,
+    token_types,
+)
+from eventpipe.reserved import ERROR, TABLE
+from eventpipe.schema.types import TIMESTAMP_PATTERN, DataType
 
 S, N, F, B, T = (DataType.STRING, DataType.INT64, DataType.FLOAT64, DataType.BOOL,
                  DataType.TIMESTAMP)  # fmt: skip
 H = DataType.INT128
 
 
-@pytest.fixture(params=["frame", "staged"])
+@pytest.fixture(params=["frame", "staged", "counted"])
 def typed(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Any:
     def types(events: list[dict[str, Any]]) -> dict[str, dict[str, DataType]]:
         path = tmp_path / "seg.log"
@@ -31,11 +41,67 @@ def typed(request: pytest.FixtureRequest, spark: Any, tmp_path: Path) -> Any:
         columns = [c for c in frame.columns if c != "tbl"]
         if request.param == "frame":
             return column_types(frame, "tbl", columns).types
+        if request.param == "counted":
+            return _counted(frame, tmp_path / "dst", columns).types
         staged = tmp_path / "staged"
         frame.write.partitionBy("tbl").parquet(str(staged))
         return staged_column_types(staged, spark.read.parquet(str(staged)), "tbl", columns).types
 
     return types
+
+
+def _counted(frame: Any, where: Path, columns: list[str]) -> StagedTypes:
+    rows = frame.withColumnRenamed("tbl", TABLE).withColumn(ERROR, lit(None).cast("string"))
+    staged, counts = stage_flat(rows, where, in_driver=True)
+    return staged_column_types(where / "flat", staged, TABLE, columns, texts=counts["texts"])
+
+
+def test_a_small_batchs_counts_spare_the_read_where_all_or_no_values_are_timestamps(
+    spark: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "seg.log"
+    events = [
+        {"tbl": "a", "at": "2026-11-29T10:00:00Z", "odd": "2026-02-30T10:00:00Z",
+         "some": "2026-11-29T10:00:00Z", "word": "x"},
+        {"tbl": "b", "at": "2026-11-29 11:00:00.5", "odd": "2026-13-01T10:00:00Z",
+         "some": "2026-11-29 not a time", "word": "y"},
+        {"tbl": "b", "at": "2026-11-30T00:00:00+01:00", "some": "2026-11-30T00:00:00Z"},
+    ]  # fmt: skip
+    path.write_bytes("".join(json.dumps(e) + "\n" for e in events).encode())
+    frame = flatten(spark.read.json(str(path)))
+    read: list[list[str]] = []
+    real = inference.column_types
+
+    def reading(frame: Any, table: str, names: Any, **kw: Any) -> Any:
+        read.append(sorted(names))
+        return real(frame, table, names, **kw)
+
+    monkeypatch.setattr(inference, "column_types", reading)
+    columns = ["at", "odd", "some", "word"]
+    counted = _counted(frame, tmp_path / "dst", columns)
+    counts = json.loads((tmp_path / "dst" / "counts.json").read_text())
+    assert counts["texts"] == {"at": [3, 3], "odd": [2, 0], "some": [3, 2], "word": [2, 0]}
+    # Every "at" is a timestamp and no "odd" is (their shape alone says otherwise): only
+    # "some", whose values are both, is read, for table b (a's bounds say a timestamp).
+    assert read == [["some"]]
+    assert counted.types == {"a": {"at": T, "odd": S, "some": T, "word": S},
+                             "b": {"at": T, "odd": S, "some": S, "word": S}}  # fmt: skip
+    frame.write.partitionBy("tbl").parquet(str(tmp_path / "staged"))
+    staged = spark.read.parquet(str(tmp_path / "staged"))
+    assert staged_column_types(tmp_path / "staged", staged, "tbl", columns).types == counted.types
+
+
+def test_the_timestamp_pattern_is_a_spark_sql_literal_as_it_stands(spark: Any) -> None:
+    # No quote to end the literal, no backslash that Spark's parser would take for an
+    # escape (or not, with spark.sql.parser.escapedStringLiterals): timestamp_text puts
+    # it between quotes as it is.
+    assert "'" not in TIMESTAMP_PATTERN
+    assert "\\" not in TIMESTAMP_PATTERN
+    values = ["2026-11-29T10:00:00Z", "2026-11-29 10:00:00.123+0100", "٢٠٢٦-11-29T10:00:00Z",
+              "2026-11-29T10:00", "2026-02-30T10:00:00Z", "x" * 19, None]  # fmt: skip
+    frame = spark.createDataFrame([(v,) for v in values], "v string")
+    got = [row[0] for row in frame.select(expr(inference.timestamp_text("v"))).collect()]
+    assert [bool(g) for g in got] == [True, True, False, False, False, False, False]
 
 
 def test_each_json_type_and_promotions_spark_agrees_with(typed: Any) -> None:

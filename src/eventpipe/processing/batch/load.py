@@ -91,7 +91,8 @@ def load_tables(
     columns = flattened.columns
     with step(f"{dest_id}: type {len(columns)} column(s)"):
         batch = staged_column_types(
-            where / "flat", staged, TABLE, columns, known_text=run.lookups.text_columns(dest_id)
+            where / "flat", staged, TABLE, columns,
+            known_text=run.lookups.text_columns(dest_id), texts=counts.get("texts"),
         )  # fmt: skip
     if batch.mixed:
         with step(f"{dest_id}: bool/number mixes in {len(batch.mixed)} table(s)"):

@@ -26,11 +26,12 @@ from eventpipe.processing.steps import lambdas, metering, transforms
 from eventpipe.processing.steps.contracts import RuleTally, summary, tallied
 from eventpipe.processing.steps.fields import (
     assign,
+    quoted,
     set_path,
     with_type_at,
 )
 from eventpipe.processing.steps.flatten import Flat, flatten_mapped, leaves
-from eventpipe.processing.steps.inference import StagedTypes, token_types
+from eventpipe.processing.steps.inference import StagedTypes, timestamp_text, token_types
 from eventpipe.processing.steps.lookup import browser_of
 from eventpipe.processing.steps.mapping import Mapping
 from eventpipe.processing.steps.template import render, sanitize_table_name, table_names
@@ -264,7 +265,10 @@ def stage_flat(
     days of the rows (``days``), observed during that write; with tracking plans, the
     events without a trusted verdict (UNCHECKED) and those that broke their plans
     (TALLIED, steps.contracts.tallied). ``in_driver``: few rows, collected and written by
-    the driver (read.stage_in_driver) where their types allow.
+    the driver (read.stage_in_driver) where their types allow; and for each text column,
+    its values and those that are timestamp text (``texts``: ``{column: [values,
+    timestamps]}``, every row's, staged or not), which spares a small batch the Spark job
+    that would read them again to type the column (inference.staged_column_types).
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
@@ -288,6 +292,13 @@ def stage_flat(
         planned = [F.count_if(F.col(UNCHECKED)).alias("unchecked")] if UNCHECKED in types else []
         if TALLIED in types:
             planned.append(tallied(F.col(TALLIED)))
+        texts = [n for n, t in types.items() if isinstance(t, StringType) and n not in
+                 (TABLE, ERROR, *COUNTED)] if in_driver else []  # fmt: skip
+        if texts:  # a row's few cheap tests, on the rows of a small batch only (one call)
+            pairs = ", ".join(
+                f"array(count({quoted(n)}), count_if({timestamp_text(quoted(n))}))" for n in texts
+            )
+            planned.append(F.expr(f"array({pairs})").alias("texts"))
         with step(f"{where.name}: enrich, map, flatten and stage"):
             flat_rows = flat.observe(
                 observed,
@@ -301,7 +312,10 @@ def stage_flat(
             rows = kept.drop(ERROR, *COUNTED)
             if not (in_driver and stage_in_driver(rows, out, TABLE)):
                 staging_writer(rows).partitionBy(TABLE).parquet(str(out))
-        write_file(counts_file, json.dumps(observed.get))
+        found = observed.get
+        if texts:
+            found["texts"] = {n: list(pair) for n, pair in zip(texts, found["texts"], strict=True)}
+        write_file(counts_file, json.dumps(found))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
     written = flat.drop(ERROR, *COUNTED).schema

@@ -22,7 +22,7 @@ the batch has text there stays STRING (documented in docs/pipeline.md).
 from __future__ import annotations
 
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,7 +32,8 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from eventpipe.schema.casts import within_range
+from eventpipe.processing.steps.fields import quoted
+from eventpipe.schema.casts import EARLIEST, LATEST
 from eventpipe.schema.types import TIMESTAMP_PATTERN, DataType, promote_all
 
 _DIRECT: tuple[tuple[type[T.DataType], DataType], ...] = (
@@ -50,18 +51,19 @@ def _direct(spark_type: T.DataType) -> DataType | None:
     return next((t for cls, t in _DIRECT if isinstance(spark_type, cls)), None)
 
 
-def is_timestamp_text(column: Column) -> Column:
-    """True where a string is an RFC 3339 / ISO-8601 date-time that Spark can parse, in
-    years 1 to 9999 (schema/casts.py, ``within_range``).
+def timestamp_text(value: str) -> str:
+    """Spark SQL, true where the text ``value`` (SQL) is an RFC 3339 / ISO-8601 date-time
+    that Spark can parse, in years 1 to 9999 (schema/casts.py, ``within_range``). SQL
+    text, so that a projection of many columns is one call into the JVM.
 
-        The cheap tests go first: Spark's AND stops at the first false, so ordinary strings
-        never reach the regex and the parse (typing was the slowest step of a 1M-event run).
+    The cheap tests go first: Spark's AND stops at the first false, so ordinary strings
+    never reach the regex and the parse (typing was the slowest step of a 1M-event run).
     """
     return (
-        (F.length(column) >= 19)
-        & (F.substring(column, 5, 1) == "-")
-        & column.rlike(TIMESTAMP_PATTERN)
-        & within_range(F.try_to_timestamp(column)).isNotNull()
+        f"(length({value}) >= 19 AND substring({value}, 5, 1) = '-' "
+        f"AND {value} RLIKE '{TIMESTAMP_PATTERN}' "
+        f"AND try_to_timestamp({value}) BETWEEN to_timestamp('{EARLIEST}') "
+        f"AND to_timestamp('{LATEST}'))"
     )
 
 
@@ -96,7 +98,8 @@ def column_types(
         if direct is None and name in known_text:
             direct = DataType.STRING
         if direct is None:  # strings (and anything else Spark gave us as text)
-            aggregates.append(F.count_if(is_timestamp_text(ref.cast("string"))).alias(f"t{i}"))
+            stamps = timestamp_text(f"CAST({quoted(name)} AS STRING)")
+            aggregates.append(F.expr(f"count_if({stamps})").alias(f"t{i}"))
         plan.append((name, direct, i))
     result = BatchTypes({}, {})
     for row in frame.groupBy(table_column).agg(*aggregates).collect():
@@ -211,6 +214,7 @@ def staged_column_types(
     columns: Sequence[str],
     *,
     known_text: Collection[str] = (),
+    texts: Mapping[str, Sequence[int]] | None = None,
 ) -> StagedTypes:
     """:func:`column_types` of ``frame``, which Spark wrote under ``directory`` partitioned
     by ``table_column``, mostly from the files' footers.
@@ -219,7 +223,10 @@ def staged_column_types(
     its smallest and largest value. Only where those bounds both look like timestamps
     (or a footer lacks a statistic) are the values read, for those tables and columns only:
     a batch of ordinary strings is typed without reading a value. Text columns whose
-    bounds say they may be bools mixed with numbers are listed in ``mixed``.
+    bounds say they may be bools mixed with numbers are listed in ``mixed``. ``texts``:
+    per text column, its values and those that are timestamp text in every row of the
+    batch (staged or not: a superset of each table's), counted while they were staged
+    (shape.stage_flat, for a small batch): where all or none are, no value is read.
     """
     spark_types = {f.name: f.dataType for f in frame.schema.fields}
     direct: dict[str, DataType | None] = {}
@@ -227,22 +234,29 @@ def staged_column_types(
         direct[name] = _direct(spark_types[name])
         if direct[name] is None and name in known_text:
             direct[name] = DataType.STRING
-    texts = {name for name, found in direct.items() if found is None}
+    strings = {name for name, found in direct.items() if found is None}
+    counted = texts or {}
     types: dict[str, dict[str, DataType]] = {}
     to_read: dict[str, set[str]] = {}
     mixed: dict[str, set[str]] = {}
-    for table, footers in _footers(directory, table_column, columns, texts).items():
+    for table, footers in _footers(directory, table_column, columns, strings).items():
         types[table] = {}
         for name in columns:
             footer = footers.get(name)
             if footer is None:
                 continue  # not in this table's files
-            maybe_timestamps = name in texts and footer.present and footer.maybe_timestamps()
+            maybe_timestamps = name in strings and footer.present and footer.maybe_timestamps()
+            if maybe_timestamps and footer.known and name in counted:
+                values, stamps = counted[name]
+                if stamps == values:  # all the batch's are: this table's too
+                    types[table][name] = DataType.TIMESTAMP
+                    continue
+                maybe_timestamps = stamps > 0  # none is: text, as the footer says below
             if not footer.known or maybe_timestamps:
                 to_read.setdefault(table, set()).add(name)
             elif footer.present:
                 types[table][name] = direct[name] or DataType.STRING
-                if name in texts and footer.maybe_bool_mix():
+                if name in strings and footer.maybe_bool_mix():
                     mixed.setdefault(table, set()).add(name)
     if to_read:
         tables = sorted(to_read)
