@@ -79,3 +79,17 @@ def test_a_type_the_driver_would_write_otherwise_is_left_to_spark(
     staged, _ = stage_flat(rows.withColumn(ERROR, F.lit(None).cast("string")), tmp_path,
                            in_driver=True)  # fmt: skip
     assert [row.payload.toJson() for row in staged.collect()] == ['{"a":1}']
+
+
+def test_rows_staged_by_the_driver_without_partitions_are_one_file_spark_reads_back(
+    spark: Any, tmp_path: Path
+) -> None:
+    # A table's rows converted to their columns' types (load._load_table_as) are staged
+    # so in a small batch.
+    rows = spark.createDataFrame(ROWS, SCHEMA).drop(TABLE, ERROR)
+    assert stage_in_driver(rows, tmp_path / "table", None) is True
+    assert sorted(p.name for p in (tmp_path / "table").iterdir()) == [
+        "_SUCCESS", "part-00000.parquet"
+    ]  # fmt: skip
+    back = spark.read.schema(rows.schema).parquet(str(tmp_path / "table"))
+    assert sorted(back.collect(), key=repr) == sorted(rows.collect(), key=repr)

@@ -24,7 +24,7 @@ from eventpipe.files import replacing_path, write_file
 from eventpipe.processing.batch.failures import fail_once
 from eventpipe.processing.batch.fit import contract_of, fit_columns, refused_table, row_rules
 from eventpipe.processing.batch.halving import halve
-from eventpipe.processing.batch.read import staging_writer
+from eventpipe.processing.batch.read import stage_in_driver, staging_writer
 from eventpipe.processing.batch.run import RunContext, Target, step
 from eventpipe.processing.batch.shape import (
     Flattened,
@@ -236,7 +236,8 @@ def _load_table_as(
     with step(f"{dest_id}.{table}: convert and stage"):
         # With the row ids: rows a destination rejects are found by them (load_files).
         rows = staging_rows.select(ROW, *(value.alias(c) for c, value in converted.items()))
-        staging_writer(rows).parquet(str(staging))
+        if not (run.few and stage_in_driver(rows, staging, None)):  # a micro-batch's few
+            staging_writer(rows).parquet(str(staging))
     files = tuple(sorted(staging.glob("*.parquet")))
     loaded = load_files(StagedTable(table, frame, files), run, target, existing, targets, ok,
                          retry_stale)  # fmt: skip

@@ -382,11 +382,12 @@ def staging_writer(frame: DataFrame) -> DataFrameWriter:
     return frame.write.mode("overwrite").option("parquet.enable.dictionary", "false")
 
 
-def stage_in_driver(rows: DataFrame, out: Path, partition: str) -> bool:
+def stage_in_driver(rows: DataFrame, out: Path, partition: str | None) -> bool:
     """``rows`` collected by the driver as Arrow and written there as the run's Parquet
     copy, laid out as Spark's writer partitioned by ``partition`` lays it out
-    (``<partition>=<value>/``, values of ``[a-z0-9_]``: table names); False (nothing
-    written) where a column's type is not one both write alike (:func:`_plain`).
+    (``<partition>=<value>/``, values of ``[a-z0-9_]``: table names; None: one file in
+    ``out``); False (nothing written) where a column's type is not one both write alike
+    (:func:`_plain`).
 
     For a micro-batch's few rows (job.run_job decides): Spark's writer and its commit
     (a temporary directory renamed, Hadoop starting ``chmod`` for each directory and
@@ -402,6 +403,10 @@ def stage_in_driver(rows: DataFrame, out: Path, partition: str) -> bool:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     arrow = rows.toArrow()
+    if partition is None:
+        pq.write_table(arrow, out / "part-00000.parquet", use_dictionary=False)
+        (out / "_SUCCESS").touch()
+        return True
     values = arrow.column(partition)
     columns = arrow.drop_columns([partition])
     for value in pc.unique(values).to_pylist():
