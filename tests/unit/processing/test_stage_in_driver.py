@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 from pyspark.sql import functions as F
 
 from eventpipe.processing.batch.read import stage_in_driver
-from eventpipe.processing.batch.shape import stage_flat
+from eventpipe.processing.batch.shape import MAX_COUNTED_TEXTS, stage_flat
 from eventpipe.reserved import ERROR, TABLE
 
 ROWS = [
@@ -93,3 +93,14 @@ def test_rows_staged_by_the_driver_without_partitions_are_one_file_spark_reads_b
     ]  # fmt: skip
     back = spark.read.schema(rows.schema).parquet(str(tmp_path / "table"))
     assert sorted(back.collect(), key=repr) == sorted(rows.collect(), key=repr)
+
+
+def test_a_batch_of_many_text_columns_is_typed_without_counts(spark: Any, tmp_path: Path) -> None:
+    # Planning the counts of that many columns costs what the typing's read would.
+    names = [f"t{i}" for i in range(MAX_COUNTED_TEXTS + 1)]
+    schema = ", ".join([f"{TABLE} string", f"{ERROR} string", *(f"{n} string" for n in names)])
+    rows = spark.createDataFrame([("events", None, *names)], schema)
+    _, counts = stage_flat(rows, tmp_path / "many", in_driver=True)
+    assert "texts" not in counts
+    _, counts = stage_flat(rows.drop(names[0]), tmp_path / "few", in_driver=True)
+    assert counts["texts"] == {n: [1, 0] for n in names[1:]}
