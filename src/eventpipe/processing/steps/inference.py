@@ -53,8 +53,9 @@ def _direct(spark_type: T.DataType) -> DataType | None:
 
 def timestamp_text(value: str) -> str:
     """Spark SQL, true where the text ``value`` (SQL) is an RFC 3339 / ISO-8601 date-time
-    that Spark can parse, in years 1 to 9999 (schema/casts.py, ``within_range``). SQL
-    text, so that a projection of many columns is one call into the JVM.
+    that Spark can parse, in years 1 to 9999 (schema/casts.py: ``EARLIEST`` to ``LATEST``,
+    as ``within_range``). SQL text, so that an aggregation over many columns is one call
+    into the JVM.
 
     The cheap tests go first: Spark's AND stops at the first false, so ordinary strings
     never reach the regex and the parse (typing was the slowest step of a 1M-event run).
