@@ -276,9 +276,10 @@ def latency(
                if "micro-batch" in line and " row(s) in " in line]  # fmt: skip
     settings = ", ".join([f"poll_seconds {'default' if poll is None else poll}",
                           f"stream_interval_seconds {interval or 'default'}"])  # fmt: skip
+    logged = (f"{statistics.median(batches):.2f} s on median, {max(batches):.2f} s at most"
+              if batches else "none logged")  # fmt: skip
     text = (f"{len(committed)} changes, {spread(list(committed))}; the second half "
-            f"{spread(second_half)}; micro-batches {statistics.median(batches):.2f} s on "
-            f"median, {max(batches):.2f} s at most ({settings})")  # fmt: skip
+            f"{spread(second_half)}; micro-batches {logged} ({settings})")  # fmt: skip
     print(f"latency: {text}", flush=True)
     return text
 
