@@ -82,9 +82,7 @@ def main() -> None:
         def wide(k: int) -> dict[str, Any]:
             if not args.nested:
                 return {f"p{j}": j + k for j in range(width)}
-            half = width // 2
-            return {"context": {f"c{j}": f"value {j}" for j in range(half)},
-                    "properties": {f"p{j}": j + k for j in range(width - half)}}  # fmt: skip
+            return nested_keys(width, k)
 
         items: list[Any] = [
             {"event_type": "tick", "seq": epoch * args.events + k, "n": k % 10, **wide(k)}
@@ -114,6 +112,14 @@ def main() -> None:
         for kind, count in calls.most_common(12):
             print(f"  {count:6d} {kind}")
     spark.stop()
+
+
+def nested_keys(width: int, k: int = 0) -> dict[str, Any]:
+    """``width`` keys as an SDK's event nests them: half under ``context`` (text), half
+    under ``properties`` (numbers from ``k``). bench/stream.py --width sends the same."""
+    half = width // 2
+    return {"context": {f"c{j}": f"value {j}" for j in range(half)},
+            "properties": {f"p{j}": j + k for j in range(width - half)}}  # fmt: skip
 
 
 def _count_calls(calls: collections.Counter[str]) -> None:

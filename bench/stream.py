@@ -41,6 +41,8 @@ sys.path.insert(0, str(ROOT / "src"))
 
 from tests.process import CollectorProcess, free_port, write_config  # noqa: E402
 
+from micro_batch import nested_keys  # noqa: E402 (this script's own folder)
+
 SERVER_KEY = "s2s-web-secret-1"
 
 
@@ -247,11 +249,7 @@ def main() -> None:
             client = httpx.Client(base_url=run.url, headers={"X-Auth-Token": SERVER_KEY})
             started = time.monotonic()
             seq = 0
-            half = args.width // 2
-            wide: dict[str, Any] = {
-                "context": {f"c{j}": f"value {j}" for j in range(half)},
-                "properties": {f"p{j}": j for j in range(args.width - half)},
-            } if args.width else {}  # fmt: skip
+            wide = nested_keys(args.width) if args.width else {}
             requests = int(args.seconds * args.rate / args.per_request)
             interval = args.per_request / args.rate
             for i in range(requests):
