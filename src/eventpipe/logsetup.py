@@ -44,8 +44,43 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(payload, default=str).decode()
 
 
+class _NotOurInterrupt(logging.Filter):
+    """Drops Py4J's report of a call into the JVM cut short by KeyboardInterrupt: in
+    eventpipe that is a stop asked for (Ctrl-C, a second SIGTERM), which the pipeline
+    says in a line of its own; Py4J logged it with a traceback, on the root logger."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (
+            record.name == "root" and record.msg == "KeyboardInterrupt while sending command."
+        )
+
+
+class _Stderr(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to ``sys.stderr`` as it is when a record comes (as Python's own last-resort
+    handler does), not as it was when logging was configured: the root logger's handler
+    outlives a command run in process (the tests' CLI runner) and its captured stream."""
+
+    def __init__(self) -> None:
+        super().__init__(sys.stderr)
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, value: Any) -> None:
+        pass
+
+
+_FORMATTERS = (TextFormatter, JsonFormatter)
+"""What eventpipe's handlers format with (a handler of the root logger with one is ours:
+replaced when logging is configured again, as CLI commands run in one process do)."""
+
+
 def configure_logging(settings: LoggingConfig) -> None:
-    """Send eventpipe's and uvicorn's logs to stderr in the configured format."""
+    """Send eventpipe's and uvicorn's logs to stderr in the configured format, and the
+    warnings and errors of libraries that log without handlers of their own (Py4J logs
+    on the root logger) in the same format, not as Python's bare ``ERROR:root:`` lines."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(JsonFormatter() if settings.format == "json" else TextFormatter())
     level = getattr(logging, settings.level.upper())
@@ -54,6 +89,13 @@ def configure_logging(settings: LoggingConfig) -> None:
         logger.handlers[:] = [handler]
         logger.setLevel(level)
         logger.propagate = False
+    others = _Stderr()
+    others.setFormatter(handler.formatter)
+    others.setLevel(max(level, logging.WARNING))  # a library's own info is not eventpipe's
+    others.addFilter(_NotOurInterrupt())
+    root = logging.getLogger()
+    root.handlers[:] = [h for h in root.handlers if not isinstance(h.formatter, _FORMATTERS)]
+    root.addHandler(others)
     # uvicorn's notes on each worker's start and stop ("Waiting for application
     # startup"...): seven lines per worker that eventpipe's own start and stop lines say
     # in one. Its warnings and errors stay; at debug level, everything.

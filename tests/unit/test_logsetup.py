@@ -24,7 +24,10 @@ def _restore_loggers() -> Iterator[None]:
         )
         for n in names
     }
+    root = logging.getLogger()
+    root_handlers = root.handlers[:]
     yield
+    root.handlers[:] = root_handlers
     for name, (handlers, level, propagate, disabled) in saved.items():
         logger = logging.getLogger(name)
         logger.handlers[:] = handlers
@@ -54,3 +57,29 @@ def test_text_logs_read_as_one_line(capsys: pytest.CaptureFixture[str]) -> None:
     logging.getLogger("eventpipe.test").warning("backpressure on")
     [line] = capsys.readouterr().err.splitlines()
     assert line.endswith("WARNING eventpipe.test: backpressure on")
+
+
+def test_a_library_logging_on_the_root_logger_is_written_as_eventpipe_writes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging(LoggingConfig(format="json", level="info"))
+    configure_logging(LoggingConfig(format="json", level="info"))  # again: one handler
+    logging.getLogger("somelibrary").info("a library's own detail")
+    logging.error("Exception while sending command.")  # as Py4J reports a lost JVM
+    [line] = capsys.readouterr().err.splitlines()
+    record = orjson.loads(line)
+    assert (record["logger"], record["level"]) == ("root", "error")
+    assert record["message"] == "Exception while sending command."
+
+
+def test_py4j_reporting_a_stop_asked_for_writes_nothing(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging(LoggingConfig(format="text", level="info"))
+    try:
+        raise KeyboardInterrupt  # a second SIGTERM, or Ctrl-C, during a call into the JVM
+    except KeyboardInterrupt:
+        logging.exception("KeyboardInterrupt while sending command.")  # Py4J's own words
+    logging.getLogger("eventpipe.processing").warning("second stop signal: stopping now")
+    [line] = capsys.readouterr().err.splitlines()
+    assert line.endswith("WARNING eventpipe.processing: second stop signal: stopping now")
