@@ -42,6 +42,9 @@ def main() -> None:
     parser.add_argument("--max-changes", type=int, default=None,
                         help="The source's max_changes (default: eventpipe's).")  # fmt: skip
     parser.add_argument("--latency-seconds", type=float, default=60.0)
+    parser.add_argument("--runs", default="defaults,fast",
+                        help="the latency runs: with eventpipe's defaults (or --interval), "
+                        "with faster settings, or both")  # fmt: skip
     parser.add_argument("--interval", type=float, default=None,
                         help="the first latency run's stream_interval_seconds (default: "
                         "eventpipe's)")  # fmt: skip
@@ -130,7 +133,7 @@ def main() -> None:
         print(f"eventpipe read (changes): {results['eventpipe changes']:.1f} s", flush=True)
 
         runs = (("defaults", None, args.interval), ("fast", 0.05, 0.2))
-        for label, poll, interval in runs:
+        for label, poll, interval in (r for r in runs if r[0] in args.runs.split(",")):
             if args.latency_seconds > 0:
                 latencies[label] = latency(dsn, Path(tmp) / label, args.latency_seconds,
                                            poll, interval)  # fmt: skip

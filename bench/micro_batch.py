@@ -44,6 +44,9 @@ def main() -> None:
         help="the keys half under context, half under properties (as bench/stream.py "
         "--width), instead of at the top",
     )  # fmt: skip
+    parser.add_argument("--template", default="events",
+                        help="the destinations' table_name_template (the baseline's "
+                        "events all have the event_type tick: {{ event_type }})")  # fmt: skip
     args = parser.parse_args()
     widths = [int(w) for w in args.widths.split(",")]
 
@@ -59,7 +62,12 @@ def main() -> None:
         _count_calls(calls)
     work = Path(tempfile.mkdtemp(prefix="eventpipe-micro-batch-"))
     destinations = {
-        f"w{w}": {"type": "duckdb", "mode": "stream", "path": str(work / f"w{w}.duckdb")}
+        f"w{w}": {
+            "type": "duckdb",
+            "mode": "stream",
+            "path": str(work / f"w{w}.duckdb"),
+            "table_name_template": args.template,
+        }
         for w in widths
     }
     config = parse_config(

@@ -11,7 +11,14 @@ import pytest
 from pyspark.sql import functions as F
 
 from eventpipe.errors import ConfigError
-from eventpipe.processing.steps.template import render, sanitize_table_name, table_names
+from eventpipe.processing.steps import reused
+from eventpipe.processing.steps.template import (
+    render,
+    rendered,
+    sanitize_table_name,
+    sanitized,
+    table_names,
+)
 from eventpipe.schema.naming import table_name
 from eventpipe.schema.templates import Template, java_date_pattern
 
@@ -159,3 +166,41 @@ def test_a_path_into_an_object_sent_beside_texts_reads_the_events_value(
     ]  # fmt: skip
     alone = _render_read(spark, tmp_path, "{{ props.kind }}{{ props.n }}", events[:1])
     assert alone == [("a7", None)]
+
+
+def test_a_streams_table_names_are_built_once_per_template_and_types(
+    spark: Any, tmp_path: Path
+) -> None:
+    """Each micro-batch names its tables with the expressions the one before built, as
+    long as the fields the template reads keep their types; their names are right for
+    every batch's own rows."""
+    template = Template.parse("web_{{ event_type }}_{{ ctx.page }}")
+
+    def batch(n: int, events: list[dict[str, Any]]) -> Any:
+        path = tmp_path / f"batch{n}.log"
+        path.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in events))
+        return spark.read.json(str(path))
+
+    first = batch(1, [{"event_type": "Page View", "ctx": {"page": "Home"}, "other": 1}])
+    second = batch(2, [{"event_type": "Sign-up", "ctx": {"page": "x", "more": True}}])
+    numbered = batch(3, [{"event_type": 5, "ctx": {"page": "p"}}])
+    assert rendered(template, first.schema) is rendered(template, second.schema)
+    assert sanitized(template, first.schema) is sanitized(template, second.schema)
+    assert sanitized(template, numbered.schema) is not sanitized(template, first.schema)
+    names = [frame.select(sanitized(template, frame.schema)).first()[0]
+             for frame in (first, second, numbered)]  # fmt: skip
+    assert names == [table_name("web_Page View_Home"), table_name("web_Sign-up_x"), "web_5_p"]
+
+
+def test_kept_expressions_are_built_again_for_another_spark_session(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kept = reused.Reused(max_kept=2)
+    monkeypatch.setattr(reused, "_session_owner", lambda: "session 1")
+    built = [kept.get("a", lambda: ["a"]), kept.get("a", lambda: ["other"])]
+    assert built[0] is built[1]
+    kept.get("b", lambda: ["b"])
+    kept.get("c", lambda: ["c"])  # past max_kept: the oldest made goes
+    assert kept.get("a", lambda: ["a again"]) == ["a again"]
+    monkeypatch.setattr(reused, "_session_owner", lambda: "session 2")
+    assert kept.get("c", lambda: ["c in session 2"]) == ["c in session 2"]

@@ -28,6 +28,7 @@ from pyspark.sql.types import ArrayType, DataType, NumericType, StringType, Stru
 
 from eventpipe.processing.steps import lambdas
 from eventpipe.processing.steps.fields import field_type, reference
+from eventpipe.processing.steps.reused import Reused
 from eventpipe.reserved import RESERVED_PATTERN
 from eventpipe.schema.naming import MAX_NAME_LENGTH, table_name
 from eventpipe.schema.templates import Template, java_date_pattern
@@ -42,17 +43,26 @@ def _field(schema: StructType, path: tuple[str, ...]) -> tuple[Column | None, Da
     A path that runs into a text (an object some events sent as text, or one that Spark
     read as JSON text beside texts) reads on into it as JSON: the event's own value,
     whatever its neighbours in the batch made of the column."""
+    depth, found = _place(schema, path)
+    if found is None:
+        return None, None
+    if depth == len(path):
+        return reference(path), found
+    inner = "".join(f"['{key}']" for key in path[depth:])
+    return F.get_json_object(reference(path[:depth]), "$" + inner), found
+
+
+def _place(schema: StructType, path: tuple[str, ...]) -> tuple[int, DataType | None]:
+    """How much of ``path`` the batch has (the depth) and the type :func:`_field` reads
+    there: the field's own; a text on its way (read on as JSON); None for neither."""
     for depth in range(len(path), 0, -1):
         found = field_type(schema, path[:depth])
         if found is None:
             continue
-        if depth == len(path):
-            return reference(path), found
-        if not isinstance(found, StringType):
-            return None, None
-        inner = "".join(f"['{key}']" for key in path[depth:])
-        return F.get_json_object(reference(path[:depth]), "$" + inner), StringType()
-    return None, None
+        if depth == len(path) or isinstance(found, StringType):
+            return depth, found
+        return depth, None
+    return 0, None
 
 
 def _number_text(number: Column) -> Column:
@@ -132,6 +142,28 @@ def render(template: Template, schema: StructType) -> tuple[Column, Column]:
     text = F.concat(*rendered) if rendered else F.lit("")
     error = F.coalesce(*errors) if errors else F.lit(None).cast("string")
     return text, error
+
+
+_REUSED = Reused()
+
+
+def rendered(template: Template, schema: StructType) -> tuple[Column, Column]:
+    """:func:`render`'s columns, built once per template and types of the fields it
+    reads (steps/reused.py: each micro-batch of a stream would build them again)."""
+    return _REUSED.get(("render", _shape(template, schema)), lambda: render(template, schema))
+
+
+def sanitized(template: Template, schema: StructType) -> Column:
+    """:func:`sanitize_table_name` of :func:`rendered`'s text, built once as it is."""
+    return _REUSED.get(("sanitize", _shape(template, schema)),
+                       lambda: sanitize_table_name(rendered(template, schema)[0]))  # fmt: skip
+
+
+def _shape(template: Template, schema: StructType) -> tuple[object, ...]:
+    """What :func:`render` reads of ``schema`` for ``template``: where each placeholder's
+    value is, and its type (:func:`_place`)."""
+    places = tuple(_place(schema, p.path) for p in template.parts if not isinstance(p, str))
+    return template, places
 
 
 def sanitize_table_name(text: Column) -> Column:
