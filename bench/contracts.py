@@ -5,11 +5,13 @@ beside the same job without, alternating runs. The job's events go through a col
 first (over HTTP, 100 to a post): for the run with plans, one that checks them under the
 same plans (``collector: flag``), whose verdicts the job takes; for the run without, one
 without plans. With ``--in-job`` they are written straight to the log, and the job
-checks every one.
+checks every one; with ``--imported`` they are brought in by ``eventpipe import``, which
+checks them as a collector under ``flag`` does.
 
     .venv/bin/python bench/contracts.py --seconds 8 --rounds 3
     .venv/bin/python bench/contracts.py --batch-events 1000000 --rounds 2 --no-ingest
     .venv/bin/python bench/contracts.py --batch-events 1000000 --rounds 2 --no-ingest --in-job
+    .venv/bin/python bench/contracts.py --batch-events 1000000 --rounds 2 --no-ingest --imported
 
 The events are bench/ingest.py's (four event types, ~450 bytes each); 20 plans: one for
 each of the four types (types, required fields, a pattern, an enum, bounds: every event
@@ -86,11 +88,17 @@ def main() -> None:
         "every one (by default they go through a collector, which checks them under the "
         "plans for the run with plans)",
     )  # fmt: skip
+    parser.add_argument(
+        "--imported", action="store_true",
+        help="the batch job's events brought in by `eventpipe import` (which checks them "
+        "under the plans for the run with plans), not posted to a collector",
+    )  # fmt: skip
     args = parser.parse_args()
     if not args.no_ingest:
         ingest(args)
     if args.batch_events:
-        batch(args.batch_events, args.rounds, all_meet=args.all_meet, collected=not args.in_job)
+        way = "in-job" if args.in_job else "imported" if args.imported else "collected"
+        batch(args.batch_events, args.rounds, all_meet=args.all_meet, way=way)
 
 
 BATCH_PLAN = {
@@ -115,7 +123,7 @@ BATCH_PLAN = {
 those events break it (flagged)."""
 
 
-def batch(events: int, rounds: int, *, all_meet: bool = False, collected: bool = True) -> None:
+def batch(events: int, rounds: int, *, all_meet: bool = False, way: str = "collected") -> None:
     import logging
     import time
 
@@ -140,15 +148,15 @@ def batch(events: int, rounds: int, *, all_meet: bool = False, collected: bool =
         generate(work / "source", events)
         with_plans = {"contracts": {"plans": [str(plans)]}}
         sources = {"without plans": "source", "with 20 plans": "source"}
-        if collected:  # through the collector, with and without its check
+        if way != "in-job":  # through the collector or an import, with and without the check
+            bring = collect if way == "collected" else imported
             for name, (source, extra) in {
                 "without plans": ("plain", None),
                 "with 20 plans": ("checked", {"contracts": {**with_plans["contracts"],
                                                             "collector": "flag"}}),
             }.items():  # fmt: skip
-                seconds = collect(work / "source", work / f"collector-{source}", work / source,
-                                  extra)  # fmt: skip
-                print(f"  collected {events:,} events {name} in {seconds:.1f} s", flush=True)
+                seconds = bring(work / "source", work / f"{way}-{source}", work / source, extra)
+                print(f"  {way} {events:,} events {name} in {seconds:.1f} s", flush=True)
                 sources[name] = source
         spark = start_session(
             destination_config(work, "settings", {"type": "duckdb"}).spark.settings
@@ -171,8 +179,10 @@ def batch(events: int, rounds: int, *, all_meet: bool = False, collected: bool =
         spark.stop()
     medians = {name: statistics.median(t) for name, t in times.items()}
     breaking = "no event breaks its plan" if all_meet else "a third of the events break it"
-    how = ("collected: with plans checked at the collector, the job taking its verdicts"
-           if collected else "not collected: every event checked in the job")  # fmt: skip
+    how = {"collected": "collected: with plans checked at the collector, the job taking its "
+                        "verdicts",
+           "imported": "imported: with plans checked by the import, the job taking its verdicts",
+           "in-job": "not collected: every event checked in the job"}[way]  # fmt: skip
     print(f"\nbatch job over {events:,} events into DuckDB, {rounds} alternating rounds "
           f"({breaking}; {how})")  # fmt: skip
     for name, seconds in medians.items():
@@ -218,6 +228,29 @@ def collect(source: Path, work: Path, out: Path, extra: dict[str, object] | None
         connection.close()
         proc.send_signal(signal.SIGTERM)  # a clean stop seals its segments
         proc.wait(60)
+    out.mkdir()
+    for segment in (work / "data" / "incoming").glob("incoming.*"):
+        if segment.stat().st_size:
+            shutil.move(segment, out / segment.name)
+    return seconds
+
+
+def imported(source: Path, work: Path, out: Path, extra: dict[str, object] | None) -> float:
+    """The events of ``source``'s segments brought in by ``eventpipe import`` (its
+    function, in this process) under a config with ``extra``; its segments moved to
+    ``out``. Returns the seconds the import took."""
+    import shutil
+    import time
+
+    from eventpipe.collector.imports import import_files
+    from eventpipe.config import parse_config
+
+    config = parse_config({"data_dir": str(work / "data"), **(extra or {}),
+                           "api_keys": [{"id": "bench", "server": "bench-server-key-123"}]},
+                          source="bench")  # fmt: skip
+    started = time.perf_counter()
+    import_files(config, sorted(source.iterdir()), "bench", fmt="ndjson")
+    seconds = time.perf_counter() - started
     out.mkdir()
     for segment in (work / "data" / "incoming").glob("incoming.*"):
         if segment.stat().st_size:

@@ -102,6 +102,13 @@ def test_flag_accepts_an_event_that_breaks_its_plan_marked_and_a_claim_is_not_ke
     # The job's names for a verdict: what the client claimed there is dropped.
     assert not {"contract", "contract_violations"} & set(bad["eventn_ctx"])
     assert not refused_events(c)
+    # A bulk upload's lines are checked and marked the same way.
+    bulk = httpx.post(f"{c.url}/api/v1/s2s/bulk", headers={"X-Auth-Token": WEB_SERVER},
+                      content=orjson.dumps(GOOD) + b"\n" + orjson.dumps(BAD) + b"\n")  # fmt: skip
+    assert bulk.json()["accepted"] == 2
+    good, bad = stored_events(c)[2:]
+    assert "violations" not in good[CHECKED]
+    assert orjson.loads(bad[CHECKED]["violations"])[1].startswith("/total minimum")
 
 
 def test_a_browser_event_never_keeps_the_marks_of_a_check(start_collector: Any) -> None:

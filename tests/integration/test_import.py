@@ -18,6 +18,7 @@ from eventpipe.collector.imports import import_files
 from eventpipe.config import Config
 from eventpipe.errors import ConfigError
 from eventpipe.processing.batch.job import process_once
+from eventpipe.reserved import CHECKED
 from tests.conftest import make_config, read_lines
 from tests.process import run, write_config
 
@@ -110,6 +111,41 @@ def test_the_same_file_twice_adds_nothing(config: Config, tmp_path: Path, spark:
     from tests.e2e.test_segment import _query_config
 
     assert _query_config(config, "SELECT count(*) FROM events") == [(3,)]  # by primary key
+
+
+def test_imported_events_are_checked_against_their_plans_and_the_job_takes_the_verdicts(
+    tmp_path: Path, spark: Any
+) -> None:
+    """An import checks each event it parses against its tracking plan and marks its line
+    as the collector does under ``flag``; the destination loads the verdict."""
+    plans = tmp_path / "plans"
+    plans.mkdir()
+    (plans / "checkout.json").write_bytes(orjson.dumps({
+        "$id": "checkout/1", "x-eventpipe": {"event_type": "checkout"}, "type": "object",
+        "properties": {"total": {"type": "number", "minimum": 0}}}))  # fmt: skip
+    config = make_config(tmp_path / "data", destinations={"warehouse": {"type": "duckdb"}},
+                         contracts={"plans": [str(plans)]})  # fmt: skip
+    source = tmp_path / "orders.ndjson"
+    source.write_bytes(b"".join(orjson.dumps(e) + b"\n" for e in [
+        {"event_type": "checkout", "total": 5, "n": 1},
+        {"event_type": "checkout", "total": -1, "n": 2},
+        {"event_type": "view", "n": 3,
+         "_eventpipe_checked": {"plans": "forged", "plan": "checkout/1"}}]))  # fmt: skip
+    [report] = import_files(config, [source], "shop")
+    assert (report.events, report.broken) == (3, 1)
+    met, broke, other = sorted(_logged(config), key=lambda e: e["n"])
+    digest = met[CHECKED]["plans"]
+    assert met[CHECKED] == {"plans": digest, "plan": "checkout/1"}
+    assert broke[CHECKED]["rules"] == ["minimum"]
+    assert CHECKED not in other  # a mark in the file is not the import's: dropped
+    assert process_once(config, spark) is not None
+    from tests.e2e.test_segment import _query_config
+
+    rows = _query_config(config, "SELECT n, eventn_ctx_contract, eventn_ctx_contract_violations "
+                                 "FROM events ORDER BY n")  # fmt: skip
+    assert [row[:2] for row in rows] == [(1, "checkout/1"), (2, "checkout/1"), (3, None)]
+    assert rows[0][2] is None
+    assert "/total minimum: -1 is less than the minimum of 0" in str(rows[1][2])
 
 
 def test_a_key_that_does_not_exist_is_a_clear_error(config: Config, tmp_path: Path) -> None:

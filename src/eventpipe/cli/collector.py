@@ -117,6 +117,9 @@ def import_command(
         if rejected:
             reasons = ", ".join(f"{n} {r}" for r, n in sorted(report.rejected.items()))
             line += f", {rejected} rejected ({reasons}; in {config.layout.failed})"
+        if report.broken:
+            line += (f", {report.broken} breaking their tracking plan (imported with the "
+                     "verdict: each destination's on_violation decides)")  # fmt: skip
         click.echo(line)
     events = sum(r.events for r in reports)
     click.echo(f"imported {events} events from {len(reports)} file(s); "

@@ -63,7 +63,7 @@ from eventpipe.collector.metrics import CollectorMetrics
 from eventpipe.collector.received import ReceivedSample, as_parsed
 from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import ApiKey, Config
-from eventpipe.contracts.check import Contracts
+from eventpipe.contracts.check import configured
 from eventpipe.errors import ConfigError
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.log.segments import LogClosedError, LogHooks, LogWriteError, SegmentLog
@@ -114,18 +114,6 @@ STORED_ALLOWANCE_BYTES = 4 * 1024 * 1024
 bytes per byte it sent."""
 
 
-def _contracts(config: Config) -> Contracts:
-    """The tracking plans the collector checks events against (read and checked with
-    the config already: read again here, as they are now)."""
-    from eventpipe.contracts.plans import PlanError, read_plans
-
-    try:
-        plans = read_plans(config.contracts.plans)
-    except PlanError as exc:
-        raise ConfigError(f"tracking plan {exc}") from None
-    return Contracts(plans, config.contracts.version_field)
-
-
 def _read_script(path: Path | None) -> bytes | None:
     if path is None:
         return None
@@ -168,7 +156,7 @@ class Collector:
             anonymize_ip=config.server.anonymize_ip,
             max_json_depth=config.server.max_json_depth,
             max_future_skew_seconds=config.server.max_future_skew_seconds,
-            contracts=_contracts(config) if config.contracts.collector != "off" else None,
+            contracts=configured(config) if config.contracts.collector != "off" else None,
             reject_violations=config.contracts.collector == "reject",
         )
 

@@ -126,6 +126,8 @@ class EnrichedBatch:
     violations: Counter[tuple[str, str]] = field(default_factory=Counter)
     """Events that broke their tracking plan, by plan and rule (each rule once an
     event)."""
+    broken: int = 0
+    """Events that broke their tracking plan (refused or marked)."""
 
     @property
     def unrecorded(self) -> int:
@@ -336,6 +338,7 @@ def _write_checked(
         elif not verdict.violations:
             mark = ok_marks[verdict.plan]
         else:
+            out.broken += 1
             for rule in verdict.rules:
                 violations[(verdict.plan, rule)] += 1
             if reject:
