@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ipaddress
+import random
 import uuid
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -246,6 +248,33 @@ def test_a_server_source_ip_must_be_a_plain_address(given: Any) -> None:
     batch = enrich_batch([{"source_ip": given}], _ctx(browser=False), SETTINGS)
     assert batch.lines == []
     assert [r.reason for r in batch.rejections] == ["bad_source_ip"]
+
+
+@pytest.mark.parametrize("anonymize_ip", [False, True])
+def test_a_server_source_ip_in_ipv4_text_is_taken_as_ipaddress_reads_it(
+    anonymize_ip: bool,
+) -> None:
+    """The text of an IPv4 address is taken as it is only where the standard library
+    reads and writes it the same (leading zeros, octets past 255, other digits,
+    whitespace and other forms refused or rewritten as before)."""
+    rng = random.Random(7)
+    pieces = ["0", "00", "01", "9", "10", "099", "100", "199", "249", "250", "255", "256",
+              "300", "1000", "٣", "1 ", "", "+1", "0x1"]  # fmt: skip
+    texts = [
+        ".".join(rng.choice(pieces) for _ in range(rng.choice([3, 4, 4, 4, 5])))
+        for _ in range(3000)
+    ] + ["1.2.3.4\n", "127.0.0.1", "0.0.0.0", "255.255.255.255"]
+    settings = replace(SETTINGS, anonymize_ip=anonymize_ip)
+    for text in texts:
+        batch = enrich_batch([{"source_ip": text}], _ctx(browser=False), settings)
+        try:
+            address = ipaddress.IPv4Address(text)
+        except ValueError:
+            if ":" not in text:
+                assert batch.lines == [], text
+            continue
+        expected = str(anonymize(str(address)) if anonymize_ip else address)
+        assert [orjson.loads(line)["source_ip"] for line in batch.lines] == [expected], text
 
 
 def test_a_server_source_ip_is_stored_in_its_canonical_form() -> None:
