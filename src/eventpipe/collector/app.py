@@ -57,13 +57,13 @@ from eventpipe.collector.enrich import (
     client_address,
     enrich_batch,
     summary_line,
+    tracking_plans,
 )
 from eventpipe.collector.http import error_body, json_answer, request_token
 from eventpipe.collector.metrics import CollectorMetrics
 from eventpipe.collector.received import ReceivedSample, as_parsed
 from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import ApiKey, Config
-from eventpipe.contracts.check import configured
 from eventpipe.errors import ConfigError
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.log.segments import LogClosedError, LogHooks, LogWriteError, SegmentLog
@@ -156,7 +156,7 @@ class Collector:
             anonymize_ip=config.server.anonymize_ip,
             max_json_depth=config.server.max_json_depth,
             max_future_skew_seconds=config.server.max_future_skew_seconds,
-            contracts=configured(config) if config.contracts.collector != "off" else None,
+            contracts=tracking_plans(config) if config.contracts.collector != "off" else None,
             reject_violations=config.contracts.collector == "reject",
         )
 

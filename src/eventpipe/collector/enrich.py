@@ -48,6 +48,7 @@ from eventpipe.collector.body import (
     deeper_than,
 )
 from eventpipe.collector.scan import crowded_lines
+from eventpipe.config import Config
 from eventpipe.contracts.check import Contracts
 from eventpipe.events import Stage, client_event_id, event_error_line, new_event_id
 from eventpipe.reserved import CHECKED
@@ -81,6 +82,22 @@ class EnrichSettings:
     """Tracking plans each event is checked against (``contracts.collector`` not off)."""
     reject_violations: bool = False
     """An event that breaks its plan is refused (``reject``), not marked (``flag``)."""
+
+
+def tracking_plans(config: Config) -> Contracts | None:
+    """The config's tracking plans, ready to check events (read again, as they are now;
+    the config's check read them already); None without plans. (Here, not in
+    eventpipe.contracts, which the config itself imports.)"""
+    from eventpipe.contracts.plans import PlanError, read_plans
+    from eventpipe.errors import ConfigError
+
+    if not config.contracts.plans:
+        return None
+    try:
+        plans = read_plans(config.contracts.plans)
+    except PlanError as exc:
+        raise ConfigError(f"tracking plan {exc}") from None
+    return Contracts(plans, config.contracts.version_field)
 
 
 SERVER_SRC = "api"

@@ -41,10 +41,15 @@ import orjson
 from starlette.requests import ClientDisconnect
 
 from eventpipe.collector.body import BodyError, Deadline, gone, parse_events
-from eventpipe.collector.enrich import EnrichedBatch, EnrichSettings, RequestContext, enrich_batch
+from eventpipe.collector.enrich import (
+    EnrichedBatch,
+    EnrichSettings,
+    RequestContext,
+    enrich_batch,
+    tracking_plans,
+)
 from eventpipe.collector.secrets import Scrubber
 from eventpipe.config import Config
-from eventpipe.contracts.check import configured
 from eventpipe.errors import ConfigError
 from eventpipe.events import format_timestamp, utc_now
 from eventpipe.files import write_file
@@ -451,7 +456,7 @@ async def _import(
     settings = EnrichSettings(max_event_bytes=config.server.max_event_bytes,
                               anonymize_ip=config.server.anonymize_ip,
                               max_json_depth=config.server.max_json_depth,
-                              contracts=configured(config))  # fmt: skip
+                              contracts=tracking_plans(config))  # fmt: skip
     reports = []
     try:
         for path in files:

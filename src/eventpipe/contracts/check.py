@@ -8,15 +8,12 @@ import hashlib
 import itertools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import orjson
 
 from eventpipe.contracts.plans import Plan, compiled, compiled_many
 from eventpipe.reserved import CHECKED
-
-if TYPE_CHECKING:
-    from eventpipe.config import Config
 
 MAX_VIOLATIONS = 10
 """Violations of one event recorded at most (the rest are counted)."""
@@ -292,21 +289,6 @@ class Contracts:
             if len(self._chosen) < MAX_CHOICES:
                 self._chosen[choice] = mine
         return mine
-
-
-def configured(config: Config) -> Contracts | None:
-    """The config's tracking plans, ready to check events (read again, as they are now;
-    the config's check read them already); None without plans."""
-    from eventpipe.contracts.plans import PlanError, read_plans
-    from eventpipe.errors import ConfigError
-
-    if not config.contracts.plans:
-        return None
-    try:
-        plans = read_plans(config.contracts.plans)
-    except PlanError as exc:
-        raise ConfigError(f"tracking plan {exc}") from None
-    return Contracts(plans, config.contracts.version_field)
 
 
 def unmarked(event: dict[str, Any]) -> dict[str, Any]:
