@@ -49,6 +49,20 @@ def _requested(browser: Any) -> set[str]:
     return {"/".join(url.split("/")[:3]) for url in urls}
 
 
+def _first_text(browser: Any, selector: str) -> str | None:
+    """The text of the first element ``selector`` finds; None while there is none, or
+    when the page drew it again between the find and the read (the overview redraws its
+    table as its figures come)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
+
+    try:
+        found = browser.find_elements(By.CSS_SELECTOR, selector)
+        return str(found[0].text) if found else None
+    except StaleElementReferenceException:
+        return None
+
+
 def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     from selenium.webdriver.common.by import By
 
@@ -58,11 +72,10 @@ def test_the_console_in_a_browser(browser: Any, console: Any) -> None:
     browser.find_element(By.NAME, "token").send_keys(TOKEN)
     browser.find_element(By.CSS_SELECTOR, "form.login button").click()
     deadline = time.monotonic() + 10
-    while not browser.find_elements(By.CSS_SELECTOR, "#destinations tr[data-destination]"):
+    while not (text := _first_text(browser, "#destinations tr[data-destination]")):
         assert time.monotonic() < deadline, browser.page_source
         time.sleep(0.1)
-    row = browser.find_element(By.CSS_SELECTOR, "#destinations tr[data-destination]")
-    assert row.text.startswith("warehouse duckdb")
+    assert text.startswith("warehouse duckdb")
     assert _requested(browser) == {running.url}
     assert _errors(browser) == []
 
