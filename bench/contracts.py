@@ -201,7 +201,6 @@ def collect(source: Path, work: Path, out: Path, extra: dict[str, object] | None
     config) over HTTP, 100 to a post; its sealed segments moved to ``out``. Returns the
     seconds the posts took."""
     import http.client
-    import shutil
     import time
 
     from ingest import SERVER_KEY
@@ -228,10 +227,7 @@ def collect(source: Path, work: Path, out: Path, extra: dict[str, object] | None
         connection.close()
         proc.send_signal(signal.SIGTERM)  # a clean stop seals its segments
         proc.wait(60)
-    out.mkdir()
-    for segment in (work / "data" / "incoming").glob("incoming.*"):
-        if segment.stat().st_size:
-            shutil.move(segment, out / segment.name)
+    _move_sealed(work, out)
     return seconds
 
 
@@ -239,7 +235,6 @@ def imported(source: Path, work: Path, out: Path, extra: dict[str, object] | Non
     """The events of ``source``'s segments brought in by ``eventpipe import`` (its
     function, in this process) under a config with ``extra``; its segments moved to
     ``out``. Returns the seconds the import took."""
-    import shutil
     import time
 
     from eventpipe.collector.imports import import_files
@@ -251,11 +246,18 @@ def imported(source: Path, work: Path, out: Path, extra: dict[str, object] | Non
     started = time.perf_counter()
     import_files(config, sorted(source.iterdir()), "bench", fmt="ndjson")
     seconds = time.perf_counter() - started
+    _move_sealed(work, out)
+    return seconds
+
+
+def _move_sealed(work: Path, out: Path) -> None:
+    """The non-empty segments under ``work``'s data directory moved to ``out``."""
+    import shutil
+
     out.mkdir()
     for segment in (work / "data" / "incoming").glob("incoming.*"):
         if segment.stat().st_size:
             shutil.move(segment, out / segment.name)
-    return seconds
 
 
 def ingest(args: argparse.Namespace) -> None:

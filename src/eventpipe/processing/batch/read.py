@@ -403,17 +403,15 @@ def stage_in_driver(rows: DataFrame, out: Path, partition: str | None) -> bool:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     arrow = rows.toArrow()
-    if partition is None:
-        pq.write_table(arrow, out / "part-00000.parquet", use_dictionary=False)
-        (out / "_SUCCESS").touch()
-        return True
-    values = arrow.column(partition)
-    columns = arrow.drop_columns([partition])
-    for value in pc.unique(values).to_pylist():
-        part = out / f"{partition}={value}"
-        part.mkdir()
-        chosen = columns.filter(pc.equal(values, value))
-        pq.write_table(chosen, part / "part-00000.parquet", use_dictionary=False)
+    parts = [(out, arrow)]
+    if partition is not None:
+        values = arrow.column(partition)
+        columns = arrow.drop_columns([partition])
+        parts = [(out / f"{partition}={value}", columns.filter(pc.equal(values, value)))
+                 for value in pc.unique(values).to_pylist()]  # fmt: skip
+    for place, part in parts:
+        place.mkdir(exist_ok=True)
+        pq.write_table(part, place / "part-00000.parquet", use_dictionary=False)
     (out / "_SUCCESS").touch()
     return True
 
