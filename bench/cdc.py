@@ -48,6 +48,9 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=None,
                         help="the first latency run's stream_interval_seconds (default: "
                         "eventpipe's)")  # fmt: skip
+    parser.add_argument("--poll", type=float, default=None,
+                        help="the first latency run's poll_seconds (default: "
+                        "eventpipe's)")  # fmt: skip
     args = parser.parse_args()
     import psycopg
     from tests.postgres import postgres_server
@@ -132,7 +135,7 @@ def main() -> None:
         assert report.changes == rows
         print(f"eventpipe read (changes): {results['eventpipe changes']:.1f} s", flush=True)
 
-        runs = (("defaults", None, args.interval), ("fast", 0.05, 0.2))
+        runs = (("defaults", args.poll, args.interval), ("fast", 0.05, 0.2))
         for label, poll, interval in (r for r in runs if r[0] in args.runs.split(",")):
             if args.latency_seconds > 0:
                 latencies[label] = latency(dsn, Path(tmp) / label, args.latency_seconds,

@@ -21,9 +21,12 @@ import statistics
 import sys
 import tempfile
 import time
+import uuid
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -43,6 +46,12 @@ def main() -> None:
         "--nested", action="store_true",
         help="the keys half under context, half under properties (as bench/stream.py "
         "--width), instead of at the top",
+    )  # fmt: skip
+    parser.add_argument(
+        "--changes", action="store_true",
+        help="events as a PostgreSQL source writes them (bench/cdc.py's latency table: "
+        "an int key and a timestamptz, the change's _op, _namespace, _lsn, _seq, _key, "
+        "_commit_time), the width's keys beside them; the template {{ _namespace }}",
     )  # fmt: skip
     parser.add_argument("--template", default="events",
                         help="the destinations' table_name_template (the baseline's "
@@ -66,7 +75,7 @@ def main() -> None:
             "type": "duckdb",
             "mode": "stream",
             "path": str(work / f"w{w}.duckdb"),
-            "table_name_template": args.template,
+            "table_name_template": "{{ _namespace }}" if args.changes else args.template,
         }
         for w in widths
     }
@@ -92,12 +101,18 @@ def main() -> None:
                 return {f"p{j}": j + k for j in range(width)}
             return nested_keys(width, k)
 
+        first = epoch * args.events
         items: list[Any] = [
-            {"event_type": "tick", "seq": epoch * args.events + k, "n": k % 10, **wide(k)}
+            change(first + k, **wide(k)) if args.changes else
+            {"event_type": "tick", "seq": first + k, "n": k % 10, **wide(k)}
             for k in range(args.events)
-        ]
+        ]  # fmt: skip
         path = work / f"w{width}-{epoch}.jsonl"
-        path.write_bytes(b"".join(enrich_batch(items, ctx, settings).lines))
+        if args.changes:  # written by the source as they are: no collector, no address
+            path.write_bytes(b"".join(orjson.dumps(item, option=orjson.OPT_APPEND_NEWLINE)
+                                      for item in items))  # fmt: skip
+        else:
+            path.write_bytes(b"".join(enrich_batch(items, ctx, settings).lines))
         calls.clear()
         started = time.perf_counter()
         process_stream_batch(runtimes[width], epoch, [path], schemas[width])
@@ -120,6 +135,16 @@ def main() -> None:
         for kind, count in calls.most_common(12):
             print(f"  {count:6d} {kind}")
     spark.stop()
+
+
+def change(n: int, **row: Any) -> dict[str, Any]:
+    """The insert of row ``n`` of ``public.ticks`` (id, at timestamptz) as a PostgreSQL
+    source's event (sources/postgres/reader.py), ``row``'s keys beside its columns."""
+    at = datetime.now(UTC).isoformat(timespec="microseconds")  # timestamptz as JSON text
+    return {"id": n, "at": at, **row, "_namespace": "public.ticks", "_lsn": 10**8 + n,
+            "_seq": 1, "_op": "insert", "_key": f"[{n}]", "_commit_time": at[:-6] + "Z",
+            "_timestamp": at[:-6] + "Z", "src": "postgres", "api_key": "pg",
+            "eventn_ctx": {"event_id": str(uuid.uuid4())}}  # fmt: skip
 
 
 def nested_keys(width: int, k: int = 0) -> dict[str, Any]:

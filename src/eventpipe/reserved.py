@@ -72,6 +72,9 @@ DISCARD = "_eventpipe_discard"
 mapping to the flat columns of a destination that drops them (``discard_value``)."""
 LOOKUP = "_eventpipe_lookup_"
 """Prefix of the columns a run's lookups fill (one per rule and source field)."""
+STAMPED = "_eventpipe_stamped_"
+"""Prefix of the timestamps a micro-batch's text columns convert to while it is staged
+(processing/batch/stamps.py), one per column, by number."""
 
 FILTERED = "\x00filtered"
 """The ``TABLE`` of an event the destination's namespace or transforms dropped: no table

@@ -443,7 +443,8 @@ def _process_destination(events: DataFrame, run: RunContext, target: Target) -> 
     dest_id, report = target.id, run.report
     flattened = flatten_for(events, run, target)
     where = run.layout.tmp / run.run_id / f"dst={dest_id}"
-    staged, counts = stage_flat(flattened.frame, where, in_driver=run.few)
+    to_stamp = target.schemas.stamped if run.few and target.config.tables else ()
+    staged, counts = stage_flat(flattened.frame, where, in_driver=run.few, to_stamp=to_stamp)
     if counts.get("unchecked") or (UNCHECKED in events.columns and "unchecked" not in counts):
         raise UncheckedEvents(f"{dest_id}: events without a mark made under the run's plans")
     report.skipped[dest_id] = counts["skipped"]

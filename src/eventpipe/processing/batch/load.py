@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from pyspark.sql import Observation
 from pyspark.sql import functions as F
+from pyspark.sql.types import StringType
 
 from eventpipe.config import MeteringConfig
 from eventpipe.destinations import changes
@@ -34,6 +35,7 @@ from eventpipe.processing.batch.shape import (
     with_overflow,
     within_max_columns,
 )
+from eventpipe.processing.batch.stamps import with_stamps
 from eventpipe.processing.runtime import shutdown
 from eventpipe.processing.steps import metering
 from eventpipe.processing.steps.flatten import Flat
@@ -108,7 +110,7 @@ def load_tables(
         shutdown.check(f"the load of {dest_id}.{table}")
         try:
             return _load_table(
-                staged_table(staged, where, table), run, target, types, flattened.flat
+                staged_table(staged, where, table, counts), run, target, types, flattened.flat
             )
         except TableRefused as refused:
             return refused
@@ -195,15 +197,20 @@ def _load_table_as(
     targets = {c: (existing.columns.get(c, t) if existing else t) for c, t in kept.items()}
     spark_types = {f.name: f.dataType for f in frame.schema.fields}
     missing_key = [c for c in dest.primary_key if c not in targets]
-    if (
-        not overflow
-        and not missing_key
-        and not fit.changes_rows
-        and all(spark_types[c] == SPARK_TYPES[t] for c, t in targets.items())
-    ):
-        # Staged with the types it loads with (the common case): the partition's own files
-        # are loaded, without a conversion pass.
-        return load_files(staged, run, target, existing, targets, frame, retry_stale)
+    staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
+    if run.few:  # a stream's next micro-batches convert these while they stage (stamps.py)
+        target.schemas.note_stamped(c for c, t in targets.items() if t is DataType.TIMESTAMP
+                                    and isinstance(spark_types[c], StringType))  # fmt: skip
+    if not overflow and not missing_key and not fit.changes_rows:
+        if all(spark_types[c] == SPARK_TYPES[t] for c, t in targets.items()):
+            # Staged with the types it loads with (the common case): the partition's own
+            # files are loaded, without a conversion pass.
+            return load_files(staged, run, target, existing, targets, frame, retry_stale)
+        stamped = with_stamps(staged.files, staged.stamps, targets, wanted, spark_types,
+                              staging)  # fmt: skip
+        if stamped is not None:  # converted as they were staged: no pass either
+            return load_files(StagedTable(table, frame, stamped), run, target, existing,
+                              targets, frame, retry_stale)  # fmt: skip
     # A value that does not convert to its column's type sends its event to failed/,
     # naming the column (schema/diff.py), unless the table's contract says otherwise;
     # nothing is silently nulled.
@@ -214,7 +221,6 @@ def _load_table_as(
         targets[UNMAPPED_COLUMN] = DataType.STRING
     if missing_key:
         problems.append(F.lit(f"primary key column(s) {', '.join(missing_key)} missing"))
-    staging = layout.tmp / run_id / f"dst={dest_id}" / f"table={table}"
     ok = checked = staging_rows = frame
     observed = Observation()
     observing = bool(problems or rules.discards or rules.counted)

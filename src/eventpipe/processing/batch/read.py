@@ -382,12 +382,19 @@ def staging_writer(frame: DataFrame) -> DataFrameWriter:
     return frame.write.mode("overwrite").option("parquet.enable.dictionary", "false")
 
 
-def stage_in_driver(rows: DataFrame, out: Path, partition: str | None) -> bool:
+def stage_in_driver(
+    rows: DataFrame,
+    out: Path,
+    partition: str | None,
+    aside: tuple[Path, Sequence[str]] | None = None,
+) -> bool:
     """``rows`` collected by the driver as Arrow and written there as the run's Parquet
     copy, laid out as Spark's writer partitioned by ``partition`` lays it out
     (``<partition>=<value>/``, values of ``[a-z0-9_]``: table names; None: one file in
     ``out``); False (nothing written) where a column's type is not one both write alike
-    (:func:`_plain`).
+    (:func:`_plain`). ``aside``: a directory and columns written there instead, in the
+    same layout, each file with the row ids (ROW) of its twin in ``out``, in the same
+    order (staged_stamps.py).
 
     For a micro-batch's few rows (job.run_job decides): Spark's writer and its commit
     (a temporary directory renamed, Hadoop starting ``chmod`` for each directory and
@@ -399,19 +406,26 @@ def stage_in_driver(rows: DataFrame, out: Path, partition: str | None) -> bool:
 
     if not all(_plain(f.dataType) for f in rows.schema.fields):
         return False
-    if out.exists():  # from an attempt that stopped part way
-        shutil.rmtree(out)
+    directory, moved = aside if aside is not None else (None, ())
+    for place in (out, directory):
+        if place is not None and place.exists():  # from an attempt that stopped part way
+            shutil.rmtree(place)
     out.mkdir(parents=True)
     arrow = rows.toArrow()
-    parts = [(out, arrow)]
+    parts = [("", arrow)]
     if partition is not None:
         values = arrow.column(partition)
         columns = arrow.drop_columns([partition])
-        parts = [(out / f"{partition}={value}", columns.filter(pc.equal(values, value)))
+        parts = [(f"{partition}={value}", columns.filter(pc.equal(values, value)))
                  for value in pc.unique(values).to_pylist()]  # fmt: skip
-    for place, part in parts:
-        place.mkdir(exist_ok=True)
-        pq.write_table(part, place / "part-00000.parquet", use_dictionary=False)
+    for name, part in parts:
+        (out / name).mkdir(exist_ok=True)
+        pq.write_table(part.drop_columns(moved), out / name / "part-00000.parquet",
+                       use_dictionary=False)  # fmt: skip
+        if directory is not None:
+            (directory / name).mkdir(parents=True, exist_ok=True)
+            pq.write_table(part.select([ROW, *moved]), directory / name / "part-00000.parquet",
+                           use_dictionary=False)  # fmt: skip
     (out / "_SUCCESS").touch()
     return True
 

@@ -12,12 +12,16 @@ So a stream keeps what it read, and what it patched, here:
   job reads it again and retries the load once (the seed's rule: the table may have been
   changed behind eventpipe's back). What fails with a fresh schema goes to failed/.
 
+It also keeps which text columns the loads converted to timestamps, which a stream's
+next micro-batches convert while they stage (stamps.py).
+
 A batch run starts with an empty cache: it reads every table it loads once.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from eventpipe.destinations.base import Destination
@@ -35,6 +39,7 @@ class Described:
 class SchemaCache:
     def __init__(self) -> None:
         self._tables: dict[str, Table] = {}
+        self._stamped: set[str] = set()
         self._lock = threading.Lock()  # tables of one destination load on several threads
 
     def describe(self, destination: Destination, table: str) -> Described:
@@ -51,3 +56,14 @@ class SchemaCache:
     def forget(self, table: str) -> None:
         with self._lock:
             self._tables.pop(table, None)
+
+    @property
+    def stamped(self) -> frozenset[str]:
+        """The text columns this destination's loads have converted to timestamps: a
+        stream's next micro-batches convert them while they are staged (stamps.py)."""
+        with self._lock:
+            return frozenset(self._stamped)
+
+    def note_stamped(self, columns: Iterable[str]) -> None:
+        with self._lock:
+            self._stamped.update(columns)

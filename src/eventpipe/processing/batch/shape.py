@@ -15,6 +15,7 @@ from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
 from eventpipe.config import DestinationConfig
 from eventpipe.files import write_file
+from eventpipe.processing.batch import stamps
 from eventpipe.processing.batch.read import (
     of_segments,
     read_events,
@@ -22,6 +23,7 @@ from eventpipe.processing.batch.read import (
     staging_writer,
 )
 from eventpipe.processing.batch.run import TIMESTAMP, RunContext, Target, ref, step
+from eventpipe.processing.batch.stamps import Stamps
 from eventpipe.processing.steps import lambdas, metering, transforms
 from eventpipe.processing.steps.contracts import RuleTally, summary, tallied
 from eventpipe.processing.steps.fields import (
@@ -61,7 +63,7 @@ from eventpipe.schema.templates import Template
 from eventpipe.schema.types import DataType
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Collection
 
     from pyspark.sql import Column, DataFrame
 
@@ -269,7 +271,7 @@ costs the micro-batch about what the typing's read would (`bench/micro_batch.py 
 
 
 def stage_flat(
-    flat: DataFrame, where: Path, *, in_driver: bool = False
+    flat: DataFrame, where: Path, *, in_driver: bool = False, to_stamp: Collection[str] = ()
 ) -> tuple[DataFrame, dict[str, Any]]:
     """The destination's flattened rows, written once as Parquet partitioned by table
     (Spark's own types), and the counts of rows skipped (empty table name), filtered (by
@@ -281,6 +283,8 @@ def stage_flat(
     its values and those that are timestamp text (``texts``: ``{column: [values,
     timestamps]}``, every row's, staged or not), which spares a small batch the Spark job
     that would read them again to type the column (inference.staged_column_types).
+    ``to_stamp``: text columns converted to timestamps as they are staged, written aside by
+    the driver, their values that do not convert counted (``stamps``: stamps.py).
 
     Each table then reads only its own partition; a resumed run reuses the files.
     """
@@ -311,6 +315,9 @@ def stage_flat(
                 f"array(count({quoted(n)}), count_if({timestamp_text(quoted(n))}))" for n in texts
             )
             planned.append(F.expr(f"array({pairs})").alias("texts"))
+        converting = stamps.twins(types, to_stamp) if in_driver else {}
+        if converting:
+            planned.append(F.array(*map(stamps.unconverted, converting)).alias("stamps"))
         with step(f"{where.name}: enrich, map, flatten and stage"):
             flat_rows = flat.observe(
                 observed,
@@ -322,11 +329,18 @@ def stage_flat(
             )
             kept = flat_rows.filter((table != F.lit("")) & (table != F.lit(FILTERED)))
             rows = kept.drop(ERROR, *COUNTED)
-            if not (in_driver and stage_in_driver(rows, out, TABLE)):
+            with_twins, aside = rows, None
+            if converting:
+                with_twins = rows.withColumns({t: stamps.converted(c)
+                                               for c, t in converting.items()})  # fmt: skip
+                aside = (where / stamps.ASIDE, list(converting.values()))
+            if not (in_driver and stage_in_driver(with_twins, out, TABLE, aside)):
                 staging_writer(rows).partitionBy(TABLE).parquet(str(out))
         found = observed.get
         if "texts" in found:
             found["texts"] = {n: list(pair) for n, pair in zip(texts, found["texts"], strict=True)}
+        if "stamps" in found:
+            found["stamps"] = stamps.counted(converting, found["stamps"])
         write_file(counts_file, json.dumps(found))
     counts: dict[str, Any] = json.loads(counts_file.read_text())
     spark = flat.sparkSession
@@ -370,12 +384,17 @@ class StagedTable:
     frame: DataFrame
     files: tuple[Path, ...]
     """Its partition's Parquet files, with every column of the destination's batch."""
+    stamps: Stamps | None = None
+    """Its text columns converted to timestamps as they were staged."""
 
 
-def staged_table(staged: DataFrame, where: Path, table: str) -> StagedTable:
+def staged_table(
+    staged: DataFrame, where: Path, table: str, counts: dict[str, Any] | None = None
+) -> StagedTable:
     """One table's rows of the staged frame (Spark reads only its partition)."""
     files = tuple(sorted((where / "flat" / f"{TABLE}={table}").glob("*.parquet")))
-    return StagedTable(table, staged.filter(F.col(TABLE) == F.lit(table)).drop(TABLE), files)
+    frame = staged.filter(F.col(TABLE) == F.lit(table)).drop(TABLE)
+    return StagedTable(table, frame, files, stamps.stamps_of(where, table, counts or {}))
 
 
 def within_max_columns(
