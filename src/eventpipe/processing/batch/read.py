@@ -394,7 +394,7 @@ def stage_in_driver(
     ``out``); False (nothing written) where a column's type is not one both write alike
     (:func:`_plain`). ``aside``: a directory and columns written there instead, in the
     same layout, each file with the row ids (ROW) of its twin in ``out``, in the same
-    order (staged_stamps.py).
+    order (stamps.py).
 
     For a micro-batch's few rows (job.run_job decides): Spark's writer and its commit
     (a temporary directory renamed, Hadoop starting ``chmod`` for each directory and
