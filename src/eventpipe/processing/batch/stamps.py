@@ -15,6 +15,9 @@ columns, where the batch typed them as timestamps and none of their values faile
 convert, gets its staged files with those columns taken from aside, in the driver, and
 loads them. Anything else (a value that does not convert, another conversion, rows that
 a contract holds back) takes the conversion pass: what loads is the same either way.
+The values that do not convert are counted over the micro-batch, not per table: where
+one table holds a column as text and another as timestamps, the text values send the
+other's load to its pass too (correct, and no faster than before).
 """
 
 from __future__ import annotations
