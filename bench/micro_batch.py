@@ -11,6 +11,9 @@ plans through Py4J, Catalyst analysing them, the Spark job, the load) grows with
 columns, not the rows: the bench prints each width's median micro-batch (the first
 ``--warm`` of each width's first round left out) and its ratio to the baseline, and with
 ``--count-calls`` the calls from Python into the JVM in the last micro-batch, by kind.
+``--changes`` makes the events changes as a PostgreSQL source writes them (a
+``timestamptz`` column, the commit time; docs/cdc.md), ``--events 40`` about what a
+micro-batch of bench/cdc.py's latency run holds.
 """
 
 from __future__ import annotations
