@@ -51,6 +51,7 @@ from eventpipe.state.store import (
 )
 
 if TYPE_CHECKING:
+    import pyarrow as pa
     from pyspark.sql import Column, DataFrame, DataFrameReader, DataFrameWriter, SparkSession
     from pyspark.sql.types import StructType
 
@@ -402,7 +403,6 @@ def stage_in_driver(
     events here, against a few ms for the driver's write of them (docs/stream.md).
     """
     import pyarrow.compute as pc
-    import pyarrow.parquet as pq
 
     if not all(_plain(f.dataType) for f in rows.schema.fields):
         return False
@@ -420,14 +420,20 @@ def stage_in_driver(
                  for value in pc.unique(values).to_pylist()]  # fmt: skip
     for name, part in parts:
         (out / name).mkdir(exist_ok=True)
-        pq.write_table(part.drop_columns(moved), out / name / "part-00000.parquet",
-                       use_dictionary=False)  # fmt: skip
+        write_staged(part.drop_columns(moved), out / name / "part-00000.parquet")
         if directory is not None:
             (directory / name).mkdir(parents=True, exist_ok=True)
-            pq.write_table(part.select([ROW, *moved]), directory / name / "part-00000.parquet",
-                           use_dictionary=False)  # fmt: skip
+            write_staged(part.select([ROW, *moved]), directory / name / "part-00000.parquet")
     (out / "_SUCCESS").touch()
     return True
+
+
+def write_staged(rows: pa.Table, path: Path) -> None:
+    """``rows`` written by the driver as a staged Parquet file: without dictionaries, as
+    :func:`staging_writer` has Spark write them."""
+    import pyarrow.parquet as pq
+
+    pq.write_table(rows, path, use_dictionary=False)
 
 
 def _plain(data_type: T.DataType) -> bool:

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from pyspark.sql import functions as F
 from pyspark.sql.types import StringType
 
+from eventpipe.processing.batch.read import write_staged
 from eventpipe.processing.batch.run import ref
 from eventpipe.reserved import ROW, STAMPED, TABLE
 from eventpipe.schema.casts import SPARK_TYPES, cast_to, conversion_problem
@@ -130,5 +131,5 @@ def with_stamps(
         shutil.rmtree(out)
     out.mkdir(parents=True)
     for path, rows in tables:
-        pq.write_table(rows, path, use_dictionary=False)
+        write_staged(rows, path)
     return tuple(path for path, _ in tables)
